@@ -1,0 +1,64 @@
+# Two entry points do all their own set-up on a fresh Debian machine as root:
+#   make demo   — the whole stack on localhost with a simulated fleet (ARGS="..." passed through)
+#   make test   — the whole test suite
+SHELL := /bin/bash
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+# binary -> Debian package; the demo and the tests run their own servers on free ports.
+SYSTEM_BINARIES := promtool:prometheus prometheus:prometheus prometheus-alertmanager:prometheus-alertmanager \
+	redis-server:redis-server victoria-metrics:victoria-metrics
+SERVICES := prometheus prometheus-alertmanager prometheus-node-exporter redis-server victoria-metrics
+
+.PHONY: demo test bench lint doctor setup system-deps venv clean
+
+setup: system-deps venv
+
+system-deps:
+	@missing=""; for pair in $(SYSTEM_BINARIES); do \
+		bin=$${pair%%:*}; pkg=$${pair##*:}; \
+		command -v $$bin >/dev/null 2>&1 || missing="$$missing $$pkg"; \
+	done; \
+	if ! $(PYTHON) -c 'import venv, ensurepip' >/dev/null 2>&1; then missing="$$missing python3-venv python3-pip"; fi; \
+	if [ -n "$$missing" ]; then \
+		pkgs=$$(echo $$missing | tr ' ' '\n' | sort -u | tr '\n' ' '); \
+		echo "installing Debian packages:$$pkgs"; \
+		if [ "$$(id -u)" != 0 ]; then echo "need root to apt-get install $$pkgs (see 'make doctor')" >&2; exit 1; fi; \
+		export DEBIAN_FRONTEND=noninteractive; \
+		apt-get update -qq && apt-get install -y -qq --no-install-recommends $$pkgs >/dev/null; \
+		for s in $(SERVICES); do service $$s stop >/dev/null 2>&1 || true; done; \
+	fi
+
+venv: $(STAMP)
+
+$(STAMP): pyproject.toml
+	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install -q --upgrade pip >/dev/null
+	$(BIN)/python -m pip install -q -e '.[dev]'
+	@touch $(STAMP)
+
+demo: setup
+	$(BIN)/oximeter demo $(ARGS)
+
+test: setup
+	$(BIN)/python -m pytest -q --durations=15 $(ARGS)
+
+bench: setup
+	@for b in bench/*.py; do echo "== $$b"; $(BIN)/python $$b || exit 1; done
+
+lint: venv
+	$(BIN)/ruff check .
+	$(BIN)/mypy
+
+doctor:
+	@echo "python:  $$($(PYTHON) --version 2>&1)"
+	@for pair in $(SYSTEM_BINARIES); do bin=$${pair%%:*}; \
+		if command -v $$bin >/dev/null 2>&1; then \
+			printf '%-24s %s\n' "$$bin:" "$$($$bin --version 2>&1 | head -n1)"; \
+		else printf '%-24s %s\n' "$$bin:" "MISSING (make setup installs it)"; fi; done
+	@if [ -x $(BIN)/python ]; then $(BIN)/python -m pip list 2>/dev/null | grep -iE '^(aiohttp|prometheus.client|nvidia-ml-py|pandas|pydantic|grafanalib|scikit-learn|loguru|requests) ' ; \
+		else echo "$(VENV): not created (make setup)"; fi
+
+clean:
+	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache .oximeter

@@ -1,0 +1,1 @@
+"""The analyzer: signals, baselines, detectors, correlation, incidents."""

@@ -1,0 +1,1 @@
+"""grafanalib dashboard sources and their builder."""

@@ -1,0 +1,1 @@
+"""GPU (NVML or simulated) and external queue exporter."""

@@ -1,0 +1,1 @@
+"""The instrumented serving front for vLLM: concurrency admission, bounded queue, metrics."""

@@ -1,0 +1,5 @@
+import sys
+
+from oximeter.cli import main
+
+sys.exit(main())

@@ -1,0 +1,28 @@
+"""``oximeter config check FILE``: validate a configuration file and name every problem."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from oximeter.config import load_config
+from oximeter.errors import ConfigError
+
+
+def configure(parser: argparse.ArgumentParser) -> None:
+    """Add ``config check``."""
+    sub = parser.add_subparsers(dest="config_command", metavar="SUBCOMMAND")
+    check = sub.add_parser("check", help="validate FILE; print every error with its file and key")
+    check.add_argument("file", help="the YAML configuration file")
+    check.set_defaults(func=check_command)
+
+
+def check_command(args: argparse.Namespace) -> int:
+    """Print ``FILE: ok`` or one line per problem; exit 1 on any problem."""
+    try:
+        load_config(args.file)
+    except ConfigError as exc:
+        print(str(exc), file=sys.stderr)
+        return 1
+    print(f"{args.file}: ok")
+    return 0

@@ -1,0 +1,143 @@
+"""Child processes on free loopback ports, polled with deadlines and always stopped.
+
+Used by the demo and by the test fixtures, so both start servers the same way.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from types import TracebackType
+from typing import IO
+
+import requests
+
+from oximeter.errors import OximeterError
+
+
+class ProcessError(OximeterError):
+    """A child process failed to start or to become ready in time."""
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    """A TCP port that was free a moment ago (the OS picks it)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind((host, 0))
+        return int(sock.getsockname()[1])
+
+
+def wait_until(predicate: Callable[[], object], timeout_s: float, interval_s: float = 0.05,
+               what: str = "condition") -> object:
+    """Poll ``predicate`` until it returns a truthy value or ``timeout_s`` passes."""
+    deadline = time.monotonic() + timeout_s
+    last_exc: Exception | None = None
+    while True:
+        try:
+            value = predicate()
+            if value:
+                return value
+        except Exception as exc:  # noqa: BLE001 - polled predicates may fail until ready
+            last_exc = exc
+        if time.monotonic() >= deadline:
+            detail = f": {last_exc!r}" if last_exc else ""
+            raise TimeoutError(f"{what} not reached within {timeout_s:.1f}s{detail}")
+        time.sleep(interval_s)
+
+
+def http_ok(url: str, timeout_s: float = 1.0) -> bool:
+    """True when GET ``url`` answers 2xx."""
+    try:
+        return requests.get(url, timeout=timeout_s).ok
+    except requests.RequestException:
+        return False
+
+
+class ManagedProcess:
+    """One child process with its output in a log file; ``stop()`` is safe to call twice."""
+
+    def __init__(self, name: str, argv: Sequence[str], log_dir: Path, *,
+                 env: dict[str, str] | None = None, cwd: Path | None = None) -> None:
+        self.name = name
+        self.argv = list(argv)
+        self.log_path = Path(log_dir) / f"{name}.log"
+        self.env = env
+        self.cwd = cwd
+        self.proc: subprocess.Popen[bytes] | None = None
+        self._log: IO[bytes] | None = None
+
+    def start(self) -> ManagedProcess:
+        """Start the process in its own process group (so its children stop with it)."""
+        self.log_path.parent.mkdir(parents=True, exist_ok=True)
+        self._log = self.log_path.open("ab")
+        full_env = {**os.environ, **(self.env or {})}
+        self.proc = subprocess.Popen(
+            self.argv, stdout=self._log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+            env=full_env, cwd=self.cwd, start_new_session=True,
+        )
+        return self
+
+    @property
+    def running(self) -> bool:
+        """True while the child has not exited."""
+        return self.proc is not None and self.proc.poll() is None
+
+    def log_tail(self, lines: int = 30) -> str:
+        """The last lines of the child's output, for error messages."""
+        try:
+            return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
+        except OSError:
+            return ""
+
+    def wait_ready(self, predicate: Callable[[], object], timeout_s: float = 30.0) -> None:
+        """Poll ``predicate`` until true; fail early, with the log tail, if the child dies."""
+        def check() -> object:
+            if not self.running:
+                raise ProcessError(f"{self.name} exited with {self.proc and self.proc.returncode}:\n"
+                                   f"{self.log_tail()}")
+            return predicate()
+        try:
+            wait_until(check, timeout_s, what=f"{self.name} ready")
+        except TimeoutError as exc:
+            raise ProcessError(f"{exc}\n{self.name} log:\n{self.log_tail()}") from None
+
+    def signal(self, sig: int) -> None:
+        """Send ``sig`` to the child's whole process group."""
+        if self.running and self.proc is not None:
+            try:
+                os.killpg(self.proc.pid, sig)
+            except ProcessLookupError:
+                pass
+
+    def stop(self, timeout_s: float = 10.0) -> int | None:
+        """SIGTERM, then SIGKILL after ``timeout_s``; returns the exit code."""
+        if self.proc is None:
+            return None
+        if self.proc.poll() is None:
+            self.signal(signal.SIGTERM)
+            try:
+                self.proc.wait(timeout_s)
+            except subprocess.TimeoutExpired:
+                self.signal(signal.SIGKILL)
+                self.proc.wait(timeout_s)
+        if self._log is not None:
+            self._log.close()
+            self._log = None
+        return self.proc.returncode
+
+    def __enter__(self) -> ManagedProcess:
+        return self.start()
+
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> None:
+        self.stop()
+
+
+def oximeter_argv(*args: str) -> list[str]:
+    """argv that runs the ``oximeter`` CLI with this interpreter (works without the console script)."""
+    return [sys.executable, "-m", "oximeter", *args]

@@ -1,0 +1,1 @@
+"""Chat channels, outbox, Alertmanager relay and the daily digest."""
