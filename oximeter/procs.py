@@ -5,6 +5,7 @@ Used by the demo and by the test fixtures, so both start servers the same way.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import socket
@@ -109,10 +110,8 @@ class ManagedProcess:
     def signal(self, sig: int) -> None:
         """Send ``sig`` to the child's whole process group."""
         if self.running and self.proc is not None:
-            try:
+            with contextlib.suppress(ProcessLookupError):
                 os.killpg(self.proc.pid, sig)
-            except ProcessLookupError:
-                pass
 
     def stop(self, timeout_s: float = 10.0) -> int | None:
         """SIGTERM, then SIGKILL after ``timeout_s``; returns the exit code."""

@@ -23,7 +23,8 @@ def read_secret(env_name: str, *, required: bool = False) -> SecretStr | None:
                 value = Path(file_name).read_text(encoding="utf-8").rstrip("\r\n")
             except OSError as exc:
                 # The path is not secret; the content is never read into the message.
-                raise SecretMissingError([f"{env_name}_FILE: cannot read {file_name}: {exc.strerror}"]) from None
+                problem = f"{env_name}_FILE: cannot read {file_name}: {exc.strerror}"
+                raise SecretMissingError([problem]) from None
     if value:
         return SecretStr(value)
     if required:
