@@ -17,8 +17,9 @@ from oximeter import __version__
 # its arguments (or its own sub-commands) and sets ``func`` (args -> exit code) as a default.
 COMMANDS: dict[str, tuple[str, str]] = {
     "gateway": ("gateway.cli", "run the instrumented serving front for one engine replica"),
-    "sim": ("simulator.cli", "simulated vLLM engines and GPU fleet: serve, fault, traffic"),
+    "sim": ("simulator.cli", "simulated vLLM engines and GPU fleet: serve, fault, history"),
     "config": ("oximeter.config_cli", "check a configuration file"),
+    "demo": ("oximeter.demo", "run the whole stack on localhost with a simulated fleet"),
 }
 
 
