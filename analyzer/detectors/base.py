@@ -1,0 +1,82 @@
+"""The detector interface: public ``detect`` validates once, subclasses write only ``_detect``.
+
+A detector turns a wide frame (time × series, float32) into a :class:`Detection`: boolean flags
+per sample, a score, the reference each value was compared with, and an optional looser ``keep``
+condition that persistence uses for hysteresis. Everything is vectorised over the whole frame;
+nothing loops per series or per sample.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from dataclasses import dataclass
+from typing import ClassVar, Literal
+
+import numpy as np
+import pandas as pd
+
+from analyzer.frame import Baseline, FrameError, validate_frame
+
+Direction = Literal["up", "down"]
+
+
+@dataclass(frozen=True)
+class Detection:
+    """A detector's verdict on every sample of every series (all frames share one shape)."""
+
+    flags: pd.DataFrame
+    score: pd.DataFrame
+    reference: pd.DataFrame
+    keep: pd.DataFrame | None = None
+
+
+class Detector(ABC):
+    """Base of every detector. ``transform`` maps raw values to what is compared (identity here);
+    baselines for a detector are computed on its transformed frame."""
+
+    name: ClassVar[str] = "detector"
+    needs_baseline: ClassVar[bool] = False
+    # Formatted with value, reference and score at the event's peak: one line for humans.
+    reason_template: ClassVar[str] = "value {value:.4g} (reference {reference:.4g}, score {score:.3g})"
+
+    def transform(self, values: pd.DataFrame) -> pd.DataFrame:
+        """What this detector compares (e.g. a counter's increase); identity by default."""
+        return values
+
+    def detect(self, values: pd.DataFrame, baseline: Baseline | None = None) -> Detection:
+        """Validate ``values`` (and the baseline) once and run the detector's core."""
+        frame = self.transform(validate_frame(values))
+        if baseline is not None:
+            baseline = baseline.aligned(frame)
+        elif self.needs_baseline:
+            raise FrameError(f"detector {self.name!r} needs a baseline")
+        return self._detect(frame, baseline)
+
+    @abstractmethod
+    def _detect(self, values: pd.DataFrame, baseline: Baseline | None) -> Detection:
+        """The detector's core on an already validated, transformed frame."""
+
+    def reason(self, value: float, reference: float, score: float) -> str:
+        """The one-line reason for an event peaking at these numbers."""
+        return self.reason_template.format(value=value, reference=reference, score=score)
+
+
+def like(values: pd.DataFrame, data: np.ndarray | float) -> pd.DataFrame:
+    """A frame with ``values``' index and columns holding ``data``."""
+    if np.isscalar(data):
+        data = np.full(values.shape, data, dtype=np.float32)
+    return pd.DataFrame(data, index=values.index, columns=values.columns)
+
+
+def signed(values: np.ndarray, direction: Direction) -> np.ndarray:
+    """``values`` oriented so that "worse" is always larger."""
+    return values if direction == "up" else -values
+
+
+def trailing_sum(data: np.ndarray, window: int) -> np.ndarray:
+    """Sum of the last ``window`` rows (current included) along time, NaN counted as 0."""
+    filled = np.nan_to_num(data.astype(np.float64, copy=False), nan=0.0)
+    csum = np.cumsum(filled, axis=0)
+    out = csum.copy()
+    out[window:] -= csum[:-window]
+    return out

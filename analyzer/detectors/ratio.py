@@ -1,0 +1,43 @@
+"""Baseline ratio: "P99 over 1.5 × same time yesterday for 5 minutes" (seed 003)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import ClassVar
+
+import numpy as np
+import pandas as pd
+
+from analyzer.detectors.base import Detection, Detector, Direction, like
+from analyzer.frame import Baseline
+
+
+@dataclass
+class BaselineRatio(Detector):
+    """Flags values at least ``ratio`` × their baseline (or 1/ratio for ``down``) and at least
+    ``min_delta`` away from it in absolute terms, so tiny baselines do not make huge ratios.
+    Keeps an event open while the ratio stays above ``clear_ratio`` (hysteresis)."""
+
+    ratio: float = 1.5
+    direction: Direction = "up"
+    min_delta: float = 0.0
+    clear_ratio: float = 1.2
+
+    name: ClassVar[str] = "baseline_ratio"
+    needs_baseline: ClassVar[bool] = True
+    reason_template: ClassVar[str] = "value {value:.4g} = {score:.2f} × baseline {reference:.4g}"
+
+    def _detect(self, values: pd.DataFrame, baseline: Baseline | None) -> Detection:
+        assert baseline is not None
+        v = values.to_numpy()
+        c = baseline.center.to_numpy(dtype=np.float32)
+        with np.errstate(invalid="ignore", divide="ignore"):
+            score = v / c
+            if self.direction == "up":
+                delta, strength = v - c, score
+            else:
+                delta, strength = c - v, c / v
+            big = delta >= self.min_delta
+            flags = (strength >= self.ratio) & big & (delta > 0)
+            keep = (strength >= self.clear_ratio) & (delta > 0)
+        return Detection(like(values, flags), like(values, score), like(values, c), like(values, keep))

@@ -1,0 +1,117 @@
+"""The anomaly event: what detection hands to correlation (issue 6), and its JSON form."""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+
+def iso_utc(moment: datetime | None) -> str | None:
+    """ISO-8601 in UTC with a ``Z`` suffix (``None`` stays ``None``)."""
+    if moment is None:
+        return None
+    if moment.tzinfo is None:
+        moment = moment.replace(tzinfo=UTC)
+    return moment.astimezone(UTC).isoformat().replace("+00:00", "Z")
+
+
+def parse_iso(text: str | None) -> datetime | None:
+    """Inverse of :func:`iso_utc`."""
+    if text is None:
+        return None
+    moment = datetime.fromisoformat(text.replace("Z", "+00:00"))
+    return moment if moment.tzinfo is not None else moment.replace(tzinfo=UTC)
+
+
+def _finite(x: float | None) -> float | None:
+    return None if x is None or not math.isfinite(x) else float(x)
+
+
+@dataclass(frozen=True)
+class AnomalyEvent:
+    """One persistent deviation of one series.
+
+    ``onset`` is the estimated start (the first deviating sample of the window that confirmed it),
+    ``detected_at`` the first time the detector could say so from data up to then, ``cleared_at``
+    when it returned to normal (``None`` while still active). ``labels`` are the entity labels
+    (node, gpu, service, ...) as sorted pairs so that events are hashable and compare exactly.
+    """
+
+    signal: str
+    layer: str
+    labels: tuple[tuple[str, str], ...]
+    onset: datetime
+    detected_at: datetime
+    cleared_at: datetime | None
+    value: float
+    baseline: float | None
+    score: float
+    reason: str
+    detector: str = ""
+
+    @staticmethod
+    def labels_from(mapping: Mapping[str, str]) -> tuple[tuple[str, str], ...]:
+        """Sorted label pairs from a mapping."""
+        return tuple(sorted((str(k), str(v)) for k, v in mapping.items()))
+
+    @property
+    def entity(self) -> dict[str, str]:
+        """The labels as a dict."""
+        return dict(self.labels)
+
+    @property
+    def active(self) -> bool:
+        """Whether the event has not cleared yet."""
+        return self.cleared_at is None
+
+    def to_dict(self) -> dict[str, Any]:
+        """A JSON-ready dict; times are ISO-8601 UTC, non-finite numbers become ``null``."""
+        return {
+            "signal": self.signal,
+            "layer": self.layer,
+            "labels": self.entity,
+            "onset": iso_utc(self.onset),
+            "detected_at": iso_utc(self.detected_at),
+            "cleared_at": iso_utc(self.cleared_at),
+            "value": _finite(self.value),
+            "baseline": _finite(self.baseline),
+            "score": _finite(self.score),
+            "reason": self.reason,
+            "detector": self.detector,
+        }
+
+    def to_json(self) -> str:
+        """One line of JSON (the ``oximeter detect --format jsonl`` record)."""
+        return json.dumps(self.to_dict(), sort_keys=True, allow_nan=False)
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> AnomalyEvent:
+        """Inverse of :meth:`to_dict`."""
+        onset = parse_iso(data["onset"])
+        detected = parse_iso(data["detected_at"])
+        if onset is None or detected is None:
+            raise ValueError("onset and detected_at are required")
+        score = data.get("score")
+        value = data.get("value")
+        return cls(
+            signal=str(data["signal"]),
+            layer=str(data["layer"]),
+            labels=cls.labels_from(data.get("labels") or {}),
+            onset=onset,
+            detected_at=detected,
+            cleared_at=parse_iso(data.get("cleared_at")),
+            value=float("nan") if value is None else float(value),
+            baseline=None if data.get("baseline") is None else float(data["baseline"]),
+            score=float("nan") if score is None else float(score),
+            reason=str(data.get("reason", "")),
+            detector=str(data.get("detector", "")),
+        )
+
+    @classmethod
+    def from_json(cls, line: str) -> AnomalyEvent:
+        """Inverse of :meth:`to_json`."""
+        return cls.from_dict(json.loads(line))

@@ -1,0 +1,81 @@
+"""The data the detection stages pass around: a wide float32 frame and its series' labels.
+
+One row per timestamp (a regular UTC grid), one column per series. Columns are canonical label
+keys (``gpu=0,node=n1``) so that frames from different sources line up without a join.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+import numpy as np
+import pandas as pd
+
+from oximeter.errors import OximeterError
+
+
+class FrameError(OximeterError, ValueError):
+    """A frame handed to a detector is not a time-indexed numeric frame."""
+
+
+def series_key(labels: Mapping[str, str]) -> str:
+    """The canonical column name of a series: its labels sorted, ``k=v`` joined by commas."""
+    return ",".join(f"{k}={labels[k]}" for k in sorted(labels)) or "value"
+
+
+def parse_key(key: str) -> dict[str, str]:
+    """Inverse of :func:`series_key` (a bare name becomes ``{"series": name}``)."""
+    if "=" not in key:
+        return {"series": key}
+    return dict(part.split("=", 1) for part in key.split(",") if part)
+
+
+def validate_frame(values: pd.DataFrame) -> pd.DataFrame:
+    """Check a detector's input once (ADTK style) and return it as float32 with a UTC index."""
+    if not isinstance(values, pd.DataFrame):
+        raise FrameError(f"expected a pandas DataFrame, got {type(values).__name__}")
+    if not isinstance(values.index, pd.DatetimeIndex):
+        raise FrameError("the frame index must be a DatetimeIndex")
+    if not values.index.is_monotonic_increasing or values.index.has_duplicates:
+        raise FrameError("the frame index must be strictly increasing (sort and de-duplicate first)")
+    index = values.index.tz_localize("UTC") if values.index.tz is None else values.index.tz_convert("UTC")
+    try:
+        out = values.astype(np.float32, copy=False)
+    except (TypeError, ValueError) as exc:
+        raise FrameError(f"the frame must be numeric: {exc}") from None
+    if out.index is not index:
+        out = out.set_axis(index, axis=0)
+    return out
+
+
+@dataclass(frozen=True)
+class SeriesFrame:
+    """A wide frame plus the labels of each column (what a source returns for one signal)."""
+
+    values: pd.DataFrame
+    labels: Mapping[str, Mapping[str, str]] = field(default_factory=dict)
+
+    def labels_of(self, column: str) -> dict[str, str]:
+        """The labels of ``column`` (parsed from its key when the source gave none)."""
+        found = self.labels.get(column)
+        return dict(found) if found is not None else parse_key(column)
+
+
+@dataclass(frozen=True)
+class Baseline:
+    """What each value is compared with: a centre and a robust scale, both aligned to the frame.
+
+    ``center`` is NaN where no baseline could be formed (too little history); detectors then stay
+    quiet and the signal's static threshold takes over.
+    """
+
+    center: pd.DataFrame
+    scale: pd.DataFrame
+
+    def aligned(self, values: pd.DataFrame) -> Baseline:
+        """This baseline reindexed to ``values``' index and columns (missing → NaN)."""
+        return Baseline(
+            center=self.center.reindex(index=values.index, columns=values.columns),
+            scale=self.scale.reindex(index=values.index, columns=values.columns),
+        )
