@@ -9,7 +9,7 @@ nothing loops per series or per sample.
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import ClassVar, Literal
 
 import numpy as np
@@ -28,6 +28,8 @@ class Detection:
     score: pd.DataFrame
     reference: pd.DataFrame
     keep: pd.DataFrame | None = None
+    # What was compared (the transformed input); filled in by Detector.detect.
+    values: pd.DataFrame | None = None
 
 
 class Detector(ABC):
@@ -50,7 +52,7 @@ class Detector(ABC):
             baseline = baseline.aligned(frame)
         elif self.needs_baseline:
             raise FrameError(f"detector {self.name!r} needs a baseline")
-        return self._detect(frame, baseline)
+        return replace(self._detect(frame, baseline), values=frame)
 
     @abstractmethod
     def _detect(self, values: pd.DataFrame, baseline: Baseline | None) -> Detection:

@@ -1,0 +1,136 @@
+"""Baselines: same time of day 1 d and 7 d back, and the robust recent past.
+
+Seasonal candidates are centred rolling medians of the history shifted forward by the lag (as
+Merlion's WindStats compares like with like); for each sample the candidate *least* deviating
+from the value wins, so a day that differed for a good reason (a holiday, last week's deploy)
+does not raise an alarm. The recent baseline is a trailing median with an IQR scale over the
+window *before* the current sample. Samples inside known anomalies and declared change events
+are removed first, so one spike does not blind the baseline for a day. With less than
+``min_history_s`` of history there is no seasonal baseline and the centre is NaN: the signal's
+static threshold takes over (unless ``recent_alone`` allows the recent baseline by itself).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime
+
+import numpy as np
+import pandas as pd
+
+from analyzer.detectors.counter import step_seconds
+from analyzer.frame import Baseline
+
+# IQR of a normal distribution in standard deviations.
+IQR_TO_SIGMA = 1.349
+
+ChangeWindow = tuple[datetime | pd.Timestamp, datetime | pd.Timestamp]
+
+
+@dataclass(frozen=True)
+class BaselinePolicy:
+    """How baselines are formed (the ``analyzer.baseline`` config section)."""
+
+    lags_s: tuple[float, ...] = (86400.0, 7 * 86400.0)
+    seasonal_half_window_s: float = 1800.0
+    recent_window_s: float = 3600.0
+    min_history_s: float = 86400.0
+    margin_abs: float = 0.0
+    margin_rel: float = 0.05
+    recent_alone: bool = False
+
+
+def exclude(history: pd.DataFrame, anomalous: pd.DataFrame | None = None,
+            changes: Sequence[ChangeWindow] = ()) -> pd.DataFrame:
+    """``history`` with samples inside anomalies (a boolean frame) and change windows set to NaN."""
+    out = history
+    if anomalous is not None:
+        mask = anomalous.reindex(index=history.index, columns=history.columns, fill_value=False)
+        out = out.mask(mask.to_numpy(dtype=bool))
+    if changes:
+        index = pd.DatetimeIndex(history.index)
+        hit = np.zeros(len(index), dtype=bool)
+        for start, end in changes:
+            hit |= (index >= pd.Timestamp(start)) & (index <= pd.Timestamp(end))
+        out = out.mask(np.broadcast_to(hit[:, None], out.shape))
+    return out
+
+
+def seasonal_center(history: pd.DataFrame, lag_s: float, half_window_s: float) -> pd.DataFrame:
+    """Centred rolling median of ``history`` over ±``half_window_s``, re-stamped ``lag_s`` later.
+
+    The result at t summarises history around t − lag, which is before t as long as the half
+    window is shorter than the lag: still causal.
+    """
+    if half_window_s >= lag_s:
+        raise ValueError("the seasonal half window must be shorter than its lag to stay causal")
+    step = step_seconds(pd.DatetimeIndex(history.index)) or half_window_s or 1.0
+    half = max(0, round(half_window_s / step))
+    med = history.rolling(2 * half + 1, center=True, min_periods=max(1, half)).median()
+    return med.set_axis(pd.DatetimeIndex(history.index) + pd.Timedelta(seconds=lag_s), axis=0)
+
+
+def recent(values: pd.DataFrame, window_s: float) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """Trailing median and IQR-based scale over ``window_s`` ending one sample before each row."""
+    step = step_seconds(pd.DatetimeIndex(values.index)) or window_s
+    window = max(4, math.ceil(window_s / step))
+    roll = values.shift(1).rolling(window, min_periods=max(3, window // 2))
+    center = roll.median()
+    scale = (roll.quantile(0.75) - roll.quantile(0.25)) / IQR_TO_SIGMA
+    return center, scale
+
+
+def combine(values: pd.DataFrame, candidates: Sequence[pd.DataFrame], recent_center: pd.DataFrame,
+            recent_scale: pd.DataFrame, policy: BaselinePolicy) -> Baseline:
+    """Per sample, the least-deviating seasonal or recent candidate; scale floored by the margins."""
+    step = step_seconds(pd.DatetimeIndex(values.index)) or 1.0
+    # Nearest within half a step: the history's grid may be phased differently from the live one.
+    seasonal = [
+        c.reindex(columns=values.columns)
+        .reindex(index=values.index, method="nearest", tolerance=pd.Timedelta(seconds=step / 2))
+        .to_numpy(np.float32)
+        for c in candidates
+    ]
+    rc = recent_center.reindex(index=values.index, columns=values.columns).to_numpy(np.float32)
+    v = values.to_numpy(np.float32)
+    have_seasonal = np.zeros(v.shape, dtype=bool)
+    for cand in seasonal:
+        have_seasonal |= ~np.isnan(cand)
+    stack = np.stack([*seasonal, rc]) if seasonal else rc[None]
+    with np.errstate(invalid="ignore"):
+        distance = np.abs(stack - v[None])
+    distance = np.where(np.isnan(distance), np.where(np.isnan(stack), np.inf, 0.0), distance)
+    best = np.argmin(distance, axis=0)[None]
+    center = np.take_along_axis(stack, best, axis=0)[0]
+    if not policy.recent_alone:
+        center = np.where(have_seasonal, center, np.nan)
+    rs = recent_scale.reindex(index=values.index, columns=values.columns).to_numpy(np.float32)
+    scale = np.fmax(np.fmax(rs, policy.margin_rel * np.abs(center)), policy.margin_abs)
+    return Baseline(
+        center=pd.DataFrame(center, index=values.index, columns=values.columns),
+        scale=pd.DataFrame(scale.astype(np.float32), index=values.index, columns=values.columns),
+    )
+
+
+def compute_baseline(values: pd.DataFrame, history: pd.DataFrame | None = None, *,
+                     anomalous: pd.DataFrame | None = None, changes: Sequence[ChangeWindow] = (),
+                     policy: BaselinePolicy | None = None) -> Baseline:
+    """The baseline of every sample of ``values``.
+
+    ``history`` holds the older data (same-time windows, or one long frame); by default
+    ``values`` is its own history. Both are cleaned of anomalies and change windows first.
+    """
+    policy = policy or BaselinePolicy()
+    clean_values = exclude(values, anomalous, changes)
+    clean_history = clean_values if history is None else exclude(history, anomalous, changes)
+    span_s = 0.0
+    if len(clean_history.index) > 1:
+        span_s = (clean_values.index[-1] - clean_history.index[0]).total_seconds()
+    candidates = []
+    if span_s >= policy.min_history_s:
+        candidates = [seasonal_center(clean_history, lag, policy.seasonal_half_window_s)
+                      for lag in policy.lags_s]
+    rc, rs = recent(clean_values, policy.recent_window_s)
+    return combine(values, candidates, rc, rs, policy)
