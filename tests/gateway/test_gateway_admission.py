@@ -35,14 +35,20 @@ def make(concurrency: int, queue: int, wait_s: float) -> tuple[AdmissionControll
 def test_fills_slots_then_queue_then_rejects_queue_full() -> None:
     ctl, _ = make(2, 3, 1000.0)
     decisions = [ctl.offer() for _ in range(7)]
-    assert [d.outcome for d in decisions] == [Outcome.ADMITTED] * 2 + [Outcome.QUEUED] * 3 + [Outcome.REJECTED] * 2
+    assert [d.outcome for d in decisions] == [Outcome.ADMITTED] * 2 + [Outcome.QUEUED] * 3 + [
+        Outcome.REJECTED
+    ] * 2
     assert [d.queue_position for d in decisions] == [0, 0, 1, 2, 3, 3, 3]
     assert decisions[5].reason is RejectReason.QUEUE_FULL
     # Nothing observed yet: no estimate, so Retry-After is the 1 s floor.
     assert decisions[5].retry_after_s == 1
     assert (ctl.inflight, ctl.queue_length) == (2, 3)
     stats = ctl.stats()
-    assert (stats.admitted_total, stats.rejected_queue_full_total, stats.rejected_predicted_wait_total) == (2, 2, 0)
+    assert (stats.admitted_total, stats.rejected_queue_full_total, stats.rejected_predicted_wait_total) == (
+        2,
+        2,
+        0,
+    )
 
 
 def test_release_admits_queue_head_fifo_and_records_waits() -> None:

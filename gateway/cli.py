@@ -1,0 +1,126 @@
+"""``oximeter gateway``: flags override the ``gateway:`` section of the configuration file."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import signal
+import sys
+from typing import Any
+
+from aiohttp import web
+from loguru import logger
+from pydantic import ValidationError
+
+from gateway.app import Gateway
+from gateway.settings import GatewaySettings
+from oximeter.config import load_config
+from oximeter.errors import ConfigError
+from oximeter.logs import setup_logging
+
+# flag -> settings field; None defaults mean "keep the configured value".
+_FLAGS: tuple[tuple[str, str, type, str], ...] = (
+    ("--upstream", "upstream", str, "engine base URL (default http://127.0.0.1:8100)"),
+    ("--host", "host", str, "address to bind (default 127.0.0.1)"),
+    ("--port", "port", int, "port to listen on (default 8000)"),
+    ("--service", "service", str, "value of the service label"),
+    ("--node", "node", str, "value of the node label"),
+    ("--max-concurrency", "max_concurrency", int, "most requests upstream at once"),
+    ("--max-queue", "max_queue", int, "bound of the waiting queue; beyond it 429"),
+    ("--max-queue-wait", "max_queue_wait_s", float, "seconds; a longer predicted wait gets 429 at once"),
+    ("--first-byte-timeout", "first_byte_timeout_s", float, "seconds to the first byte; then 504 and abort"),
+    (
+        "--stream-idle-timeout",
+        "stream_idle_timeout_s",
+        float,
+        "seconds between chunks; then error event and abort",
+    ),
+    ("--max-body-bytes", "max_body_bytes", int, "larger request bodies get 413"),
+)
+
+
+def configure(parser: argparse.ArgumentParser) -> None:
+    """Add the gateway's flags."""
+    for flag, field, kind, help_text in _FLAGS:
+        parser.add_argument(flag, dest=field, type=kind, default=None, help=help_text)
+    parser.add_argument(
+        "--model",
+        dest="models",
+        action="append",
+        default=None,
+        help="allowed model label value (repeatable; default: the upstream's /v1/models)",
+    )
+    parser.add_argument(
+        "--no-warmup",
+        dest="warmup",
+        action="store_false",
+        default=None,
+        help="report ready without a warm-up request",
+    )
+    parser.set_defaults(func=run)
+
+
+def resolve_settings(args: argparse.Namespace) -> GatewaySettings:
+    """The ``gateway:`` section with the given flags applied, validated together."""
+    base = load_config(args.config).gateway
+    fields = [field for _flag, field, _kind, _help in _FLAGS] + ["models", "warmup"]
+    overrides: dict[str, Any] = {f: getattr(args, f) for f in fields if getattr(args, f, None) is not None}
+    try:
+        return GatewaySettings.model_validate({**base.model_dump(), **overrides})
+    except ValidationError as exc:
+        problems = [
+            f"--{'.'.join(str(p) for p in e['loc']).replace('_', '-')}: {e['msg']}" for e in exc.errors()
+        ]
+        raise ConfigError(problems, "<command line>") from None
+
+
+async def serve(settings: GatewaySettings) -> None:
+    """Serve until SIGTERM or SIGINT, then close the listener and the upstream pool."""
+    gateway = Gateway(settings)
+    # handler_cancellation: a client that disconnects cancels its handler, which is how a queued
+    # request leaves the queue and a streaming one aborts its upstream.
+    runner = web.AppRunner(gateway.build_app(), handler_cancellation=True, access_log=None)
+    await runner.setup()
+    site = web.TCPSite(runner, settings.host, settings.port, backlog=1024)
+    await site.start()
+    logger.info(
+        "gateway listening",
+        host=settings.host,
+        port=settings.port,
+        upstream=settings.upstream,
+        service=settings.service,
+        node=settings.node,
+        max_concurrency=settings.max_concurrency,
+        max_queue=settings.max_queue,
+    )
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    try:
+        await stop.wait()
+    finally:
+        await runner.cleanup()
+        logger.info("gateway stopped")
+
+
+def _new_loop() -> asyncio.AbstractEventLoop:
+    try:
+        import uvloop
+    except ImportError:
+        return asyncio.new_event_loop()
+    return uvloop.new_event_loop()
+
+
+def run(args: argparse.Namespace) -> int:
+    """Entry point of ``oximeter gateway``."""
+    setup_logging(args.log_level, component="gateway")
+    try:
+        settings = resolve_settings(args)
+    except ConfigError as exc:
+        print(str(exc), file=sys.stderr)
+        return 2
+    with asyncio.Runner(loop_factory=_new_loop) as runner:
+        runner.run(serve(settings))
+    logger.complete()
+    return 0

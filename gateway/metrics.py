@@ -1,0 +1,196 @@
+"""The gateway's metrics, exactly as ARCHITECTURE.md "Gateway signals" (contract).
+
+Every series carries ``service``, ``model`` and ``node``. ``model`` comes from the allow-list
+(configured, or the upstream's ``/v1/models`` at warm-up), anything else is ``other``; ``route``
+is one of ``ROUTES`` or ``other``. Counters with known ``code``/``reason`` values start at 0 so the
+first event is visible to ``increase()``. Levels (queue length, in-flight, limits, target info)
+are read from the admission controller at scrape time, so they are never stale.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator, Sequence
+
+from prometheus_client import CollectorRegistry, Counter, Histogram
+from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.registry import Collector
+
+from gateway.admission import AdmissionController, RejectReason
+
+OTHER = "other"
+ROUTES = ("/v1/chat/completions", "/v1/completions", "/v1/models")
+KNOWN_CODES = ("200", "400", "404", "413", "429", "499", "500", "502", "503", "504")
+# Admission reasons plus the two input checks that refuse a request before admission.
+REJECT_REASONS = (
+    RejectReason.QUEUE_FULL.value,
+    RejectReason.PREDICTED_WAIT.value,
+    "invalid_json",
+    "body_too_large",
+)
+ABORT_REASONS = ("first_byte_timeout", "stream_idle_timeout", "client_disconnect", "upstream_error")
+# Seed 000 §3.2: healthy queue wait < 200 ms, P0 at 1 s; 5 ms–60 s covers both ends.
+QUEUE_WAIT_BUCKETS_S = (0.005, 0.01, 0.025, 0.05, 0.1, 0.2, 0.5, 1.0, 2.0, 5.0, 10.0, 20.0, 30.0, 60.0)
+LATENCY_BUCKETS_S = (0.01, 0.025, 0.05, 0.1, 0.2, 0.5, 1.0, 2.0, 5.0, 10.0, 20.0, 30.0, 60.0, 120.0, 300.0)
+INTER_TOKEN_BUCKETS_S = (0.001, 0.0025, 0.005, 0.01, 0.02, 0.04, 0.06, 0.1, 0.2, 0.5, 1.0, 2.0, 5.0)
+QUEUE_LENGTH_BUCKETS = (0, 1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096)
+BASE_LABELS = ("service", "model", "node")
+
+
+def route_label(path: str) -> str:
+    """The bounded ``route`` value of a request path."""
+    return path if path in ROUTES else OTHER
+
+
+class _LevelsCollector(Collector):
+    """Gauges read from the admission controller at scrape time."""
+
+    def __init__(self, metrics: GatewayMetrics, controller: AdmissionController) -> None:
+        self._metrics = metrics
+        self._controller = controller
+
+    def describe(self) -> Iterable[GaugeMetricFamily]:
+        return self.collect()
+
+    def collect(self) -> Iterator[GaugeMetricFamily]:
+        labels = self._metrics.base_labels(self._metrics.primary_model)
+        limits = self._controller.limits
+        for name, doc, value in (
+            (
+                "oximeter_queue_length",
+                "Requests waiting in the gateway queue.",
+                self._controller.queue_length,
+            ),
+            ("oximeter_queue_limit", "Bound of the gateway queue.", limits.max_queue),
+            (
+                "oximeter_inflight_requests",
+                "Requests admitted upstream and not finished.",
+                self._controller.inflight,
+            ),
+            (
+                "oximeter_concurrency_limit",
+                "Most requests admitted upstream at once.",
+                limits.max_concurrency,
+            ),
+        ):
+            family = GaugeMetricFamily(name, doc, labels=BASE_LABELS)
+            family.add_metric(labels, value)
+            yield family
+        info = GaugeMetricFamily(
+            "oximeter_target_info", "Which service and model run on which node.", labels=BASE_LABELS
+        )
+        for model in self._metrics.models or [OTHER]:
+            info.add_metric(self._metrics.base_labels(model), 1)
+        yield info
+
+
+class GatewayMetrics:
+    """All gateway series in their own ``CollectorRegistry`` (no global default registry)."""
+
+    def __init__(
+        self, service: str, node: str, models: Sequence[str], controller: AdmissionController
+    ) -> None:
+        self.service = service
+        self.node = node
+        self.models: list[str] = []
+        self._allowed: set[str] = set()
+        self.registry = CollectorRegistry(auto_describe=True)
+        r = self.registry
+        queue_buckets = sorted({*QUEUE_LENGTH_BUCKETS, controller.limits.max_queue})
+        self.queue_length_at_enqueue = Histogram(
+            "oximeter_queue_length_at_enqueue",
+            "Queue length each admitted request joined at (0 = straight upstream).",
+            BASE_LABELS,
+            buckets=queue_buckets,
+            registry=r,
+        )
+        self.queue_wait = Histogram(
+            "oximeter_queue_wait_seconds",
+            "Time from arrival to admission upstream.",
+            BASE_LABELS,
+            buckets=QUEUE_WAIT_BUCKETS_S,
+            registry=r,
+        )
+        self.requests = Counter(
+            "oximeter_requests_total",
+            "Requests answered, by route and status code (499: the client went away).",
+            (*BASE_LABELS, "route", "code"),
+            registry=r,
+        )
+        self.duration = Histogram(
+            "oximeter_request_duration_seconds",
+            "Arrival to last byte sent.",
+            (*BASE_LABELS, "route"),
+            buckets=LATENCY_BUCKETS_S,
+            registry=r,
+        )
+        self.ttft = Histogram(
+            "oximeter_time_to_first_token_seconds",
+            "Arrival to first streamed chunk (or the full response when not streaming).",
+            BASE_LABELS,
+            buckets=LATENCY_BUCKETS_S,
+            registry=r,
+        )
+        self.inter_token = Histogram(
+            "oximeter_inter_token_seconds",
+            "Gap between streamed chunks.",
+            BASE_LABELS,
+            buckets=INTER_TOKEN_BUCKETS_S,
+            registry=r,
+        )
+        self.output_tokens = Counter(
+            "oximeter_output_tokens", "Generated tokens passed to clients.", BASE_LABELS, registry=r
+        )
+        self.upstream_duration = Histogram(
+            "oximeter_upstream_duration_seconds",
+            "Admission to end of the upstream response.",
+            BASE_LABELS,
+            buckets=LATENCY_BUCKETS_S,
+            registry=r,
+        )
+        self.rejected = Counter(
+            "oximeter_rejected_requests",
+            "Requests refused by the gateway, by reason.",
+            (*BASE_LABELS, "reason"),
+            registry=r,
+        )
+        self.aborts = Counter(
+            "oximeter_upstream_aborts",
+            "Upstream requests the gateway aborted, by reason.",
+            (*BASE_LABELS, "reason"),
+            registry=r,
+        )
+        r.register(_LevelsCollector(self, controller))
+        self.add_models(models)
+        self._init_zero(OTHER)
+
+    @property
+    def primary_model(self) -> str:
+        """The model the per-gateway gauges are labelled with."""
+        return self.models[0] if self.models else OTHER
+
+    def base_labels(self, model: str) -> tuple[str, str, str]:
+        """``(service, model, node)`` label values."""
+        return (self.service, model, self.node)
+
+    def model_label(self, model: object) -> str:
+        """The bounded ``model`` value of a request's ``model`` field."""
+        return model if isinstance(model, str) and model in self._allowed else OTHER
+
+    def add_models(self, models: Iterable[str]) -> None:
+        """Extend the allow-list (e.g. from the upstream's ``/v1/models``) and start its counters at 0."""
+        for model in models:
+            if model not in self._allowed and model != OTHER:
+                self._allowed.add(model)
+                self.models.append(model)
+                self._init_zero(model)
+
+    def _init_zero(self, model: str) -> None:
+        base = self.base_labels(model)
+        for route in (*ROUTES, OTHER):
+            for code in KNOWN_CODES:
+                self.requests.labels(*base, route, code)
+        for reason in REJECT_REASONS:
+            self.rejected.labels(*base, reason)
+        for reason in ABORT_REASONS:
+            self.aborts.labels(*base, reason)
+        self.output_tokens.labels(*base)
