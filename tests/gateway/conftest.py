@@ -117,7 +117,7 @@ def upstream() -> Iterator[Upstream]:
     state = Upstream()
     port = free_port()
     started = threading.Event()
-    stop: list[Callable[[], None]] = []
+    stop: list[Callable[[], object]] = []
 
     def run() -> None:
         loop = asyncio.new_event_loop()

@@ -1,4 +1,4 @@
-"""The gateway process against a small in-test upstream: pass-through, order, timeouts, aborts, input checks."""
+"""The gateway process against a small in-test upstream: pass-through, order, timeouts, aborts, input."""
 
 from __future__ import annotations
 
