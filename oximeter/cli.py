@@ -18,6 +18,7 @@ from oximeter import __version__
 COMMANDS: dict[str, tuple[str, str]] = {
     "gateway": ("gateway.cli", "run the instrumented serving front for one engine replica"),
     "sim": ("simulator.cli", "simulated vLLM engines and GPU fleet: serve, fault, history"),
+    "traffic": ("simulator.traffic", "generate OpenAI-API traffic with a compressed daily shape"),
     "config": ("oximeter.config_cli", "check a configuration file"),
     "demo": ("oximeter.demo", "run the whole stack on localhost with a simulated fleet"),
 }

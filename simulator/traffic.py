@@ -1,0 +1,314 @@
+"""``oximeter traffic``: OpenAI chat traffic with a compressed daily shape, bounded in count and time.
+
+The request builder and the async HTTP client here are also the load core of
+``bench/gateway_overhead.py``, so the benchmark and the demo drive engines the same way.
+Only loopback targets are accepted: this is a test and demo tool, never a load test of a real host.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import math
+import random
+import sys
+import time
+from collections import Counter
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from urllib.parse import urlsplit
+
+import aiohttp
+
+CHAT = "/v1/chat/completions"
+LOOPBACK = frozenset({"127.0.0.1", "localhost", "::1"})
+_WORDS = (
+    "gpu",
+    "queue",
+    "token",
+    "batch",
+    "cache",
+    "prefill",
+    "decode",
+    "kernel",
+    "node",
+    "latency",
+    "tensor",
+    "stream",
+    "model",
+    "engine",
+    "memory",
+    "shard",
+)
+# Hours of the day (0-24) where traffic peaks and how strong each peak is: a late-morning and an
+# evening peak over a night floor, the usual shape of a consumer chat service.
+_PEAKS = ((11.0, 2.5, 0.9), (20.5, 2.0, 1.0))
+_NIGHT_FLOOR = 0.25
+
+
+def day_multiplier(hour: float) -> float:
+    """Unnormalised traffic level at ``hour`` (0-24) of a simulated day."""
+    level = _NIGHT_FLOOR
+    for centre, width, height in _PEAKS:
+        distance = min(abs(hour - centre), 24 - abs(hour - centre))
+        level += height * math.exp(-((distance / width) ** 2))
+    return level
+
+
+_DAY_MEAN = sum(day_multiplier(m / 60) for m in range(1440)) / 1440
+
+
+def daily_rate(elapsed_s: float, day_s: float, base_rps: float, start_hour: float = 0.0) -> float:
+    """Requests per second at ``elapsed_s`` when one day lasts ``day_s``; ``base_rps`` is the daily mean."""
+    hour = (start_hour + 24.0 * elapsed_s / day_s) % 24.0
+    return base_rps * day_multiplier(hour) / _DAY_MEAN
+
+
+@dataclass(frozen=True)
+class RequestMix:
+    """Shape of the generated requests."""
+
+    model: str = "default"
+    stream_ratio: float = 0.7
+    # Prompt and output lengths in tokens (one word ≈ one token), log-normal like real chat traffic.
+    prompt_tokens_median: int = 200
+    output_tokens_median: int = 64
+    length_sigma: float = 0.8
+    max_output_tokens: int = 512
+    # A few long system prompts shared by many requests, so the engine's prefix cache has work.
+    shared_prefixes: int = 4
+    shared_prefix_tokens: int = 256
+    shared_prefix_ratio: float = 0.6
+
+
+@dataclass(frozen=True)
+class PreparedRequest:
+    """One request ready to send: the encoded body and whether it streams."""
+
+    path: str
+    body: bytes
+    stream: bool
+
+
+def _text(rng: random.Random, tokens: int) -> str:
+    return " ".join(rng.choice(_WORDS) for _ in range(max(1, tokens)))
+
+
+def _lognormal(rng: random.Random, median: int, sigma: float) -> int:
+    return max(1, round(rng.lognormvariate(math.log(median), sigma)))
+
+
+class RequestBuilder:
+    """Draws requests from a ``RequestMix`` with a seeded generator (reproducible runs)."""
+
+    def __init__(self, mix: RequestMix, seed: int = 0) -> None:
+        self.mix = mix
+        self._rng = random.Random(seed)
+        prefix_rng = random.Random(seed + 1)
+        self._prefixes = [_text(prefix_rng, mix.shared_prefix_tokens) for _ in range(mix.shared_prefixes)]
+
+    def build(
+        self,
+        *,
+        stream: bool | None = None,
+        output_tokens: int | None = None,
+        prompt_tokens: int | None = None,
+    ) -> PreparedRequest:
+        """One chat request; explicit arguments pin what the benchmark needs fixed."""
+        mix, rng = self.mix, self._rng
+        if stream is None:
+            stream = rng.random() < mix.stream_ratio
+        if output_tokens is None:
+            output_tokens = min(
+                mix.max_output_tokens, _lognormal(rng, mix.output_tokens_median, mix.length_sigma)
+            )
+        if prompt_tokens is None:
+            prompt_tokens = _lognormal(rng, mix.prompt_tokens_median, mix.length_sigma)
+        messages = []
+        if self._prefixes and rng.random() < mix.shared_prefix_ratio:
+            messages.append({"role": "system", "content": rng.choice(self._prefixes)})
+        messages.append({"role": "user", "content": _text(rng, prompt_tokens)})
+        body = {"model": mix.model, "messages": messages, "max_tokens": output_tokens, "stream": stream}
+        return PreparedRequest(CHAT, json.dumps(body).encode(), stream)
+
+
+@dataclass(frozen=True)
+class Result:
+    """What one request saw: status (0 = connection failure), latencies in seconds, chunks received."""
+
+    status: int
+    latency_s: float
+    ttft_s: float | None
+    chunks: int
+    retry_after: str | None = None
+
+
+async def send(session: aiohttp.ClientSession, base_url: str, request: PreparedRequest) -> Result:
+    """Send one request and read the whole answer, timing the first chunk."""
+    started = time.perf_counter()
+    ttft: float | None = None
+    chunks = 0
+    try:
+        async with session.post(
+            base_url + request.path, data=request.body, headers={"Content-Type": "application/json"}
+        ) as resp:
+            if request.stream and resp.status == 200:
+                async for _chunk in resp.content.iter_any():
+                    if ttft is None:
+                        ttft = time.perf_counter() - started
+                    chunks += 1
+            else:
+                await resp.read()
+                ttft = time.perf_counter() - started
+                chunks = 1
+            return Result(
+                resp.status, time.perf_counter() - started, ttft, chunks, resp.headers.get("Retry-After")
+            )
+    except (aiohttp.ClientError, TimeoutError):
+        return Result(0, time.perf_counter() - started, None, 0)
+
+
+def new_session(concurrency: int, timeout_s: float = 600.0) -> aiohttp.ClientSession:
+    """A keep-alive connection pool sized for ``concurrency`` requests in flight."""
+    return aiohttp.ClientSession(
+        connector=aiohttp.TCPConnector(limit=concurrency), timeout=aiohttp.ClientTimeout(total=timeout_s)
+    )
+
+
+async def closed_loop(
+    base_url: str, make: Callable[[], PreparedRequest], concurrency: int, total: int
+) -> tuple[list[Result], float]:
+    """``concurrency`` workers sending back-to-back until ``total`` requests; results and wall seconds."""
+    results: list[Result] = []
+    remaining = total
+
+    async def worker(session: aiohttp.ClientSession) -> None:
+        nonlocal remaining
+        while remaining > 0:
+            remaining -= 1
+            results.append(await send(session, base_url, make()))
+
+    async with new_session(concurrency) as session:
+        started = time.perf_counter()
+        await asyncio.gather(*(worker(session) for _ in range(concurrency)))
+        return results, time.perf_counter() - started
+
+
+async def open_loop(
+    targets: Sequence[str],
+    builder: RequestBuilder,
+    rate: Callable[[float], float],
+    *,
+    concurrency_cap: int,
+    duration_s: float,
+    max_requests: int,
+    seed: int = 0,
+) -> Counter[str]:
+    """Poisson arrivals at ``rate(elapsed_s)`` spread over ``targets``; arrivals beyond the cap are
+    counted as ``skipped`` rather than queued client-side (the gateway's queue is what we observe)."""
+    rng = random.Random(seed + 2)
+    outcome: Counter[str] = Counter()
+    inflight: set[asyncio.Task[None]] = set()
+
+    async def one(session: aiohttp.ClientSession, target: str, request: PreparedRequest) -> None:
+        result = await send(session, target, request)
+        outcome[str(result.status)] += 1
+
+    async with new_session(concurrency_cap) as session:
+        started = time.monotonic()
+        sent = 0
+        while sent < max_requests:
+            elapsed = time.monotonic() - started
+            if elapsed >= duration_s:
+                break
+            # The rate is re-read before each arrival: gaps are far shorter than a simulated hour,
+            # so this piecewise-constant rate tracks the daily shape closely.
+            await asyncio.sleep(rng.expovariate(max(rate(elapsed), 1e-3)))
+            if time.monotonic() - started >= duration_s:
+                break
+            sent += 1
+            if len(inflight) >= concurrency_cap:
+                outcome["skipped"] += 1
+                continue
+            task = asyncio.create_task(one(session, targets[sent % len(targets)], builder.build()))
+            inflight.add(task)
+            task.add_done_callback(inflight.discard)
+        if inflight:
+            await asyncio.wait(inflight)
+    return outcome
+
+
+def check_loopback(url: str) -> str:
+    """``url`` without a trailing slash; raises ValueError unless it points at this machine."""
+    parts = urlsplit(url)
+    if parts.scheme not in ("http", "https") or parts.hostname not in LOOPBACK:
+        raise ValueError(f"target {url!r} is not an http(s) URL on 127.0.0.1/localhost")
+    return url.rstrip("/")
+
+
+async def discover_model(base_url: str) -> str:
+    """The first model the target lists, or ``default``."""
+    try:
+        async with (
+            aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=10)) as session,
+            session.get(f"{base_url}/v1/models") as resp,
+        ):
+            data = await resp.json()
+        return str(data["data"][0]["id"])
+    except (aiohttp.ClientError, TimeoutError, ValueError, KeyError, IndexError, TypeError):
+        return "default"
+
+
+def configure(parser: argparse.ArgumentParser) -> None:
+    """Add the traffic generator's flags."""
+    parser.add_argument(
+        "--target",
+        action="append",
+        required=True,
+        help="base URL of a gateway or engine on this machine (repeatable; round-robin)",
+    )
+    parser.add_argument(
+        "--base-rps", type=float, default=4.0, help="daily mean requests per second, all targets"
+    )
+    parser.add_argument("--concurrency-cap", type=int, default=64, help="most requests in flight at once")
+    parser.add_argument("--day-seconds", type=float, default=600.0, help="one simulated day lasts this long")
+    parser.add_argument("--start-hour", type=float, default=9.0, help="simulated hour at start (0-24)")
+    parser.add_argument("--duration", type=float, default=3600.0, help="stop after this many seconds")
+    parser.add_argument("--max-requests", type=int, default=1_000_000, help="stop after this many requests")
+    parser.add_argument("--stream-ratio", type=float, default=0.7, help="share of streaming requests")
+    parser.add_argument("--model", default=None, help="model field (default: the first target's /v1/models)")
+    parser.add_argument("--seed", type=int, default=0, help="random seed")
+    parser.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    """Entry point of ``oximeter traffic``: prints one JSON summary line (answers by status) at the end."""
+    try:
+        targets = [check_loopback(t) for t in args.target]
+    except ValueError as exc:
+        print(str(exc), file=sys.stderr)
+        return 2
+    if args.base_rps <= 0 or args.day_seconds <= 0 or args.concurrency_cap < 1:
+        print("--base-rps and --day-seconds must be > 0, --concurrency-cap >= 1", file=sys.stderr)
+        return 2
+
+    async def main() -> Counter[str]:
+        model = args.model or await discover_model(targets[0])
+        builder = RequestBuilder(RequestMix(model=model, stream_ratio=args.stream_ratio), seed=args.seed)
+        return await open_loop(
+            targets,
+            builder,
+            lambda t: daily_rate(t, args.day_seconds, args.base_rps, args.start_hour),
+            concurrency_cap=args.concurrency_cap,
+            duration_s=args.duration,
+            max_requests=args.max_requests,
+            seed=args.seed,
+        )
+
+    try:
+        outcome = asyncio.run(main())
+    except KeyboardInterrupt:
+        return 130
+    print(json.dumps({"answers": dict(sorted(outcome.items()))}))
+    return 0

@@ -1,0 +1,99 @@
+"""``oximeter traffic`` (simulator/traffic.py): daily shape, request mix, loopback only, bounded runs."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+
+import pytest
+from conftest import MODEL, Upstream
+
+from oximeter.procs import oximeter_argv
+from simulator.traffic import RequestBuilder, RequestMix, check_loopback, daily_rate
+
+
+def test_daily_rate_has_base_as_mean_and_a_night_trough() -> None:
+    day_s = 1440.0
+    rates = [daily_rate(t, day_s, 10.0) for t in range(1440)]
+    assert sum(rates) / len(rates) == pytest.approx(10.0)
+    # Simulated 04:00 is far below the 20:30 evening peak.
+    assert daily_rate(240.0, day_s, 10.0) < 0.3 * daily_rate(1230.0, day_s, 10.0)
+    # start_hour shifts the day: starting at 20:30 means the peak comes first.
+    assert daily_rate(0.0, day_s, 10.0, start_hour=20.5) == pytest.approx(daily_rate(1230.0, day_s, 10.0))
+
+
+def test_builder_is_reproducible_and_mixes_streams_and_shared_prefixes() -> None:
+    mix = RequestMix(model="m", stream_ratio=0.5, shared_prefixes=2, shared_prefix_ratio=1.0)
+    first, again = RequestBuilder(mix, seed=7), RequestBuilder(mix, seed=7)
+    assert [first.build() for _ in range(5)] == [again.build() for _ in range(5)]
+    builder = RequestBuilder(mix, seed=3)
+    bodies = [json.loads(builder.build().body) for _ in range(200)]
+    streams = sum(b["stream"] for b in bodies)
+    assert 60 < streams < 140
+    assert len({b["messages"][0]["content"] for b in bodies}) == 2  # every request shares one of 2 prefixes
+    assert all(1 <= b["max_tokens"] <= mix.max_output_tokens for b in bodies)
+    pinned = json.loads(RequestBuilder(mix).build(stream=False, output_tokens=5, prompt_tokens=3).body)
+    assert (pinned["stream"], pinned["max_tokens"], len(pinned["messages"][-1]["content"].split())) == (
+        False,
+        5,
+        3,
+    )
+
+
+@pytest.mark.parametrize(
+    ("url", "ok"),
+    [
+        ("http://127.0.0.1:8000/", True),
+        ("http://localhost:1", True),
+        ("http://[::1]:80", True),
+        ("http://10.0.0.1:8000", False),
+        ("https://api.openai.com", False),
+        ("ftp://127.0.0.1", False),
+    ],
+)
+def test_only_loopback_targets(url: str, ok: bool) -> None:
+    if ok:
+        assert check_loopback(url) == url.rstrip("/")
+    else:
+        with pytest.raises(ValueError):
+            check_loopback(url)
+
+
+def test_run_is_bounded_by_count_and_reports_answers(upstream: Upstream) -> None:
+    out = subprocess.run(
+        oximeter_argv(
+            "traffic",
+            "--target",
+            upstream.url,
+            "--base-rps",
+            "40",
+            "--day-seconds",
+            "10",
+            "--duration",
+            "60",
+            "--max-requests",
+            "15",
+            "--seed",
+            "1",
+        ),
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=True,
+    ).stdout
+    assert json.loads(out.splitlines()[-1]) == {"answers": {"200": 15}}
+    bodies = upstream.completions()
+    assert len(bodies) == 15
+    assert {b["model"] for b in bodies} == {MODEL}
+    assert 0 < sum(b["stream"] for b in bodies) < 15
+
+
+def test_refuses_remote_target() -> None:
+    result = subprocess.run(
+        oximeter_argv("traffic", "--target", "http://192.0.2.1:8000"),
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert result.returncode == 2
+    assert "not an http(s) URL on 127.0.0.1" in result.stderr
