@@ -17,3 +17,14 @@ class SimSettings(BaseModel):
     max_num_seqs: int = Field(16, ge=1)
     model: str = "sim-llama-3-8b"
     seed: int = 0
+    # Engine timing (see simulator/engine.py): one request's service time is about
+    # prefill_s_per_token × prompt tokens + max_tokens × decode_s_per_token at batch size 1.
+    prefill_s_per_token: float = Field(0.0001, ge=0)
+    decode_s_per_token: float = Field(0.02, ge=0)
+    decode_batch_factor: float = Field(0.02, ge=0)
+    kv_blocks: int = Field(1024, ge=1)
+    block_tokens: int = Field(16, ge=1)
+    prefix_hit_rate: float = Field(0.5, ge=0, le=1)
+    default_output_tokens: int = Field(32, ge=1)
+    # 0 switches the simulated vector-DB step off (requests then reach the engine at once).
+    dependency_latency_s: float = Field(0.0, ge=0)

@@ -1,0 +1,156 @@
+"""``oximeter sim serve | fault | history``: the simulated fleet, its faults and its history."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import sys
+import time
+
+import requests
+from loguru import logger
+
+from oximeter.config import load_config
+from oximeter.errors import ConfigError
+from oximeter.logs import setup_logging
+from oximeter.secrets import read_secret
+from simulator.admin import TOKEN_ENV
+from simulator.faults import FAULT_KINDS
+from simulator.settings import SimSettings
+
+_SERVE_FLAGS = {
+    # flag -> (settings field, type, help)
+    "--host": ("host", str, "bind address (default 127.0.0.1)"),
+    "--port": ("port", int, "port of node n1's engine; node i listens on port+i-1"),
+    "--nodes": ("nodes", int, "number of simulated nodes (one engine each)"),
+    "--gpus-per-node": ("gpus_per_node", int, "simulated GPUs per node"),
+    "--max-num-seqs": ("max_num_seqs", int, "continuous-batching limit per engine"),
+    "--model": ("model", str, "model name served and reported as model_name"),
+    "--seed": ("seed", int, "random seed (GPU identities, noise)"),
+    "--prefill-s-per-token": ("prefill_s_per_token", float, "prefill seconds per uncached prompt token"),
+    "--decode-s-per-token": ("decode_s_per_token", float,
+                             "seconds per decode iteration at batch size 1 (max_tokens=20 at 0.1 is ~2 s)"),
+    "--decode-batch-factor": ("decode_batch_factor", float,
+                              "extra decode time per additional running sequence (0 = batch-independent)"),
+    "--kv-blocks": ("kv_blocks", int, "KV-cache blocks per engine"),
+    "--block-tokens": ("block_tokens", int, "tokens per KV block"),
+    "--prefix-hit-rate": ("prefix_hit_rate", float, "prefix-cache hit rate when healthy (0-1)"),
+    "--default-output-tokens": ("default_output_tokens", int,
+                                "output length when a request sets no max_tokens"),
+    "--dependency-latency-s": ("dependency_latency_s", float,
+                               "simulated vector-DB latency on a cache miss (0 = no dependency step)"),
+}
+
+
+def configure(parser: argparse.ArgumentParser) -> None:
+    """Add ``serve``, ``fault`` and ``history``."""
+    sub = parser.add_subparsers(dest="sim_command", metavar="SUBCOMMAND")
+    serve = sub.add_parser("serve", help="run the simulated fleet (engines, GPUs, admin API)")
+    for flag, (_field, kind, text) in _SERVE_FLAGS.items():
+        serve.add_argument(flag, type=kind, default=None, help=text)
+    serve.set_defaults(func=run_serve)
+
+    fault = sub.add_parser("fault", help=f"inject, list or delete faults (token from {TOKEN_ENV})")
+    fault.add_argument("kind", nargs="?", choices=sorted(FAULT_KINDS), metavar="KIND",
+                       help=f"fault kind: {', '.join(FAULT_KINDS)}")
+    fault.add_argument("--url", required=True, help="any port of the simulator, e.g. http://127.0.0.1:8100")
+    fault.add_argument("--node", help="target node, e.g. n1")
+    fault.add_argument("--gpu", type=int, default=None, help="target GPU index (GPU faults)")
+    fault.add_argument("--start", type=float, default=None, help="simulation-clock start (default: now)")
+    fault.add_argument("--duration", type=float, default=None, help="seconds (default: until deleted)")
+    fault.add_argument("--strength", type=float, default=None, help="kind-specific strength")
+    fault.add_argument("--id", default=None, help="fault id (default: generated)")
+    fault.add_argument("--list", action="store_true", help="list faults instead of injecting one")
+    fault.add_argument("--delete", metavar="ID", help="delete fault ID instead of injecting one")
+    fault.set_defaults(func=run_fault)
+
+    history = sub.add_parser("history", help="write a scenario's history as OpenMetrics and Parquet")
+    history.add_argument("--scenario", required=True, help="scenario YAML file")
+    history.add_argument("--days", type=float, default=1.0, help="simulated days")
+    history.add_argument("--step", default="15s", help="sample step, e.g. 15s or 1m")
+    history.add_argument("--out", required=True, help="output directory")
+    history.add_argument("--end", type=float, default=None,
+                         help="epoch seconds of the last sample (default: now, rounded to the step)")
+    history.set_defaults(func=run_history)
+
+
+def _settings(args: argparse.Namespace) -> SimSettings:
+    base = load_config(args.config).sim
+    overrides = {f: getattr(args, flag.lstrip("-").replace("-", "_"))
+                 for flag, (f, _k, _t) in _SERVE_FLAGS.items()}
+    return base.model_copy(update={k: v for k, v in overrides.items() if v is not None})
+
+
+def run_serve(args: argparse.Namespace) -> int:
+    """Start the fleet and serve until SIGINT/SIGTERM."""
+    from simulator.clock import RealClock
+    from simulator.engine import EngineParams
+    from simulator.fleet import Fleet
+    from simulator.server import build_server, serve
+
+    setup_logging(args.log_level, component="simulator")
+    try:
+        settings = SimSettings.model_validate(_settings(args).model_dump())
+        token = read_secret(TOKEN_ENV)
+    except (ConfigError, ValueError) as exc:
+        print(f"oximeter sim serve: {exc}", file=sys.stderr)
+        return 2
+    if token is None:
+        logger.warning("{} is not set: the admin API (faults, release) refuses every request", TOKEN_ENV)
+    params = EngineParams(max_num_seqs=settings.max_num_seqs,
+                          prefill_s_per_token=settings.prefill_s_per_token,
+                          decode_s_per_token=settings.decode_s_per_token,
+                          decode_batch_factor=settings.decode_batch_factor, kv_blocks=settings.kv_blocks,
+                          block_tokens=settings.block_tokens, prefix_hit_rate=settings.prefix_hit_rate)
+    fleet = Fleet(RealClock(), nodes=settings.nodes, gpus_per_node=settings.gpus_per_node, params=params,
+                  model_name=settings.model, seed=settings.seed,
+                  dependency_latency_s=settings.dependency_latency_s)
+    server = build_server(fleet, settings.host, settings.port, token, settings.default_output_tokens,
+                          wall_origin_s=time.time())
+    print(f"*** SIMULATION: oximeter sim serve — {settings.nodes} simulated vLLM engines, "
+          f"{settings.gpus_per_node} simulated GPUs each; nothing here is a real engine or GPU ***",
+          file=sys.stderr, flush=True)
+    try:
+        import uvloop
+        uvloop.install()
+    except ImportError:
+        pass
+    asyncio.run(serve(server))
+    return 0
+
+
+def run_fault(args: argparse.Namespace) -> int:
+    """Talk to ``/admin/faults`` with the token from the environment."""
+    token = read_secret(TOKEN_ENV)
+    if token is None:
+        print(f"oximeter sim fault: set {TOKEN_ENV} (or {TOKEN_ENV}_FILE)", file=sys.stderr)
+        return 2
+    headers = {"Authorization": f"Bearer {token.get_secret_value()}"}
+    base = args.url.rstrip("/")
+    try:
+        if args.list:
+            resp = requests.get(f"{base}/admin/faults", headers=headers, timeout=10)
+        elif args.delete:
+            resp = requests.delete(f"{base}/admin/faults/{args.delete}", headers=headers, timeout=10)
+        else:
+            if not args.kind or not args.node:
+                print("oximeter sim fault: KIND and --node are required", file=sys.stderr)
+                return 2
+            body = {"kind": args.kind, "node": args.node, "gpu": args.gpu, "start": args.start,
+                    "duration_s": args.duration, "strength": args.strength, "id": args.id}
+            resp = requests.post(f"{base}/admin/faults", headers=headers, timeout=10,
+                                 json={k: v for k, v in body.items() if v is not None})
+    except requests.RequestException as exc:
+        print(f"oximeter sim fault: cannot reach {base}: {exc.__class__.__name__}", file=sys.stderr)
+        return 1
+    print(json.dumps(resp.json(), indent=2) if resp.content else resp.status_code)
+    return 0 if resp.ok else 1
+
+
+def run_history(args: argparse.Namespace) -> int:
+    """Write a scenario's history (see simulator/history.py)."""
+    from simulator.history import main as history_main
+
+    setup_logging(args.log_level, component="simulator")
+    return history_main(args)

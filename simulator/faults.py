@@ -1,0 +1,174 @@
+"""One fault schema for every injection path: CLI, ``POST /admin/faults`` and scenario files.
+
+``start`` is on the simulation clock (seconds since the simulation began; omitted = now), so a
+scenario's times and a live injection mean the same thing. ``strength``'s meaning depends on the
+kind (see ``FAULT_KINDS``); ``duration_s`` ``None`` lasts until deleted.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+from collections.abc import Iterable, Mapping
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from oximeter.errors import OximeterError
+
+
+class FaultError(OximeterError, ValueError):
+    """A fault that cannot be injected; the message is safe to return to the client."""
+
+
+@dataclass(frozen=True)
+class FaultKind:
+    """What a kind does, its default strength and whether it targets one GPU."""
+
+    layer: str
+    default_strength: float
+    strength_means: str
+    per_gpu: bool = False
+
+
+FAULT_KINDS: dict[str, FaultKind] = {
+    # Engine-facing (issue 2).
+    "decode_slowdown": FaultKind("engine", 3.0, "decode time multiplier (> 1 slows)"),
+    "engine_stall": FaultKind("engine", 1.0, "unused: the engine makes no progress"),
+    "kv_shrink": FaultKind("engine", 0.2, "fraction of the KV block pool left (0-1]"),
+    "prefix_cache_drop": FaultKind("engine", 0.05, "prefix-cache hit rate while active (0-1)"),
+    "rss_leak": FaultKind("engine", 64.0, "MiB of process RSS leaked per minute"),
+    "engine_restart": FaultKind("platform", 30.0, "unused: counters reset once at start, engine down"),
+    # GPU hardware (issue 3); without ``gpu`` they hit GPU 0 of the node.
+    "thermal_throttle": FaultKind("infrastructure", 0.5, "SM clock fraction left (0-1)", True),
+    "ecc_storm": FaultKind("infrastructure", 60.0, "corrected ECC errors per minute", True),
+    "ecc_uncorrectable": FaultKind("infrastructure", 1.0, "uncorrectable ECC errors at start", True),
+    "xid": FaultKind("infrastructure", 79.0, "the Xid code, emitted once at start", True),
+    "gpu_lost": FaultKind("infrastructure", 1.0, "unused: the GPU falls off the bus", True),
+    "gpu_slow": FaultKind("infrastructure", 2.0, "compute time multiplier, no throttle reason", True),
+    "pcie_replay_burst": FaultKind("infrastructure", 200.0, "PCIe replays per minute", True),
+    "telemetry_loss": FaultKind("platform", 1.0, "unused: the node's GPU telemetry answers 503"),
+    # Dependency (vector DB) in front of the engine.
+    "dependency_slow": FaultKind("dependency", 10.0, "vector-DB latency multiplier"),
+    "cache_hit_drop": FaultKind("dependency", 0.6, "response-cache hit rate while active (0-1)"),
+}
+
+# Strength bounds that make a fault meaningless when crossed.
+_FRACTION_KINDS = {"kv_shrink", "prefix_cache_drop", "thermal_throttle", "cache_hit_drop"}
+_FIELDS = ("kind", "node", "gpu", "start", "duration_s", "strength", "id")
+_ids = itertools.count(1)
+
+
+@dataclass(frozen=True)
+class Fault:
+    """One injected fault on a node (and GPU), active on [start, start + duration_s)."""
+
+    kind: str
+    node: str
+    start: float
+    duration_s: float | None
+    strength: float
+    gpu: int | None = None
+    id: str = ""
+
+    @property
+    def end(self) -> float:
+        """Clock time the fault stops (inf while it has no duration)."""
+        return math.inf if self.duration_s is None else self.start + self.duration_s
+
+    def active(self, now: float) -> bool:
+        """True on [start, end)."""
+        return self.start <= now < self.end
+
+    def to_json(self) -> dict[str, Any]:
+        """The wire form (same keys as accepted)."""
+        return asdict(self)
+
+
+def _number(data: Mapping[str, Any], key: str, default: float | None) -> float | None:
+    value = data.get(key, default)
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+        raise FaultError(f"{key}: expected a finite number, got {value!r}")
+    return float(value)
+
+
+def parse_fault(data: Any, *, now: float, nodes: Iterable[str] | None = None,
+                gpus_per_node: int | None = None) -> Fault:
+    """Validate a JSON/YAML mapping into a Fault; FaultError names the key and the problem."""
+    if not isinstance(data, Mapping):
+        raise FaultError(f"expected a JSON object, got {type(data).__name__}")
+    unknown = sorted(set(data) - set(_FIELDS))
+    if unknown:
+        raise FaultError(f"unknown keys: {', '.join(map(str, unknown))} (allowed: {', '.join(_FIELDS)})")
+    kind_name = data.get("kind")
+    if kind_name not in FAULT_KINDS:
+        raise FaultError(f"kind: unknown fault kind {kind_name!r} (known: {', '.join(FAULT_KINDS)})")
+    kind = FAULT_KINDS[kind_name]
+    node = data.get("node")
+    if not isinstance(node, str) or not node:
+        raise FaultError("node: required, a node name such as 'n1'")
+    known_nodes = list(nodes) if nodes is not None else None
+    if known_nodes is not None and node not in known_nodes:
+        raise FaultError(f"node: unknown node {node!r} (known: {', '.join(known_nodes)})")
+    gpu = data.get("gpu")
+    if gpu is not None:
+        if isinstance(gpu, bool) or not isinstance(gpu, int) or gpu < 0:
+            raise FaultError(f"gpu: expected a GPU index >= 0, got {gpu!r}")
+        if gpus_per_node is not None and gpu >= gpus_per_node:
+            raise FaultError(f"gpu: node has GPUs 0..{gpus_per_node - 1}, got {gpu}")
+    elif kind.per_gpu:
+        gpu = 0
+    start = _number(data, "start", now)
+    duration = _number(data, "duration_s", None)
+    if duration is not None and duration <= 0:
+        raise FaultError(f"duration_s: must be > 0 (or omitted for 'until deleted'), got {duration}")
+    strength = _number(data, "strength", kind.default_strength)
+    assert strength is not None and start is not None
+    if kind_name in _FRACTION_KINDS and not 0 <= strength <= 1:
+        raise FaultError(f"strength: {kind_name} takes {kind.strength_means}, got {strength}")
+    if kind_name in ("decode_slowdown", "gpu_slow", "dependency_slow") and strength < 1:
+        raise FaultError(f"strength: {kind_name} takes {kind.strength_means}, got {strength}")
+    if strength < 0:
+        raise FaultError(f"strength: must be >= 0, got {strength}")
+    fault_id = data.get("id") or f"f{next(_ids)}"
+    if not isinstance(fault_id, str):
+        raise FaultError(f"id: expected a string, got {fault_id!r}")
+    return Fault(kind=kind_name, node=node, gpu=gpu, start=start, duration_s=duration,
+                 strength=strength, id=fault_id)
+
+
+class FaultBook:
+    """The faults known to one simulation; queried by node (and GPU) at a clock time."""
+
+    def __init__(self) -> None:
+        self._faults: dict[str, Fault] = {}
+
+    def add(self, fault: Fault) -> Fault:
+        """Store ``fault``; an existing id is an error (delete it first)."""
+        if fault.id in self._faults:
+            raise FaultError(f"id: a fault with id {fault.id!r} already exists")
+        self._faults[fault.id] = fault
+        return fault
+
+    def remove(self, fault_id: str) -> Fault | None:
+        """Delete by id; returns the fault or None when unknown."""
+        return self._faults.pop(fault_id, None)
+
+    def all(self) -> list[Fault]:
+        """Every fault, in start order."""
+        return sorted(self._faults.values(), key=lambda f: (f.start, f.id))
+
+    def active(self, now: float, node: str, kind: str | None = None, gpu: int | None = None) -> list[Fault]:
+        """Faults active at ``now`` on ``node`` (optionally one kind, one GPU)."""
+        return [f for f in self._faults.values()
+                if f.node == node and f.active(now) and (kind is None or f.kind == kind)
+                and (gpu is None or f.gpu is None or f.gpu == gpu)]
+
+    def strongest(self, now: float, node: str, kind: str, gpu: int | None = None) -> Fault | None:
+        """The active fault of ``kind`` with the largest effect (ties: the latest started)."""
+        found = self.active(now, node, kind, gpu)
+        if not found:
+            return None
+        lowest_wins = kind in _FRACTION_KINDS
+        return sorted(found, key=lambda f: (-f.strength if lowest_wins else f.strength, f.start))[-1]

@@ -1,0 +1,118 @@
+"""The simulated fleet: N nodes, each with one engine and M GPUs, one clock, one fault book.
+
+This is where the couplings live: faults and GPU state turn into engine ``Conditions``, and
+the engine's busy time turns into GPU utilisation (``simulator/gpu.py``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from simulator.clock import Clock
+from simulator.dependency import DependencyModel
+from simulator.engine import Conditions, EngineModel, EngineParams, Seq
+from simulator.faults import Fault, FaultBook, parse_fault
+from simulator.gpu import GIB, MIB, GpuModel, GpuSpec
+
+# A vLLM engine process's resident memory when healthy (weights live in GPU memory, not RSS).
+BASE_RSS_BYTES = 6 * GIB
+
+
+@dataclass
+class Node:
+    """One host: its engine, its GPUs and the engine process's RSS."""
+
+    name: str
+    engine: EngineModel
+    gpus: list[GpuModel]
+    dependency: DependencyModel
+    pid: int
+    restarts_seen: set[str] = field(default_factory=set)
+    down_until: float = 0.0
+
+
+class Fleet:
+    """Every node of one simulation, sharing ``clock`` and ``faults``."""
+
+    def __init__(self, clock: Clock, *, nodes: int, gpus_per_node: int, params: EngineParams,
+                 model_name: str, gpu_spec: GpuSpec | None = None, seed: int = 0,
+                 dependency_latency_s: float = 0.0) -> None:
+        self.clock = clock
+        self.faults = FaultBook()
+        self.model_name = model_name
+        self.gpus_per_node = gpus_per_node
+        spec = gpu_spec or GpuSpec()
+        self.nodes: dict[str, Node] = {}
+        for i in range(1, nodes + 1):
+            name = f"n{i}"
+            gpus = [GpuModel(spec, name, g, seed=seed) for g in range(gpus_per_node)]
+            engine = EngineModel(params, self._conditions_for(name))
+            dependency = DependencyModel(name, latency_s=dependency_latency_s)
+            # Simulated pids: stable per node, so the exporter's per-process series are too.
+            self.nodes[name] = Node(name, engine, gpus, dependency, pid=1000 + 100 * i)
+
+    def node(self, name: str) -> Node:
+        """The node called ``name`` (KeyError when unknown)."""
+        return self.nodes[name]
+
+    def add_fault(self, data: object) -> Fault:
+        """Validate and store a fault (FaultError on bad input)."""
+        fault = parse_fault(data, now=self.clock.now(), nodes=self.nodes, gpus_per_node=self.gpus_per_node)
+        return self.faults.add(fault)
+
+    def _conditions_for(self, name: str) -> Callable[[float], Conditions]:
+        def conditions(now: float) -> Conditions:
+            return self.conditions(name, now)
+        return conditions
+
+    def conditions(self, name: str, now: float) -> Conditions:
+        """Faults and GPU health of ``name`` as seen by its engine at ``now``."""
+        book = self.faults
+        node = self.nodes[name]
+        slowdown = 1.0
+        decode = book.strongest(now, name, "decode_slowdown")
+        if decode is not None:
+            slowdown *= decode.strength
+        # Tensor parallel: the engine runs at the pace of its slowest GPU.
+        slowdown *= max((g.compute_slowdown(now, book) for g in node.gpus), default=1.0)
+        stalled = (book.strongest(now, name, "engine_stall") is not None
+                   or now < node.down_until
+                   or any(g.lost(now, book) for g in node.gpus))
+        kv = book.strongest(now, name, "kv_shrink")
+        prefix = book.strongest(now, name, "prefix_cache_drop")
+        return Conditions(slowdown=slowdown, stalled=stalled,
+                          kv_fraction=1.0 if kv is None else kv.strength,
+                          prefix_hit_rate=None if prefix is None else prefix.strength)
+
+    def apply_restarts(self, now: float) -> list[Seq]:
+        """Fire engine_restart faults that have started: counters reset, in-flight work dropped."""
+        dropped: list[Seq] = []
+        for node in self.nodes.values():
+            for fault in self.faults.active(now, node.name, "engine_restart"):
+                if fault.id in node.restarts_seen:
+                    continue
+                node.restarts_seen.add(fault.id)
+                dropped.extend(node.engine.abort_all(now))
+                node.engine.reset_stats()
+                node.down_until = now + fault.strength
+        return dropped
+
+    def rss_bytes(self, name: str, now: float) -> int:
+        """The engine process's RSS: flat when healthy, growing linearly under rss_leak."""
+        leaked = 0.0
+        for fault in self.faults.all():
+            if fault.node == name and fault.kind == "rss_leak" and fault.start <= now:
+                minutes = (min(now, fault.end) - fault.start) / 60.0
+                leaked += fault.strength * MIB * minutes
+        return int(BASE_RSS_BYTES + leaked)
+
+    def gpus_json(self, name: str, now: float, wall_origin_s: float) -> dict[str, Any]:
+        """``GET /fleet/gpus?node=NAME``: the exporter sim backend's contract."""
+        node = self.nodes[name]
+        return {
+            "simulation": True, "node": name,
+            "gpus": [g.to_json(now, self.faults, wall_origin_s, node.pid) for g in node.gpus],
+            "processes": [{"name": "vllm", "pid": node.pid, "rss_bytes": self.rss_bytes(name, now)}],
+        }

@@ -1,0 +1,171 @@
+"""One simulated GPU: utilisation, power, temperature and clocks driven by its engine's batch,
+plus the hardware faults of seeds 001/003 (ECC, Xid, throttling, replays, falling off the bus).
+
+The engine drives the GPU (``step(util)``) and the GPU drives the engine back
+(``compute_slowdown``, ``lost``): a throttled or slow card slows the whole tensor-parallel engine.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+import uuid as uuidlib
+from dataclasses import dataclass, field
+from typing import Any
+
+from simulator.faults import FaultBook
+
+MIB = 1 << 20
+GIB = 1 << 30
+
+
+@dataclass(frozen=True)
+class GpuSpec:
+    """A GPU model's fixed numbers (defaults: an H100 SXM 80 GB)."""
+
+    name: str = "NVIDIA H100 80GB HBM3"
+    memory_total_bytes: int = 80 * GIB
+    power_limit_watts: float = 700.0
+    idle_power_watts: float = 70.0
+    sm_clock_max_hertz: float = 1980e6
+    ambient_celsius: float = 32.0
+    # Degrees above ambient at full load; a healthy card settles near 75 °C.
+    load_rise_celsius: float = 43.0
+    thermal_tau_s: float = 60.0
+    # vLLM's --gpu-memory-utilization: the engine reserves this share of memory at start.
+    preallocated_ratio: float = 0.9
+
+
+@dataclass
+class GpuModel:
+    """State of one GPU; ``step`` moves it forward, ``to_json`` is the fleet API's view."""
+
+    spec: GpuSpec
+    node: str
+    index: int
+    seed: int = 0
+    utilization: float = 0.0
+    temperature: float = 0.0
+    ecc_corrected: float = 0.0
+    ecc_uncorrected: int = 0
+    remapped_correctable: int = 0
+    remapped_uncorrectable: int = 0
+    row_remap_pending: bool = False
+    pcie_replays: float = 0.0
+    xid_events: list[tuple[int, float]] = field(default_factory=list)
+    _fired: set[str] = field(default_factory=set)
+    _rng: random.Random = field(init=False)
+    _last_now: float | None = None
+
+    def __post_init__(self) -> None:
+        self._rng = random.Random(f"{self.seed}/{self.node}/{self.index}")
+        self.temperature = self.spec.ambient_celsius + 3.0
+        self.uuid = "GPU-" + str(uuidlib.UUID(int=self._rng.getrandbits(128), version=4))
+        node_no = int("".join(c for c in self.node if c.isdigit()) or 0)
+        self.pci_bus_id = f"00000000:{(node_no * 16 + self.index * 2 + 0x18) % 256:02X}:00.0"
+
+    # -- coupling to the engine -----------------------------------------------------------
+    def clock_ratio(self, now: float, book: FaultBook) -> float:
+        """SM clock as a fraction of its maximum (1 unless throttled)."""
+        fault = book.strongest(now, self.node, "thermal_throttle", self.index)
+        return 1.0 if fault is None else max(0.05, fault.strength)
+
+    def compute_slowdown(self, now: float, book: FaultBook) -> float:
+        """How much longer this GPU takes for the same work (>= 1)."""
+        slowdown = 1.0 / self.clock_ratio(now, book)
+        slow = book.strongest(now, self.node, "gpu_slow", self.index)
+        if slow is not None:
+            slowdown *= slow.strength
+        return slowdown
+
+    def lost(self, now: float, book: FaultBook) -> bool:
+        """True while the GPU has fallen off the bus (Xid 79); the engine cannot run."""
+        return book.strongest(now, self.node, "gpu_lost", self.index) is not None
+
+    # -- time -----------------------------------------------------------------------------
+    def step(self, now: float, utilization: float, book: FaultBook, wall_origin_s: float) -> None:
+        """Advance to ``now`` with the engine's busy fraction since the last step."""
+        dt = 0.0 if self._last_now is None else max(0.0, now - self._last_now)
+        self._last_now = now
+        self.utilization = min(1.0, max(0.0, utilization))
+        spec = self.spec
+        target = spec.ambient_celsius + spec.load_rise_celsius * self.utilization
+        throttle = book.strongest(now, self.node, "thermal_throttle", self.index)
+        if throttle is not None:
+            # A failed fan or blocked airflow: the card sits at its slowdown temperature.
+            target = max(target, 92.0)
+        self.temperature += (target - self.temperature) * (1 - math.exp(-dt / spec.thermal_tau_s))
+        for fault in book.active(now, self.node, gpu=self.index):
+            if fault.gpu is None or fault.gpu != self.index:
+                continue
+            if fault.kind == "ecc_storm":
+                self.ecc_corrected += fault.strength / 60.0 * dt
+            elif fault.kind == "pcie_replay_burst":
+                self.pcie_replays += fault.strength / 60.0 * dt
+            elif fault.id not in self._fired:
+                self._fired.add(fault.id)
+                if fault.kind == "ecc_uncorrectable":
+                    self.ecc_uncorrected += max(1, int(fault.strength))
+                    self.remapped_uncorrectable += 1
+                    self.row_remap_pending = True
+                    self.xid_events.append((48, wall_origin_s + fault.start))
+                elif fault.kind == "xid":
+                    self.xid_events.append((int(fault.strength), wall_origin_s + fault.start))
+                elif fault.kind == "gpu_lost":
+                    self.xid_events.append((79, wall_origin_s + fault.start))
+
+    def power_watts(self, now: float, book: FaultBook) -> float:
+        """Board power: idle plus a load share scaled by the clock actually running."""
+        spec = self.spec
+        load = self.utilization * self.clock_ratio(now, book)
+        return spec.idle_power_watts + (spec.power_limit_watts * 0.85 - spec.idle_power_watts) * load
+
+    def reasons(self, now: float, book: FaultBook) -> list[str]:
+        """Active clock-event reasons, NVML names shortened as the exporter labels them."""
+        if book.strongest(now, self.node, "thermal_throttle", self.index) is not None:
+            return ["hw_thermal", "sw_thermal"]
+        return ["idle"] if self.utilization < 0.01 else []
+
+    def to_json(self, now: float, book: FaultBook, wall_origin_s: float, engine_pid: int) -> dict[str, Any]:
+        """This GPU in the fleet API's shape (``GET /fleet/gpus``); a lost GPU reads as nulls."""
+        spec = self.spec
+        base: dict[str, Any] = {"index": self.index, "uuid": self.uuid, "name": spec.name,
+                                "pci_bus_id": self.pci_bus_id}
+        if self.lost(now, book):
+            return {**base, "lost": True, **dict.fromkeys(_READINGS)}
+        used = int(spec.memory_total_bytes * spec.preallocated_ratio)
+        noise = self._rng.uniform(-0.4, 0.4)
+        return {
+            **base, "lost": False,
+            "utilization_ratio": round(self.utilization, 4),
+            "memory_used_bytes": used + 512 * MIB,
+            "memory_total_bytes": spec.memory_total_bytes,
+            "temperature_celsius": round(self.temperature + noise, 1),
+            "power_watts": round(self.power_watts(now, book), 1),
+            "power_limit_watts": spec.power_limit_watts,
+            "sm_clock_hertz": self._clock_hertz(now, book),
+            "sm_clock_max_hertz": spec.sm_clock_max_hertz,
+            "clock_event_reasons": self.reasons(now, book),
+            "ecc_corrected_total": int(self.ecc_corrected),
+            "ecc_uncorrected_total": self.ecc_uncorrected,
+            "remapped_rows_correctable": self.remapped_correctable,
+            "remapped_rows_uncorrectable": self.remapped_uncorrectable,
+            "row_remap_pending": self.row_remap_pending,
+            "row_remap_failure": False,
+            "pcie_replay_total": int(self.pcie_replays),
+            "xid_events": [{"xid": x, "timestamp_seconds": ts} for x, ts in self.xid_events],
+            "processes": [{"pid": engine_pid, "name": "vllm", "used_memory_bytes": used}],
+        }
+
+    def _clock_hertz(self, now: float, book: FaultBook) -> float:
+        ratio = self.clock_ratio(now, book)
+        if ratio == 1.0 and self.utilization < 0.01:
+            ratio = 0.5  # idle cards clock down; the "idle" reason says why
+        return round(self.spec.sm_clock_max_hertz * ratio / 1e6) * 1e6
+
+
+_READINGS = ("utilization_ratio", "memory_used_bytes", "memory_total_bytes", "temperature_celsius",
+             "power_watts", "power_limit_watts", "sm_clock_hertz", "sm_clock_max_hertz",
+             "clock_event_reasons", "ecc_corrected_total", "ecc_uncorrected_total",
+             "remapped_rows_correctable", "remapped_rows_uncorrectable", "row_remap_pending",
+             "row_remap_failure", "pcie_replay_total", "xid_events", "processes")
