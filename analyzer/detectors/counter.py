@@ -17,7 +17,7 @@ def step_seconds(index: pd.DatetimeIndex) -> float:
     """The grid step of ``index`` (median spacing; 0 for fewer than two rows)."""
     if len(index) < 2:
         return 0.0
-    return float(np.median(np.diff(index.asi8)) / 1e9)
+    return float(np.median(np.diff(index.as_unit("ns").asi8)) / 1e9)
 
 
 def counter_increase(values: pd.DataFrame, window_s: float) -> pd.DataFrame:
@@ -43,13 +43,15 @@ class CounterGrowth(Detector):
     min_increase: float | None = 100.0
     ratio: float | None = 100.0
     baseline_floor: float = 1.0
+    # False: the values are already increases over the window (PromQL ``increase()``, a rule).
+    cumulative: bool = True
 
     name: ClassVar[str] = "counter_growth"
     reason_template: ClassVar[str] = "increase {value:.4g} in the window (baseline {reference:.4g})"
 
     def transform(self, values: pd.DataFrame) -> pd.DataFrame:
         """The reset-safe increase over ``window_s``; baselines are formed on it too."""
-        return counter_increase(values, self.window_s)
+        return counter_increase(values, self.window_s) if self.cumulative else values
 
     def _detect(self, values: pd.DataFrame, baseline: Baseline | None) -> Detection:
         inc = values.to_numpy()

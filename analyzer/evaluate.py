@@ -1,0 +1,83 @@
+"""One signal, end to end and free of I/O: frame → baselines → detectors → persistence → events."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import replace
+
+import numpy as np
+import pandas as pd
+
+from analyzer.baselines import BaselinePolicy, ChangeWindow, compute_baseline
+from analyzer.detectors import BaselineRatio, CounterGrowth, Detection, Detector, Drop, RobustDeviation
+from analyzer.detectors.counter import step_seconds
+from analyzer.events import AnomalyEvent
+from analyzer.frame import Baseline, FrameError, SeriesFrame, validate_frame
+from analyzer.persistence import to_events
+from analyzer.signals import SignalSpec
+
+# Detectors that compare with a baseline when one can be formed.
+_USES_BASELINE = (BaselineRatio, RobustDeviation, Drop, CounterGrowth)
+
+
+def evaluate_signal(spec: SignalSpec, frame: SeriesFrame, *, history: pd.DataFrame | None = None,
+                    traffic: pd.DataFrame | None = None, anomalous: pd.DataFrame | None = None,
+                    changes: Sequence[ChangeWindow] = (), policy: BaselinePolicy | None = None,
+                    cumulative: bool = False, step_s: float | None = None) -> list[AnomalyEvent]:
+    """Every persistent anomaly of ``spec`` in ``frame``.
+
+    ``history`` is older data for the seasonal baselines (default: the frame itself),
+    ``traffic`` the minimum-traffic guard's values (same columns), ``anomalous`` and ``changes``
+    are left out of baselines. Several detectors on one series yield one merged event.
+    """
+    values = validate_frame(frame.values)
+    step = step_s or step_seconds(pd.DatetimeIndex(values.index))
+    if step <= 0:
+        raise FrameError("a frame needs at least two timestamps to have a step")
+    persistence = spec.persistence(step)
+    policy = policy or BaselinePolicy()
+    guard = None
+    if spec.min_traffic is not None and traffic is not None:
+        aligned = traffic.reindex(index=values.index, columns=values.columns)
+        guard = (aligned.to_numpy() >= spec.min_traffic.minimum)
+    events: list[AnomalyEvent] = []
+    for detector in spec.detectors(cumulative=cumulative):
+        baseline = None
+        if isinstance(detector, _USES_BASELINE):
+            baseline = _baseline(detector, values, history, anomalous, changes, policy)
+        detection = detector.detect(values, baseline)
+        if guard is not None:
+            detection = _guarded(detection, guard)
+        events += to_events(detection, detector, persistence, signal=spec.name, layer=spec.layer,
+                            labels=frame.labels)
+    return merge_events(events)
+
+
+def _baseline(detector: Detector, values: pd.DataFrame, history: pd.DataFrame | None,
+              anomalous: pd.DataFrame | None, changes: Sequence[ChangeWindow],
+              policy: BaselinePolicy) -> Baseline:
+    transformed = detector.transform(values)
+    older = None if history is None else detector.transform(validate_frame(history))
+    return compute_baseline(transformed, older, anomalous=anomalous, changes=changes, policy=policy)
+
+
+def _guarded(detection: Detection, guard: np.ndarray) -> Detection:
+    """Flags only where the traffic guard holds (a ratio of 3 requests means little)."""
+    return replace(detection, flags=detection.flags & guard)
+
+
+def merge_events(events: Sequence[AnomalyEvent]) -> list[AnomalyEvent]:
+    """Overlapping events of one signal on one series become one: the earliest detection is kept
+    and the merged event clears when the last one does (still active if any is)."""
+    ordered = sorted(events, key=lambda e: (e.signal, e.labels, e.detected_at))
+    out: list[AnomalyEvent] = []
+    for event in ordered:
+        prev = out[-1] if out else None
+        if (prev is not None and (prev.signal, prev.labels) == (event.signal, event.labels)
+                and (prev.cleared_at is None or event.onset <= prev.cleared_at)):
+            cleared = None if prev.cleared_at is None or event.cleared_at is None \
+                else max(prev.cleared_at, event.cleared_at)
+            out[-1] = replace(prev, onset=min(prev.onset, event.onset), cleared_at=cleared)
+        else:
+            out.append(event)
+    return sorted(out, key=lambda e: (e.detected_at, e.signal, e.labels))

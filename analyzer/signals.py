@@ -1,0 +1,294 @@
+"""The named signal catalogue: what to query, which layer it speaks for, and how to judge it.
+
+Each signal prefers a recording rule (``alert_rules/*.rules.yml``, named ``level:metric:operation``)
+and carries a raw-PromQL fallback for stores without a rule engine. Defaults follow ARCHITECTURE
+"Thresholds"; the config's ``analyzer.signals`` overrides fields of a known signal or adds new ones.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from analyzer.detectors import (
+    AbsoluteThreshold,
+    BaselineRatio,
+    CounterGrowth,
+    Detector,
+    Drop,
+    PeerOutlier,
+    RobustDeviation,
+    Trend,
+    Vanished,
+)
+from analyzer.persistence import Persistence
+from oximeter.errors import ConfigError
+
+Layer = Literal["infrastructure", "platform", "engine", "dependency", "scheduling", "ingress"]
+Kind = Literal["latency", "ratio", "counter_growth", "gauge", "hit_rate", "trend", "peer", "presence"]
+
+PAGING_XIDS = "48|63|64|74|79|92|94|95|119|120"
+
+
+class TrafficGuard(BaseModel):
+    """Detections count only where ``promql`` (same entity labels) is at least ``minimum``."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    promql: str
+    minimum: float = Field(ge=0)
+
+
+class SignalSpec(BaseModel):
+    """One named signal and how it is judged."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    name: str
+    layer: Layer
+    kind: Kind
+    promql: str  # raw fallback: works on any PromQL store
+    record: str | None = None  # recording rule, preferred when the store has it
+    direction: Literal["up", "down"] = "up"
+    entity_labels: tuple[str, ...] = ("node",)
+    min_traffic: TrafficGuard | None = None
+    threshold: float | None = None  # static limit (also the fallback with < 1 day of history)
+    ratio: float | None = None  # × baseline; None: no baseline comparison
+    min_delta: float = Field(0.0, ge=0)  # absolute margin over the baseline
+    increase: float | None = None  # counter_growth: absolute increase in its window
+    window_s: float = Field(300.0, gt=0)  # counter_growth / trend window
+    capacity: float | None = None  # trend: the level at which the resource is full
+    peer_labels: tuple[str, ...] = ()  # peer: labels that make series peers (e.g. model)
+    for_s: float = Field(120.0, ge=0)  # persistence window (k-of-n carries the "for")
+    min_samples: int = Field(3, ge=1)
+    clear_s: float | None = None
+    cooldown_s: float = Field(0.0, ge=0)
+    unit: str = ""
+    description: str = ""
+
+    @property
+    def query(self) -> str:
+        """The recording rule when there is one, else the raw PromQL."""
+        return self.record or self.promql
+
+    def persistence(self, step_s: float) -> Persistence:
+        """The k-of-n / hysteresis / cooldown for this signal on a grid of ``step_s``."""
+        n = max(self.min_samples, math.ceil(self.for_s / step_s - 1e-9))
+        return Persistence.for_step(n * step_s, step_s, clear_s=self.clear_s, cooldown_s=self.cooldown_s,
+                                    min_n=self.min_samples)
+
+    def detectors(self, *, cumulative: bool = False) -> list[Detector]:
+        """The detectors this signal runs (any of them opening an event opens one).
+
+        ``cumulative``: the values are raw counters (a CSV export), not already increases.
+        """
+        out: list[Detector] = []
+        if self.kind in ("latency", "ratio", "gauge"):
+            if self.threshold is not None:
+                out.append(AbsoluteThreshold(self.threshold, self.direction))
+            if self.ratio is not None:
+                out.append(BaselineRatio(self.ratio, self.direction, self.min_delta))
+            if not out:
+                out.append(RobustDeviation(direction=self.direction))
+        elif self.kind == "counter_growth":
+            out.append(CounterGrowth(self.window_s, self.increase, self.ratio, cumulative=cumulative))
+        elif self.kind == "hit_rate":
+            out.append(Drop(min_drop=self.min_delta or 0.15, expected=self.threshold))
+        elif self.kind == "trend":
+            out.append(Trend(window_s=self.window_s, capacity=self.capacity))
+        elif self.kind == "peer":
+            out.append(PeerOutlier(direction=self.direction))
+        elif self.kind == "presence":
+            out.append(Vanished())
+        return out
+
+
+def _s(**fields: Any) -> SignalSpec:
+    return SignalSpec(**fields)
+
+
+# Seed defaults (ARCHITECTURE "Thresholds"); layers from ARCHITECTURE "Layers".
+CATALOGUE: dict[str, SignalSpec] = {s.name: s for s in (
+    _s(name="queue_wait_p99", layer="scheduling", kind="latency", unit="s",
+       record="service_node:oximeter_queue_wait_seconds:p99_5m",
+       promql="histogram_quantile(0.99, sum without (instance, job) "
+              "(rate(oximeter_queue_wait_seconds_bucket[5m])))",
+       entity_labels=("service", "node"), threshold=1.0, ratio=1.5, min_delta=0.2, for_s=300,
+       min_traffic=TrafficGuard(promql="sum without (instance, job) "
+                                       "(increase(oximeter_queue_wait_seconds_count[1m]))", minimum=20),
+       description="queue_wait p99 > 1 s (P0) or > 1.5 × its baseline for 5 min; healthy < 200 ms"),
+    _s(name="queue_length", layer="scheduling", kind="gauge", unit="requests",
+       record="service_node:oximeter_queue_length:max_1m",
+       promql="max without (instance, job) (max_over_time(oximeter_queue_length[1m]))",
+       entity_labels=("service", "node"), threshold=20, for_s=60,
+       description="queue length > 20 for 1 min"),
+    _s(name="queue_limit_ratio", layer="scheduling", kind="ratio",
+       record="service_node:oximeter_queue_length:ratio_limit",
+       promql="max without (instance, job) (oximeter_queue_length) "
+              "/ max without (instance, job) (oximeter_queue_limit)",
+       entity_labels=("service", "node"), threshold=0.9, for_s=60,
+       description="queue length at ≥ 90 % of its limit (P0)"),
+    _s(name="rejected_429_ratio", layer="scheduling", kind="ratio",
+       record="service_node_route:oximeter_requests_429:ratio_1m",
+       promql='sum without (instance, job, code) (increase(oximeter_requests_total{code="429"}[1m])) '
+              "/ sum without (instance, job, code) (increase(oximeter_requests_total[1m]))",
+       entity_labels=("service", "node", "route"), threshold=0.05, for_s=60,
+       min_traffic=TrafficGuard(promql="sum without (instance, job, code) "
+                                       "(increase(oximeter_requests_total[1m]))", minimum=20),
+       description="more than 5 % of requests rejected with 429"),
+    _s(name="ttft_p99", layer="scheduling", kind="latency", unit="s",
+       record="service_node:oximeter_time_to_first_token_seconds:p99_5m",
+       promql="histogram_quantile(0.99, sum without (instance, job) "
+              "(rate(oximeter_time_to_first_token_seconds_bucket[5m])))",
+       entity_labels=("service", "node"), ratio=1.5, min_delta=0.1, for_s=300,
+       description="gateway TTFT p99 > 1.5 × same time yesterday for 5 min (SLO × 2 via threshold)"),
+    _s(name="request_p99", layer="ingress", kind="latency", unit="s",
+       record="service_node_route:oximeter_request_duration_seconds:p99_5m",
+       promql="histogram_quantile(0.99, sum without (instance, job) "
+              "(rate(oximeter_request_duration_seconds_bucket[5m])))",
+       entity_labels=("service", "node", "route"), ratio=1.5, min_delta=0.5, for_s=300,
+       description="request P99 > 1.5 × same time yesterday for 5 min (context, not an SLO)"),
+    _s(name="error_504_ratio", layer="ingress", kind="ratio",
+       record="service_node_route:oximeter_requests_504:ratio_1m",
+       promql='sum without (instance, job, code) (increase(oximeter_requests_total{code="504"}[1m])) '
+              "/ sum without (instance, job, code) (increase(oximeter_requests_total[1m]))",
+       entity_labels=("service", "node", "route"), threshold=0.01, for_s=60,
+       min_traffic=TrafficGuard(promql="sum without (instance, job, code) "
+                                       "(increase(oximeter_requests_total[1m]))", minimum=20),
+       description="504 ratio over 1 min > 1 % with at least 20 requests (P0)"),
+    _s(name="gpu_temperature", layer="infrastructure", kind="gauge", unit="°C",
+       promql="max without (instance, job) (oximeter_gpu_temperature_celsius)",
+       entity_labels=("node", "gpu"), threshold=85, for_s=60,
+       description="temperature > 85 °C for 1 min"),
+    _s(name="gpu_sm_clock_ratio", layer="infrastructure", kind="ratio", direction="down",
+       record="node_gpu:oximeter_gpu_sm_clock:ratio_max",
+       promql="max without (instance, job) (oximeter_gpu_sm_clock_hertz) "
+              "/ max without (instance, job) (oximeter_gpu_sm_clock_max_hertz)",
+       entity_labels=("node", "gpu"), threshold=0.7, for_s=60,
+       description="SM clock well below its maximum (throttling)"),
+    _s(name="gpu_utilization_p95", layer="infrastructure", kind="gauge",
+       record="node_gpu:oximeter_gpu_utilization_ratio:p95_5m",
+       promql="max without (instance, job) (quantile_over_time(0.95, oximeter_gpu_utilization_ratio[5m]))",
+       entity_labels=("node", "gpu"), threshold=0.95, for_s=300,
+       description="GPU utilisation p95 > 95 % for 5 min (P1)"),
+    _s(name="ecc_corrected_increase", layer="infrastructure", kind="counter_growth",
+       record="node_gpu:oximeter_gpu_ecc_errors_corrected:increase5m",
+       promql="sum without (instance, job, kind) "
+              '(increase(oximeter_gpu_ecc_errors_total{kind="corrected"}[5m]))',
+       entity_labels=("node", "gpu"), increase=100, ratio=100, for_s=30, min_samples=2,
+       description="corrected ECC +100 in 5 min or × 100 its baseline (seed 003 §3.1)"),
+    _s(name="ecc_uncorrected_increase", layer="infrastructure", kind="counter_growth",
+       promql="sum without (instance, job, kind) "
+              '(increase(oximeter_gpu_ecc_errors_total{kind="uncorrected"}[5m]))',
+       entity_labels=("node", "gpu"), increase=1, for_s=0, min_samples=1,
+       description="any uncorrectable ECC error: isolate now (seed 003 §4.3)"),
+    _s(name="xid_paging", layer="infrastructure", kind="counter_growth",
+       promql="sum without (instance, job) "
+              f'(increase(oximeter_gpu_xid_errors_total{{xid=~"{PAGING_XIDS}"}}[5m]))',
+       entity_labels=("node", "gpu", "xid"), increase=0.5, for_s=0, min_samples=1,
+       description="a paging Xid (ARCHITECTURE 'Severity and Xid')"),
+    _s(name="pcie_replay_increase", layer="infrastructure", kind="counter_growth",
+       promql="sum without (instance, job) (increase(oximeter_gpu_pcie_replay_total[5m]))",
+       entity_labels=("node", "gpu"), increase=100, ratio=100, for_s=30, min_samples=2,
+       description="PCIe replays +100 in 5 min"),
+    _s(name="engine_itl_peer", layer="infrastructure", kind="peer", unit="s",
+       record="node_model:vllm_inter_token_latency_seconds:p99_5m",
+       promql='label_replace(histogram_quantile(0.99, sum without (instance, job) '
+              '(rate(vllm:inter_token_latency_seconds_bucket[5m]))), "model", "$1", "model_name", "(.*)")',
+       entity_labels=("node", "model"), peer_labels=("model",), for_s=300,
+       description="a node's inter-token latency far above its same-model peers (seed 001 §4.2)"),
+    _s(name="gpu_series_vanished", layer="platform", kind="presence",
+       promql="max without (instance, job) (oximeter_gpu_up)",
+       entity_labels=("node", "gpu"), for_s=120,
+       description="a GPU's telemetry stopped (it may have detached)"),
+    _s(name="gpu_down", layer="platform", kind="gauge", direction="down",
+       promql="max without (instance, job) (oximeter_gpu_up)",
+       entity_labels=("node", "gpu"), threshold=0.5, for_s=60,
+       description="the exporter cannot read the GPU"),
+    _s(name="target_down", layer="platform", kind="gauge", direction="down", promql="up",
+       entity_labels=("job", "instance"), threshold=0.5, for_s=60,
+       description="a scrape target is down"),
+    _s(name="kv_cache_usage", layer="engine", kind="ratio",
+       record="node_model:vllm_kv_cache_usage:ratio",
+       promql="label_replace(max without (instance, job) "
+              "(vllm:kv_cache_usage_perc or vllm:gpu_cache_usage_perc), "
+              '"model", "$1", "model_name", "(.*)")',
+       entity_labels=("node", "model"), threshold=0.95, for_s=300,
+       description="KV-cache usage ≥ 0.95"),
+    _s(name="preemption_rate", layer="engine", kind="gauge", unit="1/s",
+       record="node_model:vllm_num_preemptions:rate5m",
+       promql='label_replace(sum without (instance, job) (rate(vllm:num_preemptions_total[5m])), '
+              '"model", "$1", "model_name", "(.*)")',
+       entity_labels=("node", "model"), threshold=0.1, for_s=120,
+       description="preemptions rising"),
+    _s(name="prefix_cache_hit_ratio", layer="engine", kind="hit_rate",
+       record="node_model:vllm_prefix_cache_hit:ratio_5m",
+       promql='label_replace(sum without (instance, job) (rate(vllm:prefix_cache_hits_total[5m])) '
+              '/ sum without (instance, job) (rate(vllm:prefix_cache_queries_total[5m])), '
+              '"model", "$1", "model_name", "(.*)")',
+       entity_labels=("node", "model"), min_delta=0.15, for_s=180,
+       description="prefix-cache hit ratio dropping sharply"),
+    _s(name="engine_ttft_p99", layer="engine", kind="latency", unit="s",
+       record="node_model:vllm_time_to_first_token_seconds:p99_5m",
+       promql='label_replace(histogram_quantile(0.99, sum without (instance, job) '
+              '(rate(vllm:time_to_first_token_seconds_bucket[5m]))), "model", "$1", "model_name", "(.*)")',
+       entity_labels=("node", "model"), ratio=1.5, min_delta=0.1, for_s=300,
+       description="engine TTFT p99 > 1.5 × its baseline for 5 min"),
+    _s(name="process_rss_trend", layer="engine", kind="trend", unit="bytes",
+       promql="max without (instance, job) (oximeter_process_resident_memory_bytes)",
+       entity_labels=("node", "process"), window_s=1800, for_s=600,
+       description="process RSS rising steadily (leak), with time to full (seed 004 §2–3)"),
+    _s(name="dependency_latency_p99", layer="dependency", kind="latency", unit="s",
+       record="dependency:oximeter_dependency_duration_seconds:p99_5m",
+       promql="histogram_quantile(0.99, sum without (instance, job) "
+              "(rate(oximeter_dependency_duration_seconds_bucket[5m])))",
+       entity_labels=("node", "dependency"), ratio=1.5, min_delta=0.02, for_s=180,
+       description="dependency latency p99 > 1.5 × its baseline (seed 001 §5)"),
+    _s(name="cache_hit_ratio", layer="dependency", kind="hit_rate",
+       record="cache:oximeter_cache_requests_hit:ratio_5m",
+       promql='sum without (instance, job, result) (rate(oximeter_cache_requests_total{result="hit"}[5m])) '
+              "/ sum without (instance, job, result) (rate(oximeter_cache_requests_total[5m]))",
+       entity_labels=("node", "cache"), min_delta=0.15, for_s=180,
+       min_traffic=TrafficGuard(promql="sum without (instance, job, result) "
+                                       "(rate(oximeter_cache_requests_total[5m]))", minimum=1),
+       description="cache hit rate falling (95 % → 60 %, seed 001 §5)"),
+)}
+
+# Defaults for ``oximeter detect --signal-kind KIND`` on a series of unknown meaning.
+KIND_DEFAULTS: dict[str, SignalSpec] = {
+    "gauge": _s(name="gauge", layer="engine", kind="gauge", promql="", entity_labels=(), for_s=300),
+    "latency": _s(name="latency", layer="scheduling", kind="latency", promql="", entity_labels=(),
+                  ratio=1.5, for_s=300),
+    "ratio": _s(name="ratio", layer="ingress", kind="ratio", promql="", entity_labels=(), for_s=300),
+    "counter_growth": _s(name="counter", layer="infrastructure", kind="counter_growth", promql="",
+                         entity_labels=(), increase=100, ratio=100, for_s=60, min_samples=2),
+    "hit_rate": _s(name="hit_rate", layer="dependency", kind="hit_rate", promql="", entity_labels=(),
+                   min_delta=0.15, for_s=300),
+    "trend": _s(name="trend", layer="engine", kind="trend", promql="", entity_labels=(), window_s=1800,
+                for_s=600),
+    "presence": _s(name="presence", layer="platform", kind="presence", promql="", entity_labels=(),
+                   for_s=120),
+}
+
+
+def build_catalogue(overrides: Mapping[str, Mapping[str, Any]] | None = None,
+                    base: Mapping[str, SignalSpec] | None = None) -> dict[str, SignalSpec]:
+    """The catalogue with ``overrides`` applied: fields of a known signal are replaced, an unknown
+    name defines a new signal (it then needs ``layer``, ``kind`` and ``promql``).
+    A bad override raises ConfigError naming ``analyzer.signals.<name>.<field>``."""
+    out = dict(CATALOGUE if base is None else base)
+    problems: list[str] = []
+    for name, fields in (overrides or {}).items():
+        merged = {**(out[name].model_dump() if name in out else {}), **dict(fields), "name": name}
+        try:
+            out[name] = SignalSpec.model_validate(merged)
+        except ValidationError as exc:
+            for err in exc.errors():
+                key = ".".join(str(p) for p in err["loc"])
+                problems.append(f"analyzer.signals.{name}.{key}: {err['msg']}")
+    if problems:
+        raise ConfigError(problems)
+    return out
