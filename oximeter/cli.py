@@ -20,6 +20,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "sim": ("simulator.cli", "simulated vLLM engines and GPU fleet: serve, fault, history"),
     "traffic": ("simulator.traffic", "generate OpenAI-API traffic with a compressed daily shape"),
     "config": ("oximeter.config_cli", "check a configuration file"),
+    "exporter": ("exporter.cli", "export GPU (NVML or simulated) and external queue metrics"),
     "demo": ("oximeter.demo", "run the whole stack on localhost with a simulated fleet"),
 }
 

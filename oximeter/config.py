@@ -12,6 +12,7 @@ from typing import Any
 import yaml
 from pydantic import BaseModel, ConfigDict, ValidationError
 
+from exporter.settings import ExporterSettings
 from gateway.settings import GatewaySettings
 from oximeter.errors import ConfigError
 from simulator.settings import SimSettings
@@ -26,6 +27,7 @@ class OximeterConfig(BaseModel):
 
     gateway: GatewaySettings = GatewaySettings()
     sim: SimSettings = SimSettings()
+    exporter: ExporterSettings = ExporterSettings()
 
 
 def _describe(error: Any) -> str:

@@ -1,0 +1,369 @@
+"""NVML backend: the only module that imports ``pynvml`` (nvidia-ml-py).
+
+Failure modes (issue 3): NOT_SUPPORTED or FUNCTION_NOT_FOUND → that series is absent, no error;
+GPU_IS_LOST / UNKNOWN → ``oximeter_gpu_up 0`` and an error counted, the other GPUs and the
+exporter carry on; TIMEOUT or any other NVML error on one field → that field absent, error
+counted. NVML's "not available" sentinels (all bits set) are never exported. Xid critical errors
+arrive on a background thread blocked in ``nvmlEventSetWait`` and are counted per code.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import logging
+import os
+import threading
+import time
+from dataclasses import dataclass
+from functools import partial
+from typing import Any
+
+from exporter.backends.base import (
+    BackendStartError,
+    GpuIdentity,
+    GpuProcess,
+    GpuReading,
+    NodeSnapshot,
+    XidStat,
+)
+from exporter.deadline import DeadlineReader
+
+log = logging.getLogger(__name__)
+
+# NVML_VALUE_NOT_AVAILABLE for unsigned int and unsigned long long results.
+_UINT_NA = 0xFFFFFFFF
+_ULL_NA = 0xFFFFFFFFFFFFFFFF
+
+# Our reason name -> pynvml constant (nvmlClocksEventReason*, the current name of the old
+# "throttle reasons"; same bits).
+_REASON_CONSTANTS: tuple[tuple[str, str], ...] = (
+    ("hw_thermal", "nvmlClocksEventReasonHwThermalSlowdown"),
+    ("sw_thermal", "nvmlClocksEventReasonSwThermalSlowdown"),
+    ("hw_slowdown", "nvmlClocksEventReasonHwSlowdown"),
+    ("power_cap", "nvmlClocksEventReasonSwPowerCap"),
+    ("power_brake", "nvmlClocksEventReasonHwPowerBrakeSlowdown"),
+    ("idle", "nvmlClocksEventReasonGpuIdle"),
+)
+
+
+class _GpuGoneError(Exception):
+    """The GPU stopped answering (lost or unknown error): the whole reading is down."""
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(reason)
+        self.reason = reason
+
+
+@dataclass
+class _Slot:
+    index: int
+    handle: Any
+    identity: GpuIdentity
+
+
+def _uint(value: Any) -> int | None:
+    return None if value is None or int(value) == _UINT_NA else int(value)
+
+
+def _ull(value: Any) -> int | None:
+    return None if value is None or int(value) == _ULL_NA else int(value)
+
+
+def _text(value: Any) -> str:
+    return value.decode(errors="replace") if isinstance(value, bytes) else str(value)
+
+
+def _handle_key(handle: Any) -> int:
+    """A key equal for two handles of the same device (ctypes pointers compare by identity)."""
+    try:
+        return int(ctypes.cast(handle, ctypes.c_void_p).value or 0)
+    except (TypeError, ctypes.ArgumentError):
+        return id(handle)
+
+
+class NvmlBackend:
+    """Reads every GPU of this host through NVML at scrape time."""
+
+    name = "nvml"
+    simulation = False
+
+    def __init__(self, *, nvml: Any | None = None, timeout_s: float = 2.0,
+                 xid_poll_ms: int = 500) -> None:
+        self._nvml_override = nvml
+        self._nvml: Any = None
+        self._timeout_s = timeout_s
+        self._xid_poll_ms = xid_poll_ms
+        self._slots: list[_Slot] = []
+        self._reader: DeadlineReader[int, tuple[GpuReading, list[str]]] | None = None
+        self._absent: tuple[type[BaseException], ...] = ()
+        self._process_names: dict[int, str] = {}
+        # Xid state, written by the listener thread.
+        self._xid_lock = threading.Lock()
+        self._xid: dict[int, dict[int, tuple[int, float]]] = {}
+        self._index_by_key: dict[int, int] = {}
+        self._pending_errors: list[str] = []
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._event_set: Any = None
+        self._started = False
+
+    # -- life cycle --------------------------------------------------------------------------
+    def start(self) -> None:
+        """nvmlInit, open every GPU, start the Xid listener. Raises BackendStartError."""
+        nvml: Any = self._nvml_override
+        if nvml is None:
+            try:
+                import pynvml
+            except ImportError as exc:
+                raise BackendStartError(f"nvidia-ml-py is not installed: {exc}") from None
+            nvml = pynvml
+        self._nvml = nvml
+        try:
+            nvml.nvmlInit()
+        except nvml.NVMLError as exc:
+            raise BackendStartError(f"NVML initialisation failed: {exc}") from None
+        self._started = True
+        names = ("NVMLError_NotSupported", "NVMLError_FunctionNotFound", "NVMLLibraryMismatchError")
+        self._absent = tuple(cls for cls in (getattr(nvml, n, None) for n in names) if cls is not None)
+        try:
+            count = int(nvml.nvmlDeviceGetCount())
+        except nvml.NVMLError as exc:
+            self.close()
+            raise BackendStartError(f"NVML cannot count GPUs: {exc}") from None
+        self._slots = [self._open(index) for index in range(count)]
+        self._reader = DeadlineReader(max_workers=count, thread_name_prefix="oximeter-nvml")
+        self._start_xid_listener()
+
+    def close(self) -> None:
+        """Stop the listener, free the event set, nvmlShutdown. Safe to call twice."""
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=self._xid_poll_ms / 1000 * 2 + 1)
+            stuck = self._thread.is_alive()
+            self._thread = None
+        else:
+            stuck = False
+        if self._reader is not None:
+            self._reader.close()
+            self._reader = None
+        if not self._started:
+            return
+        self._started = False
+        nvml = self._nvml
+        if self._event_set is not None and not stuck:
+            try:
+                nvml.nvmlEventSetFree(self._event_set)
+            except nvml.NVMLError as exc:
+                log.warning("nvmlEventSetFree failed: %s", exc)
+            self._event_set = None
+        try:
+            nvml.nvmlShutdown()
+        except nvml.NVMLError as exc:
+            log.warning("nvmlShutdown failed: %s", exc)
+
+    # -- reading -----------------------------------------------------------------------------
+    def read(self) -> NodeSnapshot:
+        """Every GPU, in parallel under the deadline; a late or failing GPU is reported down."""
+        if self._reader is None:
+            raise RuntimeError("NvmlBackend.read() before start()")
+        calls = {slot.index: partial(self._read_gpu, slot) for slot in self._slots}
+        results, failed = self._reader.run(calls, self._timeout_s)
+        with self._xid_lock:
+            errors, self._pending_errors = self._pending_errors, []
+        gpus: list[GpuReading] = []
+        for slot in self._slots:
+            if slot.index in results:
+                reading, gpu_errors = results[slot.index]
+                errors.extend(gpu_errors)
+            else:
+                if slot.index in failed:
+                    log.error("reading GPU %d raised %r", slot.index, failed[slot.index])
+                errors.append("backend" if slot.index in failed else "timeout")
+                reading = self._down(slot)
+            gpus.append(reading)
+        return NodeSnapshot(gpus=tuple(gpus), errors=tuple(errors))
+
+    def _down(self, slot: _Slot) -> GpuReading:
+        return GpuReading(identity=slot.identity, up=False, xid=self._xid_stats(slot.index))
+
+    def _call(self, errors: list[str], fn: Any, *args: Any) -> Any:
+        nvml = self._nvml
+        try:
+            return fn(*args)
+        except self._absent:
+            return None
+        except nvml.NVMLError_GpuIsLost:
+            raise _GpuGoneError("gpu_lost") from None
+        except nvml.NVMLError_Unknown:
+            raise _GpuGoneError("nvml_unknown") from None
+        except nvml.NVMLError_Timeout:
+            errors.append("timeout")
+            return None
+        except nvml.NVMLError as exc:
+            log.debug("%s failed: %s", getattr(fn, "__name__", fn), exc)
+            errors.append("nvml_error")
+            return None
+
+    def _open(self, index: int) -> _Slot:
+        """Handle and identity of GPU ``index``; a GPU lost at start-up is retried at each read."""
+        slot = _Slot(index=index, handle=None, identity=GpuIdentity(index, "", "", ""))
+        try:
+            self._reopen(slot)
+        except _GpuGoneError as gone:
+            log.warning("GPU %d unavailable at start-up (%s)", index, gone.reason)
+        return slot
+
+    def _reopen(self, slot: _Slot) -> None:
+        nvml = self._nvml
+        errors: list[str] = []
+        handle = self._call(errors, nvml.nvmlDeviceGetHandleByIndex, slot.index)
+        if handle is None:
+            raise _GpuGoneError("nvml_error")
+        uuid = self._call(errors, nvml.nvmlDeviceGetUUID, handle)
+        model = self._call(errors, nvml.nvmlDeviceGetName, handle)
+        pci = self._call(errors, nvml.nvmlDeviceGetPciInfo, handle)
+        bus_id = _text(pci.busId) if pci is not None else ""
+        slot.identity = GpuIdentity(slot.index, _text(uuid or ""), _text(model or ""), bus_id)
+        slot.handle = handle
+
+    def _read_gpu(self, slot: _Slot) -> tuple[GpuReading, list[str]]:
+        nvml = self._nvml
+        errors: list[str] = []
+        try:
+            if slot.handle is None:
+                self._reopen(slot)
+            h = slot.handle
+            call = partial(self._call, errors)
+            util = call(nvml.nvmlDeviceGetUtilizationRates, h)
+            memory = call(nvml.nvmlDeviceGetMemoryInfo, h)
+            temperature = call(nvml.nvmlDeviceGetTemperature, h, nvml.NVML_TEMPERATURE_GPU)
+            power_mw = call(nvml.nvmlDeviceGetPowerUsage, h)
+            limit_mw = call(nvml.nvmlDeviceGetEnforcedPowerLimit, h)
+            sm_mhz = call(nvml.nvmlDeviceGetClockInfo, h, nvml.NVML_CLOCK_SM)
+            sm_max_mhz = call(nvml.nvmlDeviceGetMaxClockInfo, h, nvml.NVML_CLOCK_SM)
+            reasons = _ull(call(nvml.nvmlDeviceGetCurrentClocksEventReasons, h))
+            ecc_corrected = call(nvml.nvmlDeviceGetTotalEccErrors, h,
+                                 nvml.NVML_MEMORY_ERROR_TYPE_CORRECTED, nvml.NVML_VOLATILE_ECC)
+            ecc_uncorrected = call(nvml.nvmlDeviceGetTotalEccErrors, h,
+                                   nvml.NVML_MEMORY_ERROR_TYPE_UNCORRECTED, nvml.NVML_VOLATILE_ECC)
+            rows = call(nvml.nvmlDeviceGetRemappedRows, h)
+            replays = call(nvml.nvmlDeviceGetPcieReplayCounter, h)
+            processes = call(nvml.nvmlDeviceGetComputeRunningProcesses, h)
+        except _GpuGoneError as gone:
+            errors.append(gone.reason)
+            return self._down(slot), errors
+        rows = rows if rows is not None else (None, None, None, None)
+        pending, failure = _uint(rows[2]), _uint(rows[3])
+        reading = GpuReading(
+            identity=slot.identity,
+            up=True,
+            utilization_ratio=_scaled(_uint(util.gpu) if util is not None else None, 0.01),
+            memory_used_bytes=_ull(memory.used) if memory is not None else None,
+            memory_total_bytes=_ull(memory.total) if memory is not None else None,
+            temperature_celsius=_scaled(_uint(temperature), 1.0),
+            power_watts=_scaled(_uint(power_mw), 0.001),
+            power_limit_watts=_scaled(_uint(limit_mw), 0.001),
+            sm_clock_hertz=_scaled(_uint(sm_mhz), 1e6),
+            sm_clock_max_hertz=_scaled(_uint(sm_max_mhz), 1e6),
+            clock_event_reasons=None if reasons is None else frozenset(
+                name for name, const in _REASON_CONSTANTS if reasons & int(getattr(nvml, const))),
+            ecc_corrected_total=_ull(ecc_corrected),
+            ecc_uncorrected_total=_ull(ecc_uncorrected),
+            remapped_rows_correctable=_uint(rows[0]),
+            remapped_rows_uncorrectable=_uint(rows[1]),
+            row_remap_pending=None if pending is None else bool(pending),
+            row_remap_failure=None if failure is None else bool(failure),
+            pcie_replay_total=_uint(replays),
+            xid=self._xid_stats(slot.index),
+            processes=None if processes is None else self._processes(processes),
+        )
+        return reading, errors
+
+    def _processes(self, raw: Any) -> tuple[GpuProcess, ...]:
+        found: list[GpuProcess] = []
+        for proc in raw:
+            used = getattr(proc, "usedGpuMemory", None)
+            # None (and the sentinel) is NVML's "not available" (WDDM, some MIG set-ups).
+            if used is None or int(used) == _ULL_NA:
+                continue
+            pid = int(proc.pid)
+            found.append(GpuProcess(pid=pid, name=self._process_name(pid), used_memory_bytes=int(used)))
+        return tuple(found)
+
+    def _process_name(self, pid: int) -> str:
+        name = self._process_names.get(pid)
+        if name is None:
+            try:
+                name = os.path.basename(_text(self._nvml.nvmlSystemGetProcessName(pid))) or "unknown"
+            except self._nvml.NVMLError:
+                name = "unknown"
+            if len(self._process_names) > 4096:  # pids churn; keep the cache bounded
+                self._process_names.clear()
+            self._process_names[pid] = name
+        return name
+
+    # -- Xid listener ------------------------------------------------------------------------
+    def _start_xid_listener(self) -> None:
+        nvml = self._nvml
+        xid_type = int(nvml.nvmlEventTypeXidCriticalError)
+        try:
+            self._event_set = nvml.nvmlEventSetCreate()
+        except nvml.NVMLError as exc:
+            log.warning("no Xid events (nvmlEventSetCreate: %s); Xid series absent", exc)
+            return
+        for slot in self._slots:
+            if slot.handle is None:
+                continue
+            try:
+                if not int(nvml.nvmlDeviceGetSupportedEventTypes(slot.handle)) & xid_type:
+                    continue
+                nvml.nvmlDeviceRegisterEvents(slot.handle, xid_type, self._event_set)
+            except nvml.NVMLError as exc:
+                # Unsupported here: this GPU's Xid series stay absent rather than a false 0.
+                log.warning("GPU %d: no Xid events (%s)", slot.index, exc)
+                continue
+            self._xid[slot.index] = {}
+            self._index_by_key[_handle_key(slot.handle)] = slot.index
+        if self._xid:
+            self._thread = threading.Thread(target=self._listen, name="oximeter-xid", daemon=True)
+            self._thread.start()
+
+    def _listen(self) -> None:
+        nvml = self._nvml
+        xid_type = int(nvml.nvmlEventTypeXidCriticalError)
+        while not self._stop.is_set():
+            try:
+                data = nvml.nvmlEventSetWait(self._event_set, self._xid_poll_ms)
+            except nvml.NVMLError_Timeout:
+                continue
+            except nvml.NVMLError as exc:
+                log.warning("nvmlEventSetWait failed: %s", exc)
+                with self._xid_lock:
+                    self._pending_errors.append("xid_listener")
+                self._stop.wait(1.0)  # back off instead of spinning on a broken event set
+                continue
+            if not int(data.eventType) & xid_type:
+                continue
+            index = self._index_by_key.get(_handle_key(data.device))
+            if index is None:
+                log.warning("Xid %d on an unknown device", int(data.eventData))
+                continue
+            self.record_xid(index, int(data.eventData), time.time())
+
+    def record_xid(self, index: int, xid: int, timestamp_seconds: float) -> None:
+        """Count one Xid on GPU ``index`` (called by the listener thread)."""
+        with self._xid_lock:
+            codes = self._xid.setdefault(index, {})
+            count, _ = codes.get(xid, (0, 0.0))
+            codes[xid] = (count + 1, timestamp_seconds)
+
+    def _xid_stats(self, index: int) -> tuple[XidStat, ...] | None:
+        with self._xid_lock:
+            codes = self._xid.get(index)
+            if codes is None:
+                return None
+            return tuple(XidStat(xid, count, ts) for xid, (count, ts) in sorted(codes.items()))
+
+
+def _scaled(value: int | None, factor: float) -> float | None:
+    return None if value is None else value * factor

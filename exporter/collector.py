@@ -1,0 +1,229 @@
+"""The custom collector: reads the backend, the host and the external queues at scrape time.
+
+client_python's custom-collector pattern: ``describe()`` lists the families without touching the
+GPU (so registration is free), ``collect()`` yields fresh families each scrape. Every failure is
+counted in ``oximeter_exporter_collect_errors_total{reason}`` and the scrape still answers.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from typing import Protocol, TypeVar
+
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
+
+from exporter.backends.base import (
+    CLOCK_EVENT_REASONS,
+    PAGING_XIDS,
+    GpuBackend,
+    GpuReading,
+    HostProcess,
+    NodeSnapshot,
+)
+from exporter.dcgm import dcgm_families
+from exporter.error_counter import ErrorCounter
+
+log = logging.getLogger(__name__)
+
+GPU_LABELS = ("node", "gpu", "uuid", "gpu_model", "pci_bus_id")
+T = TypeVar("T")
+
+
+class HostSource(Protocol):
+    """Resident memory of inference processes on this host."""
+
+    def read(self) -> tuple[tuple[HostProcess, ...], list[str]]:
+        """(processes, error reasons)."""
+
+
+class QueueSource(Protocol):
+    """External queue lengths."""
+
+    def read(self) -> tuple[dict[str, int], list[str]]:
+        """(length by queue name, error reasons)."""
+
+
+# Plain per-GPU gauges: (metric name, help, reading -> value or None).
+_GPU_GAUGES: tuple[tuple[str, str, Callable[[GpuReading], float | None]], ...] = (
+    ("oximeter_gpu_utilization_ratio", "Fraction of the last sample period a kernel ran (0-1).",
+     lambda r: r.utilization_ratio),
+    ("oximeter_gpu_memory_used_bytes", "GPU memory in use.", lambda r: r.memory_used_bytes),
+    ("oximeter_gpu_memory_total_bytes", "GPU memory installed.", lambda r: r.memory_total_bytes),
+    ("oximeter_gpu_temperature_celsius", "GPU core temperature.", lambda r: r.temperature_celsius),
+    ("oximeter_gpu_power_watts", "Power draw.", lambda r: r.power_watts),
+    ("oximeter_gpu_power_limit_watts", "Enforced power limit.", lambda r: r.power_limit_watts),
+    ("oximeter_gpu_sm_clock_hertz", "Current SM clock.", lambda r: r.sm_clock_hertz),
+    ("oximeter_gpu_sm_clock_max_hertz", "Maximum SM clock.", lambda r: r.sm_clock_max_hertz),
+    ("oximeter_gpu_row_remap_pending", "1 while a row remap waits for a GPU reset.",
+     lambda r: None if r.row_remap_pending is None else float(r.row_remap_pending)),
+    ("oximeter_gpu_row_remap_failure", "1 when a row remap failed (no spare rows left).",
+     lambda r: None if r.row_remap_failure is None else float(r.row_remap_failure)),
+)
+
+
+def _gauge(name: str, help_text: str, labels: Sequence[str]) -> GaugeMetricFamily:
+    return GaugeMetricFamily(name, help_text, labels=labels)
+
+
+def _counter(name: str, help_text: str, labels: Sequence[str]) -> CounterMetricFamily:
+    return CounterMetricFamily(name, help_text, labels=labels)
+
+
+class GpuCollector(Collector):
+    """Exports one node: GPUs from ``backend``, host processes, external queues, and itself."""
+
+    def __init__(self, backend: GpuBackend, node: str, *, host: HostSource | None = None,
+                 queues: QueueSource | None = None, naming: str = "oximeter",
+                 errors: ErrorCounter | None = None) -> None:
+        self.backend = backend
+        self.node = node
+        self.host = host
+        self.queues = queues
+        self.naming = naming
+        self.errors = errors or ErrorCounter()
+        # Scrapes run on server threads; one read at a time keeps NVML and Redis calls bounded
+        # (each read has its own deadline, so a waiting scrape is never blocked for long).
+        self._lock = threading.Lock()
+
+    def describe(self) -> Iterable[Metric]:
+        """Every family this collector can yield, empty: registration never reads a GPU."""
+        return list(self._families(NodeSnapshot(gpus=()), (), {}, 0.0, describe=True))
+
+    def collect(self) -> Iterator[Metric]:
+        """Read everything now and yield the families."""
+        with self._lock:
+            families = list(self._read_and_build())
+        yield from families
+
+    def _read_and_build(self) -> Iterator[Metric]:
+        started = time.perf_counter()
+        errors: list[str] = []
+        snapshot = self._guarded(self.backend.read, "backend", errors, NodeSnapshot(gpus=()))
+        errors.extend(snapshot.errors)
+        host_processes: Sequence[HostProcess] = snapshot.host_processes or ()
+        if snapshot.host_processes is None and self.host is not None:
+            no_host: tuple[tuple[HostProcess, ...], list[str]] = ((), [])
+            host_processes, host_errors = self._guarded(self.host.read, "process", errors, no_host)
+            errors.extend(host_errors)
+        lengths: dict[str, int] = {}
+        if self.queues is not None:
+            no_queues: tuple[dict[str, int], list[str]] = ({}, [])
+            lengths, queue_errors = self._guarded(self.queues.read, "redis", errors, no_queues)
+            errors.extend(queue_errors)
+        self.errors.add(errors)
+        yield from self._families(snapshot, host_processes, lengths, time.perf_counter() - started)
+
+    @staticmethod
+    def _guarded(read: Callable[[], T], reason: str, errors: list[str], fallback: T) -> T:
+        try:
+            return read()
+        except Exception:  # a source bug must not turn the whole scrape into a 500
+            log.exception("reading %s failed", reason)
+            errors.append(reason)
+            return fallback
+
+    def _families(self, snapshot: NodeSnapshot, host_processes: Sequence[HostProcess],
+                  lengths: dict[str, int], duration_s: float, describe: bool = False) -> Iterator[Metric]:
+        node = self.node
+        gpus = snapshot.gpus
+        yield from self._gpu_families(gpus)
+        rss = _gauge("oximeter_process_resident_memory_bytes",
+                     "Resident memory (RSS) of a configured inference process.", ("node", "process"))
+        totals: dict[str, int] = {}
+        for proc in host_processes:
+            totals[proc.name] = totals.get(proc.name, 0) + proc.rss_bytes
+        for name, value in sorted(totals.items()):
+            rss.add_metric([node, name], value)
+        yield rss
+        queue = _gauge("oximeter_external_queue_length", "Items waiting in an external queue.",
+                       ("node", "queue"))
+        for name, value in sorted(lengths.items()):
+            queue.add_metric([node, name], value)
+        yield queue
+        if self.backend.simulation:
+            info = _gauge("oximeter_simulation_info", "1: these GPUs are simulated.", ("node",))
+            if not describe:
+                info.add_metric([node], 1)
+            yield info
+        duration = _gauge("oximeter_exporter_collect_duration_seconds",
+                          "Time this scrape spent reading GPUs, host and queues.", ("node",))
+        errors = _counter("oximeter_exporter_collect_errors_total",
+                          "Failures while collecting, by reason; the scrape carried on.", ("node", "reason"))
+        if not describe:
+            duration.add_metric([node], duration_s)
+            for reason, count in sorted(self.errors.snapshot().items()):
+                errors.add_metric([node, reason], count)
+        yield duration
+        yield errors
+        if self.naming == "dcgm":
+            yield from dcgm_families(node, gpus)
+
+    def _gpu_families(self, gpus: Sequence[GpuReading]) -> Iterator[Metric]:
+        node = self.node
+
+        def labels(r: GpuReading) -> list[str]:
+            ident = r.identity
+            return [node, str(ident.index), ident.uuid, ident.model, ident.pci_bus_id]
+
+        up = _gauge("oximeter_gpu_up", "1 when the GPU answered this scrape, 0 when lost or late.",
+                    GPU_LABELS)
+        for r in gpus:
+            up.add_metric(labels(r), 1 if r.up else 0)
+        yield up
+        live = [r for r in gpus if r.up]
+        for name, help_text, value_of in _GPU_GAUGES:
+            family = _gauge(name, help_text, GPU_LABELS)
+            for r in live:
+                value = value_of(r)
+                if value is not None:
+                    family.add_metric(labels(r), value)
+            yield family
+        reasons = _gauge("oximeter_gpu_clock_event_active",
+                         "1 while a clock event reason (throttle) is active.", (*GPU_LABELS, "reason"))
+        ecc = _counter("oximeter_gpu_ecc_errors_total", "Volatile ECC errors since the driver loaded.",
+                       (*GPU_LABELS, "kind"))
+        rows = _gauge("oximeter_gpu_remapped_rows", "Rows remapped to spares.", (*GPU_LABELS, "kind"))
+        replays = _counter("oximeter_gpu_pcie_replay_total", "PCIe replays (link retries).", GPU_LABELS)
+        procs = _gauge("oximeter_gpu_process_memory_used_bytes", "GPU memory held by a compute process.",
+                       (*GPU_LABELS, "pid", "process"))
+        for r in live:
+            base = labels(r)
+            if r.clock_event_reasons is not None:
+                for reason in CLOCK_EVENT_REASONS:
+                    reasons.add_metric([*base, reason], 1 if reason in r.clock_event_reasons else 0)
+            for kind, count in (("corrected", r.ecc_corrected_total),
+                                ("uncorrected", r.ecc_uncorrected_total)):
+                if count is not None:
+                    ecc.add_metric([*base, kind], count)
+            for kind, count in (("correctable", r.remapped_rows_correctable),
+                                ("uncorrectable", r.remapped_rows_uncorrectable)):
+                if count is not None:
+                    rows.add_metric([*base, kind], count)
+            if r.pcie_replay_total is not None:
+                replays.add_metric(base, r.pcie_replay_total)
+            by_pid: dict[int, tuple[str, int]] = {}
+            for proc in r.processes or ():
+                # One process can appear once per MIG instance: one series per pid, summed.
+                name, used = by_pid.get(proc.pid, (proc.name, 0))
+                by_pid[proc.pid] = (name, used + proc.used_memory_bytes)
+            for pid, (name, used) in sorted(by_pid.items()):
+                procs.add_metric([*base, str(pid), name], used)
+        yield from (reasons, ecc, rows, replays, procs)
+        # Xid counters survive a lost GPU: Xid 79 ("fallen off the bus") is what explains it.
+        xid_count = _counter("oximeter_gpu_xid_errors", "Xid critical errors, by code.", (*GPU_LABELS, "xid"))
+        xid_last = _gauge("oximeter_gpu_xid_last_timestamp_seconds",
+                          "When an Xid code was last seen (Unix time; 0 = never).", (*GPU_LABELS, "xid"))
+        for r in gpus:
+            if r.xid is None:
+                continue
+            stats = {s.xid: s for s in r.xid}
+            for code in sorted(set(PAGING_XIDS) | set(stats)):
+                stat = stats.get(code)
+                xid_count.add_metric([*labels(r), str(code)], stat.count if stat else 0)
+                xid_last.add_metric([*labels(r), str(code)], stat.last_timestamp_seconds if stat else 0)
+        yield xid_count
+        yield xid_last

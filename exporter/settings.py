@@ -1,0 +1,135 @@
+"""Settings of ``oximeter exporter`` (the ``exporter:`` section; CLI flags override them).
+
+A stdlib dataclass, not pydantic, so the exporter runs on a GPU host with only its small set of
+dependencies; ``oximeter/config.py`` still embeds it (pydantic validates stdlib dataclasses, and
+``__post_init__`` runs there too). ``from_mapping`` is the exporter's own path from YAML.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+BACKEND_NAMES = ("nvml", "sim")
+NAMINGS = ("oximeter", "dcgm")
+QUEUE_KINDS = ("list", "stream")
+
+
+def _check_type(key: str, value: object, expected: type | tuple[type, ...]) -> None:
+    allowed = expected if isinstance(expected, tuple) else (expected,)
+    # bool is an int in Python; a YAML "port: yes" must still be rejected.
+    if (isinstance(value, bool) and bool not in allowed) or not isinstance(value, allowed):
+        raise ValueError(f"{key}: expected {_type_name(expected)}, got {type(value).__name__}")
+
+
+def _type_name(expected: type | tuple[type, ...]) -> str:
+    if isinstance(expected, tuple):
+        return " or ".join(t.__name__ for t in expected)
+    return expected.__name__
+
+
+@dataclass(frozen=True)
+class QueueSpec:
+    """One external queue: a Redis list (LLEN) or stream (XLEN) exported under ``name``."""
+
+    __pydantic_config__: ClassVar[dict[str, Any]] = {"extra": "forbid"}
+
+    name: str
+    key: str
+    kind: str = "list"
+
+    def __post_init__(self) -> None:
+        _check_type("name", self.name, str)
+        _check_type("key", self.key, str)
+        if not self.name or not self.key:
+            raise ValueError("name and key must not be empty")
+        if self.kind not in QUEUE_KINDS:
+            raise ValueError(f"kind: must be one of {', '.join(QUEUE_KINDS)}, got {self.kind!r}")
+
+
+@dataclass(frozen=True)
+class ExporterSettings:
+    """The exporter: which backend, where to listen, what else to read. Safe defaults throughout."""
+
+    __pydantic_config__: ClassVar[dict[str, Any]] = {"extra": "forbid"}
+
+    backend: str = "nvml"
+    node: str = ""                       # "" = this host's name, resolved at start-up
+    host: str = "127.0.0.1"
+    port: int = 9400
+    naming: str = "oximeter"             # "dcgm": also export dcgm-exporter 4.x names
+    sim_url: str = "http://127.0.0.1:8100"
+    sim_timeout_s: float = 2.0
+    gpu_timeout_s: float = 2.0           # a GPU that has not answered by then is reported down
+    process_names: tuple[str, ...] = ("vllm",)
+    redis_url: str = ""                  # "" = no external queues; password from the env var below
+    redis_password_env: str = "OXIMETER_REDIS_PASSWORD"
+    redis_timeout_s: float = 0.5
+    queues: tuple[QueueSpec, ...] = ()
+
+    def __post_init__(self) -> None:
+        for key in ("backend", "node", "host", "naming", "sim_url", "redis_url", "redis_password_env"):
+            _check_type(key, getattr(self, key), str)
+        if self.backend not in BACKEND_NAMES:
+            raise ValueError(f"backend: must be one of {', '.join(BACKEND_NAMES)}, got {self.backend!r}")
+        if self.naming not in NAMINGS:
+            raise ValueError(f"naming: must be one of {', '.join(NAMINGS)}, got {self.naming!r}")
+        _check_type("port", self.port, int)
+        if not 1 <= self.port <= 65535:
+            raise ValueError(f"port: must be between 1 and 65535, got {self.port}")
+        for key in ("sim_timeout_s", "gpu_timeout_s", "redis_timeout_s"):
+            value = getattr(self, key)
+            _check_type(key, value, (int, float))
+            if not 0 < value <= 60:
+                raise ValueError(f"{key}: must be > 0 and <= 60 seconds, got {value}")
+        if not self.sim_url.startswith(("http://", "https://")):
+            raise ValueError(f"sim_url: must start with http:// or https://, got {self.sim_url!r}")
+        if self.redis_url and not self.redis_url.startswith(("redis://", "rediss://", "unix://")):
+            raise ValueError("redis_url: must start with redis://, rediss:// or unix://")
+        if "@" in self.redis_url:
+            # A password in the URL would end up in the config file and in error messages.
+            raise ValueError(f"redis_url: put the password in ${self.redis_password_env}, not the URL")
+        for name in self.process_names:
+            _check_type("process_names[]", name, str)
+        names = [q.name for q in self.queues]
+        if len(set(names)) != len(names):
+            raise ValueError("queues: names must be unique")
+        if self.queues and not self.redis_url:
+            raise ValueError("queues: need redis_url")
+
+    @classmethod
+    def from_mapping(cls, data: Mapping[str, Any] | None) -> ExporterSettings:
+        """Build from the ``exporter:`` YAML mapping; ValueError names the key."""
+        if data is None:
+            return cls()
+        if not isinstance(data, Mapping):
+            raise ValueError(f"expected a mapping, got {type(data).__name__}")
+        known = {f.name for f in dataclasses.fields(cls)}
+        unknown = sorted(set(data) - known)
+        if unknown:
+            raise ValueError(f"{unknown[0]}: unknown key")
+        values = dict(data)
+        if "process_names" in values:
+            values["process_names"] = tuple(_as_list("process_names", values["process_names"]))
+        if "queues" in values:
+            queues = []
+            for i, item in enumerate(_as_list("queues", values["queues"])):
+                if not isinstance(item, Mapping):
+                    raise ValueError(f"queues[{i}]: expected a mapping")
+                extra = sorted(set(item) - {"name", "key", "kind"})
+                if extra:
+                    raise ValueError(f"queues[{i}].{extra[0]}: unknown key")
+                try:
+                    queues.append(QueueSpec(**item))
+                except (TypeError, ValueError) as exc:
+                    raise ValueError(f"queues[{i}]: {exc}") from None
+            values["queues"] = tuple(queues)
+        return cls(**values)
+
+
+def _as_list(key: str, value: object) -> list[Any]:
+    if not isinstance(value, list | tuple):
+        raise ValueError(f"{key}: expected a list, got {type(value).__name__}")
+    return list(value)
