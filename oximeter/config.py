@@ -12,6 +12,7 @@ from typing import Any
 import yaml
 from pydantic import BaseModel, ConfigDict, ValidationError
 
+from analyzer.settings import AnalyzerSettings
 from exporter.settings import ExporterSettings
 from gateway.settings import GatewaySettings
 from oximeter.errors import ConfigError
@@ -27,6 +28,7 @@ class OximeterConfig(BaseModel):
 
     gateway: GatewaySettings = GatewaySettings()
     sim: SimSettings = SimSettings()
+    analyzer: AnalyzerSettings = AnalyzerSettings()
     exporter: ExporterSettings = ExporterSettings()
 
 
