@@ -1,0 +1,1 @@
+"""Where series come from: files, replay frames, and (later) Prometheus."""
