@@ -1,0 +1,124 @@
+"""A rendered, channel-neutral chat message: what every channel turns into its own payload.
+
+The outbox stores messages as JSON (``to_json``/``from_json``), so a message queued before a
+restart is delivered unchanged after it.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+from dataclasses import dataclass, field
+from enum import StrEnum
+from typing import Any
+
+
+class Severity(StrEnum):
+    """The one severity enum (ARCHITECTURE "Severity and Xid"); chat prints P0–P2."""
+
+    CRITICAL = "critical"
+    WARNING = "warning"
+    INFO = "info"
+
+    @property
+    def priority(self) -> str:
+        """``P0`` (pages), ``P1`` or ``P2``."""
+        return {"critical": "P0", "warning": "P1", "info": "P2"}[self.value]
+
+
+SIMULATION_MARKER = "SIMULATION"
+
+
+@dataclass(frozen=True)
+class Section:
+    """One titled block of the body: markdown-ish text and an optional table (first row = header)."""
+
+    title: str
+    body: str = ""
+    table: tuple[tuple[str, ...], ...] = ()
+
+
+@dataclass(frozen=True)
+class Link:
+    """A labelled URL (dashboard, incident API, runbook)."""
+
+    label: str
+    url: str
+
+
+@dataclass(frozen=True)
+class Message:
+    """A channel-neutral notification.
+
+    ``idempotency_key`` names the change it reports (e.g. ``incident-42:opened:1``); the outbox
+    keeps it unique per channel so a change is announced once however often it is enqueued.
+    """
+
+    title: str
+    severity: Severity = Severity.INFO
+    sections: tuple[Section, ...] = ()
+    fields: tuple[tuple[str, str], ...] = ()
+    links: tuple[Link, ...] = ()
+    image_png: bytes | None = field(default=None, repr=False)
+    simulation: bool = False
+    idempotency_key: str = ""
+
+    def __post_init__(self) -> None:
+        if not self.title.strip():
+            raise ValueError("message title is empty")
+        object.__setattr__(self, "severity", Severity(self.severity))
+
+    @property
+    def heading(self) -> str:
+        """The title line every channel shows: ``[SIMULATION] [P0] title``."""
+        prefix = f"[{SIMULATION_MARKER}] " if self.simulation else ""
+        return f"{prefix}[{self.severity.priority}] {self.title}"
+
+    @property
+    def has_tables(self) -> bool:
+        """True when some section carries a table (the digest), which some channels render apart."""
+        return any(section.table for section in self.sections)
+
+    def to_dict(self) -> dict[str, Any]:
+        """A JSON-ready dict (the image as base64)."""
+        return {
+            "title": self.title,
+            "severity": self.severity.value,
+            "priority": self.severity.priority,
+            "sections": [
+                {"title": s.title, "body": s.body, "table": [list(row) for row in s.table]}
+                for s in self.sections
+            ],
+            "fields": [[k, v] for k, v in self.fields],
+            "links": [{"label": link.label, "url": link.url} for link in self.links],
+            "image_png_base64": base64.b64encode(self.image_png).decode() if self.image_png else None,
+            "simulation": self.simulation,
+            "idempotency_key": self.idempotency_key,
+        }
+
+    def to_json(self) -> str:
+        """Compact JSON, UTF-8 text kept as is."""
+        return json.dumps(self.to_dict(), ensure_ascii=False, separators=(",", ":"))
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> Message:
+        """Inverse of ``to_dict``."""
+        image = data.get("image_png_base64")
+        return cls(
+            title=data["title"],
+            severity=Severity(data.get("severity", "info")),
+            sections=tuple(
+                Section(s["title"], s.get("body", ""), tuple(tuple(row) for row in s.get("table", ())))
+                for s in data.get("sections", ())
+            ),
+            fields=tuple((str(k), str(v)) for k, v in data.get("fields", ())),
+            links=tuple(Link(link["label"], link["url"]) for link in data.get("links", ())),
+            image_png=base64.b64decode(image) if image else None,
+            simulation=bool(data.get("simulation", False)),
+            idempotency_key=data.get("idempotency_key", ""),
+        )
+
+    @classmethod
+    def from_json(cls, text: str) -> Message:
+        """Inverse of ``to_json``."""
+        return cls.from_dict(json.loads(text))
