@@ -66,5 +66,6 @@ class CounterGrowth(Detector):
                 flags |= inc >= self.ratio * c
                 ref = np.where(np.isnan(baseline.center.to_numpy()), ref, c)
             score = inc / ref
-            keep = inc > 0
+            # Hysteresis: an event stays open while growth is at least half of what opened it.
+            keep = score >= 0.5
         return Detection(like(values, flags), like(values, score), like(values, ref), like(values, keep))

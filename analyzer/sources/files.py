@@ -69,12 +69,18 @@ def _timestamps(path: Path, column: pd.Series) -> pd.DatetimeIndex:
             raise InputError(path, f"column {column.name!r} has empty timestamps")
         unit = "ms" if numbers.abs().max() > 1e11 else "s"
         return pd.DatetimeIndex(pd.to_datetime(numbers, unit=unit, utc=True))
+    if column.isna().any():
+        raise InputError(path, f"column {column.name!r} has empty timestamps")
     try:
-        parsed = pd.to_datetime(column, utc=True, format="ISO8601")
+        parsed = pd.to_datetime(column, utc=True, format="ISO8601", errors="coerce")
     except (ValueError, TypeError) as exc:
         raise InputError(path, f"column {column.name!r} has unparseable timestamps ({exc})") from None
-    if parsed.isna().any():
-        raise InputError(path, f"column {column.name!r} has empty timestamps")
+    bad = parsed.isna().to_numpy()
+    if bad.any():
+        row = int(np.flatnonzero(bad)[0])
+        raise InputError(path, f"column {column.name!r} has {int(bad.sum())} unparseable timestamp(s), "
+                               f"first at data row {row + 1}: {str(column.iloc[row])[:40]!r} "
+                               "(use ISO-8601 or Unix seconds)")
     return pd.DatetimeIndex(parsed)
 
 
@@ -102,7 +108,9 @@ def load_series_file(path: str | Path) -> LoadedFile:
     """Parse ``path`` into a wide frame (sorted, last duplicate wins) and per-column labels."""
     path = Path(path)
     table = read_table(path)
-    if table.empty or len(table.columns) < 2:
+    if table.empty:
+        raise InputError(path, "the file has no data rows")
+    if len(table.columns) < 2:
         raise InputError(path, "expected a timestamp column and at least one value column")
     by_lower = {str(c).strip().lower(): c for c in table.columns}
     time_col = next((by_lower[n] for n in TIME_COLUMNS if n in by_lower), table.columns[0])
