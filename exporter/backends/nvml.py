@@ -257,14 +257,14 @@ class NvmlBackend:
         reading = GpuReading(
             identity=slot.identity,
             up=True,
-            utilization_ratio=_scaled(_uint(util.gpu) if util is not None else None, 0.01),
+            utilization_ratio=_divided(_uint(util.gpu) if util is not None else None, 100),
             memory_used_bytes=_ull(memory.used) if memory is not None else None,
             memory_total_bytes=_ull(memory.total) if memory is not None else None,
-            temperature_celsius=_scaled(_uint(temperature), 1.0),
-            power_watts=_scaled(_uint(power_mw), 0.001),
-            power_limit_watts=_scaled(_uint(limit_mw), 0.001),
-            sm_clock_hertz=_scaled(_uint(sm_mhz), 1e6),
-            sm_clock_max_hertz=_scaled(_uint(sm_max_mhz), 1e6),
+            temperature_celsius=_divided(_uint(temperature), 1),
+            power_watts=_divided(_uint(power_mw), 1000),
+            power_limit_watts=_divided(_uint(limit_mw), 1000),
+            sm_clock_hertz=_hertz(_uint(sm_mhz)),
+            sm_clock_max_hertz=_hertz(_uint(sm_max_mhz)),
             clock_event_reasons=None if reasons is None else frozenset(
                 name for name, const in _REASON_CONSTANTS if reasons & int(getattr(nvml, const))),
             ecc_corrected_total=_ull(ecc_corrected),
@@ -365,5 +365,10 @@ class NvmlBackend:
             return tuple(XidStat(xid, count, ts) for xid, (count, ts) in sorted(codes.items()))
 
 
-def _scaled(value: int | None, factor: float) -> float | None:
-    return None if value is None else value * factor
+def _divided(value: int | None, divisor: int) -> float | None:
+    # Dividing by the exact unit (100 %, 1000 mW) rounds once, so 87 % reads as exactly 0.87.
+    return None if value is None else value / divisor
+
+
+def _hertz(mhz: int | None) -> float | None:
+    return None if mhz is None else mhz * 1_000_000.0
