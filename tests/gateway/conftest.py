@@ -197,3 +197,33 @@ def _metric(url: str, name: str, **labels: str) -> float:
 def read_metric() -> ReadMetric:
     """``read_metric(url, name, **labels)``: the sum of the matching samples on a live ``/metrics`` page."""
     return _metric
+
+
+SIM_TOKEN = "test-admin-token"
+StartSim = Callable[..., str]
+
+
+@pytest.fixture
+def start_sim(start_process: Callable[..., ManagedProcess]) -> StartSim:
+    """Start ``oximeter sim serve`` with one node; returns its engine's base URL once healthy."""
+
+    def start(*flags: str) -> str:
+        port = free_port()
+        proc = start_process(
+            "simulator",
+            oximeter_argv("sim", "serve", "--port", str(port), "--nodes", "1", *flags),
+            env={"OXIMETER_ADMIN_TOKEN": SIM_TOKEN},
+        )
+        url = f"http://127.0.0.1:{port}"
+        proc.wait_ready(lambda: http_ok(f"{url}/health"), timeout_s=30)
+        return url
+
+    return start
+
+
+def sim_release(sim_url: str, key: str) -> None:
+    """Let a request held by ``sim_hold_key`` continue (simulator test hook)."""
+    answer = requests.post(
+        f"{sim_url}/admin/release/{key}", headers={"Authorization": f"Bearer {SIM_TOKEN}"}, timeout=10
+    )
+    answer.raise_for_status()
