@@ -1,4 +1,4 @@
-"""Gateway → real simulator (``oximeter sim serve``): issue 2 "Must show" items 2-5, through real processes."""
+"""Gateway → real simulator (``oximeter sim serve``): issue 2 "Must show" items 2-5, real processes."""
 
 from __future__ import annotations
 
