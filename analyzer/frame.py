@@ -41,7 +41,7 @@ def validate_frame(values: pd.DataFrame) -> pd.DataFrame:
         raise FrameError("the frame index must be strictly increasing (sort and de-duplicate first)")
     index = values.index.tz_localize("UTC") if values.index.tz is None else values.index.tz_convert("UTC")
     try:
-        out = values.astype(np.float32, copy=False)
+        out = values if (values.dtypes == np.float32).all() else values.astype(np.float32)
     except (TypeError, ValueError) as exc:
         raise FrameError(f"the frame must be numeric: {exc}") from None
     if out.index is not index:

@@ -51,10 +51,10 @@ class Persistence:
     def for_step(cls, window_s: float, step_s: float, *, fraction: float = 0.75, clear_s: float | None = None,
                  cooldown_s: float = 0.0, min_n: int = 3) -> Persistence:
         """Persistence over ``window_s`` on a grid of ``step_s``: n samples cover the window (at
-        least ``min_n``), k is ``fraction`` of them."""
+        least ``min_n``), k is ``fraction`` of them; clearing takes ``clear_s`` (default: n samples)."""
         n = max(min_n, math.ceil(window_s / step_s - 1e-9))
         k = max(1, min(n, math.ceil(fraction * n - 1e-9)))
-        clear_n = max(1, math.ceil((window_s if clear_s is None else clear_s) / step_s - 1e-9))
+        clear_n = n if clear_s is None else max(1, math.ceil(clear_s / step_s - 1e-9))
         return cls(k=k, n=n, clear_n=clear_n, cooldown=math.ceil(cooldown_s / step_s - 1e-9))
 
     def active(self, flags: np.ndarray, keep: np.ndarray | None = None) -> np.ndarray:
