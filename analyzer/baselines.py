@@ -79,12 +79,19 @@ def recent(values: pd.DataFrame, window_s: float) -> tuple[pd.DataFrame, pd.Data
     roll = values.shift(1).rolling(window, min_periods=max(3, window // 2))
     center = roll.median()
     scale = (roll.quantile(0.75) - roll.quantile(0.25)) / IQR_TO_SIGMA
-    return center, scale
+    # Where a long anomaly or change window emptied the trailing window, the last good baseline
+    # holds (causal: only earlier values are carried forward).
+    return center.ffill(), scale.ffill()
 
 
 def combine(values: pd.DataFrame, candidates: Sequence[pd.DataFrame], recent_center: pd.DataFrame,
-            recent_scale: pd.DataFrame, policy: BaselinePolicy) -> Baseline:
-    """Per sample, the least-deviating seasonal or recent candidate; scale floored by the margins."""
+            recent_scale: pd.DataFrame, policy: BaselinePolicy,
+            history_start: pd.Timestamp | None = None) -> Baseline:
+    """Per sample, the least-deviating seasonal or recent candidate; scale floored by the margins.
+
+    Samples less than ``min_history_s`` after ``history_start`` get no centre (NaN) unless the
+    policy lets the recent baseline stand alone; deciding this per sample keeps it causal.
+    """
     step = step_seconds(pd.DatetimeIndex(values.index)) or 1.0
     # Nearest within half a step: the history's grid may be phased differently from the live one.
     seasonal = [
@@ -95,9 +102,6 @@ def combine(values: pd.DataFrame, candidates: Sequence[pd.DataFrame], recent_cen
     ]
     rc = recent_center.reindex(index=values.index, columns=values.columns).to_numpy(np.float32)
     v = values.to_numpy(np.float32)
-    have_seasonal = np.zeros(v.shape, dtype=bool)
-    for cand in seasonal:
-        have_seasonal |= ~np.isnan(cand)
     stack = np.stack([*seasonal, rc]) if seasonal else rc[None]
     with np.errstate(invalid="ignore"):
         distance = np.abs(stack - v[None])
@@ -105,7 +109,10 @@ def combine(values: pd.DataFrame, candidates: Sequence[pd.DataFrame], recent_cen
     best = np.argmin(distance, axis=0)[None]
     center = np.take_along_axis(stack, best, axis=0)[0]
     if not policy.recent_alone:
-        center = np.where(have_seasonal, center, np.nan)
+        index = pd.DatetimeIndex(values.index)
+        start = index[0] if history_start is None else history_start
+        old_enough = (index - start).total_seconds().to_numpy() >= policy.min_history_s
+        center = np.where(old_enough[:, None], center, np.nan)
     rs = recent_scale.reindex(index=values.index, columns=values.columns).to_numpy(np.float32)
     scale = np.fmax(np.fmax(rs, policy.margin_rel * np.abs(center)), policy.margin_abs)
     return Baseline(
@@ -125,12 +132,7 @@ def compute_baseline(values: pd.DataFrame, history: pd.DataFrame | None = None, 
     policy = policy or BaselinePolicy()
     clean_values = exclude(values, anomalous, changes)
     clean_history = clean_values if history is None else exclude(history, anomalous, changes)
-    span_s = 0.0
-    if len(clean_history.index) > 1:
-        span_s = (clean_values.index[-1] - clean_history.index[0]).total_seconds()
-    candidates = []
-    if span_s >= policy.min_history_s:
-        candidates = [seasonal_center(clean_history, lag, policy.seasonal_half_window_s)
-                      for lag in policy.lags_s]
+    candidates = [seasonal_center(clean_history, lag, policy.seasonal_half_window_s) for lag in policy.lags_s]
     rc, rs = recent(clean_values, policy.recent_window_s)
-    return combine(values, candidates, rc, rs, policy)
+    start = pd.DatetimeIndex(clean_history.index)[0] if len(clean_history.index) else None
+    return combine(values, candidates, rc, rs, policy, start)

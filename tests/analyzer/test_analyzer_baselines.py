@@ -1,0 +1,103 @@
+"""Baselines: same time of day, least-deviating day, exclusions, static fallback, causality."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import pytest
+from analyzer_frames import T0, frame
+
+from analyzer.baselines import BaselinePolicy, combine, compute_baseline, recent
+
+STEP = 300.0  # 5-minute grid: 288 rows a day
+DAY = 288
+
+
+def daily(days: int) -> np.ndarray:
+    """A daily shape (quiet night, busy afternoon) with a little noise."""
+    t = np.arange(days * DAY)
+    shape = 10.0 + 5.0 * np.sin(2 * np.pi * (t % DAY) / DAY)
+    return shape + np.random.default_rng(0).normal(0, 0.1, len(t))
+
+
+def row(day: int, hour: float) -> int:
+    return day * DAY + int(hour * 12)
+
+
+def test_same_time_yesterday_follows_the_daily_shape() -> None:
+    values = frame({"a": daily(3)}, STEP)
+    base = compute_baseline(values, policy=BaselinePolicy(lags_s=(86400.0,)))
+    today = slice(row(2, 0), row(3, 0))
+    expected = 10.0 + 5.0 * np.sin(2 * np.pi * np.arange(DAY) / DAY)
+    np.testing.assert_allclose(base.center["a"].to_numpy()[today], expected, atol=0.5)
+
+
+def test_less_than_a_day_of_history_falls_back_to_static_thresholds() -> None:
+    values = frame({"a": daily(1)[: DAY // 2]}, STEP)
+    assert compute_baseline(values).center["a"].isna().all()
+    alone = compute_baseline(values, policy=BaselinePolicy(recent_alone=True)).center["a"]
+    assert alone.iloc[-1] == pytest.approx(values["a"].iloc[-13:-1].median(), rel=0.2)
+
+
+def test_the_least_deviating_candidate_wins() -> None:
+    idx = pd.date_range(T0, periods=3, freq="5min")
+    values = pd.DataFrame({"a": [10.0, 10.0, 30.0]}, index=idx)
+    yesterday = pd.DataFrame({"a": [20.0, 20.0, 20.0]}, index=idx)  # a holiday: busier
+    last_week = pd.DataFrame({"a": [11.0, 11.0, 11.0]}, index=idx)
+    recent_center = pd.DataFrame({"a": [np.nan, 14.0, 14.0]}, index=idx)
+    recent_scale = pd.DataFrame({"a": [1.0, 1.0, 1.0]}, index=idx)
+    base = combine(values, [yesterday, last_week], recent_center, recent_scale,
+                   BaselinePolicy(recent_alone=True))
+    assert base.center["a"].tolist() == [11.0, 11.0, 20.0]
+
+
+def test_margin_floor_on_the_scale() -> None:
+    values = frame({"a": np.full(100, 50.0)}, 60.0)
+    base = compute_baseline(values, policy=BaselinePolicy(recent_alone=True, margin_rel=0.1, margin_abs=2.0))
+    assert base.scale["a"].iloc[-1] == pytest.approx(5.0)
+    base = compute_baseline(values, policy=BaselinePolicy(recent_alone=True, margin_rel=0.0, margin_abs=2.0))
+    assert base.scale["a"].iloc[-1] == pytest.approx(2.0)
+
+
+def _spiked_yesterday() -> tuple[pd.DataFrame, pd.DataFrame, int]:
+    v = np.full(2 * DAY, 10.0) + np.random.default_rng(1).normal(0, 0.1, 2 * DAY)
+    v[row(0, 10): row(0, 11)] = 50.0  # yesterday 10:00-11:00: an incident
+    now = row(1, 10.5)
+    v[now] = 35.0  # today 10:30: a real anomaly
+    values = frame({"a": v}, STEP)
+    anomalous = pd.DataFrame(False, index=values.index, columns=values.columns)
+    anomalous.iloc[row(0, 10): row(0, 11)] = True
+    return values, anomalous, now
+
+
+def test_yesterdays_incident_does_not_blind_today() -> None:
+    values, anomalous, now = _spiked_yesterday()
+    policy = BaselinePolicy(lags_s=(86400.0,))
+    blinded = compute_baseline(values, policy=policy).center["a"].iloc[now]
+    assert blinded == pytest.approx(50.0)
+    clean = compute_baseline(values, anomalous=anomalous, policy=policy).center["a"].iloc[now]
+    assert clean == pytest.approx(10.0, abs=0.3)
+    change = [(values.index[row(0, 10)], values.index[row(0, 11) - 1])]
+    declared = compute_baseline(values, changes=change, policy=policy).center["a"].iloc[now]
+    assert declared == pytest.approx(10.0, abs=0.3)
+
+
+def test_excluded_long_anomaly_keeps_the_last_good_recent_baseline() -> None:
+    v = np.full(360, 10.0)
+    v[180:300] = 20.0
+    values = frame({"a": v}, 60.0)
+    mask = pd.DataFrame(False, index=values.index, columns=values.columns)
+    mask.iloc[180:300] = True
+    chased, _ = recent(values, 3600)
+    assert chased["a"].iloc[290] == 20.0
+    kept = compute_baseline(values, anomalous=mask, policy=BaselinePolicy(recent_alone=True))
+    assert kept.center["a"].iloc[290] == 10.0
+
+
+@pytest.mark.parametrize("end", [DAY - 1, DAY, DAY + 7, 2 * DAY + 100])
+def test_causal_on_prefixes(end: int) -> None:
+    values = frame({"a": daily(3), "b": daily(3)[::-1].copy()}, STEP)
+    full = compute_baseline(values)
+    part = compute_baseline(values.iloc[:end])
+    pd.testing.assert_frame_equal(part.center, full.center.iloc[:end])
+    pd.testing.assert_frame_equal(part.scale, full.scale.iloc[:end])
