@@ -115,6 +115,7 @@ class FakeDevice:
     values: dict[str, Any] = field(default_factory=dict)
     errors: dict[str, int] = field(default_factory=dict)
     hang: set[str] = field(default_factory=set)
+    calls: int = 0
 
     def __post_init__(self) -> None:
         self.values = {**default_values(self.index), **self.values}
@@ -183,6 +184,7 @@ class FakeNvml:
         if not self.initialised:
             raise NVMLError_Uninitialized()
         self.calls += 1
+        handle.calls += 1
         if name in handle.hang:
             self.released.wait()
         code = handle.errors.get(name)

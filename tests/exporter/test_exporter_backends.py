@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 from fake_pynvml import FakeNvml
 from harness import (
-    NODE,
     GIB,
+    NODE,
     FleetServer,
     exposition,
     fleet_server,

@@ -1,0 +1,157 @@
+"""The exporter as a real process: against the real simulator, with a real Redis, and its exits."""
+
+from __future__ import annotations
+
+import ctypes.util
+import os
+import subprocess
+import sys
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import psutil
+import pytest
+import redis
+import requests
+from harness import NODE, FleetServer, fleet_server, promtool_check, sim_document, sim_gpu
+from prometheus_client.parser import text_string_to_metric_families
+
+from exporter.host import ProcessMemory
+from oximeter.procs import ManagedProcess, free_port, http_ok, oximeter_argv, wait_until
+
+StartProcess = Callable[..., ManagedProcess]
+SIM_TOKEN = "exporter-test-token"
+
+
+def samples(url: str) -> dict[tuple[str, frozenset[tuple[str, str]]], float]:
+    """GET /metrics (asserting 200) → {(name, labels): value}."""
+    answer = requests.get(url, timeout=10)
+    assert answer.status_code == 200
+    found = {}
+    for family in text_string_to_metric_families(answer.text):
+        for s in family.samples:
+            found[(s.name, frozenset(s.labels.items()))] = s.value
+    return found
+
+
+def pick(found: dict[tuple[str, frozenset[tuple[str, str]]], float], name: str,
+         **labels: str) -> dict[frozenset[tuple[str, str]], float]:
+    """Samples named ``name`` whose labels include ``labels``."""
+    want = set(labels.items())
+    return {lbl: v for (n, lbl), v in found.items() if n == name and want <= lbl}
+
+
+def start_exporter(start_process: StartProcess, *args: str) -> str:
+    port = free_port()
+    proc = start_process("exporter", oximeter_argv("exporter", "--port", str(port), *args))
+    url = f"http://127.0.0.1:{port}/metrics"
+    proc.wait_ready(lambda: http_ok(url), timeout_s=30)
+    return url
+
+
+@pytest.fixture
+def fleet() -> Iterator[FleetServer]:
+    yield from fleet_server(sim_document([sim_gpu(0)]))
+
+
+def test_reads_the_real_simulator(start_process: StartProcess) -> None:
+    sim_port = free_port()
+    sim = start_process("simulator", oximeter_argv("sim", "serve", "--port", str(sim_port), "--nodes", "1",
+                                                   "--gpus-per-node", "2"),
+                        env={"OXIMETER_ADMIN_TOKEN": SIM_TOKEN})
+    sim_url = f"http://127.0.0.1:{sim_port}"
+    sim.wait_ready(lambda: http_ok(f"{sim_url}/health"), timeout_s=30)
+    url = start_exporter(start_process, "--backend", "sim", "--sim-url", sim_url, "--node", "n1")
+
+    found = samples(url)
+    assert sorted(pick(found, "oximeter_gpu_up").values()) == [1.0, 1.0]
+    assert {dict(lbl)["gpu"] for lbl in pick(found, "oximeter_gpu_up")} == {"0", "1"}
+    assert pick(found, "oximeter_simulation_info") == {frozenset({("node", "n1")}): 1.0}
+    assert pick(found, "oximeter_gpu_xid_errors_total", xid="79") != {}
+    lint = promtool_check(requests.get(url, timeout=10).text)
+    assert lint.returncode == 0, lint.stdout + lint.stderr
+
+    fault = subprocess.run(oximeter_argv("sim", "fault", "telemetry_loss", "--url", sim_url, "--node", "n1"),
+                           capture_output=True, text=True, timeout=60,
+                           env={**os.environ, "OXIMETER_ADMIN_TOKEN": SIM_TOKEN})
+    assert fault.returncode == 0, fault.stderr
+    lost = samples(url)
+    assert pick(lost, "oximeter_gpu_up") == {}
+    assert pick(lost, "oximeter_exporter_collect_errors_total", reason="telemetry_lost") == {
+        frozenset({("node", "n1"), ("reason", "telemetry_lost")}): 1.0}
+
+
+def test_redis_queue_growth_then_redis_down(start_process: StartProcess, tmp_path: Path,
+                                            fleet: FleetServer) -> None:
+    redis_port = free_port()
+    server = start_process("redis", ["redis-server", "--port", str(redis_port), "--bind", "127.0.0.1",
+                                     "--save", "", "--appendonly", "no", "--dir", str(tmp_path)])
+    client = redis.Redis(host="127.0.0.1", port=redis_port, socket_timeout=5)
+    server.wait_ready(client.ping, timeout_s=30)
+    url = start_exporter(start_process, "--backend", "sim", "--sim-url", fleet.url, "--node", NODE,
+                         "--redis-url", f"redis://127.0.0.1:{redis_port}/0",
+                         "--queue", "jobs=queue:jobs", "--stream", "events=events")
+
+    def length(found: dict[tuple[str, frozenset[tuple[str, str]]], float], queue: str) -> float | None:
+        return found.get(("oximeter_external_queue_length", frozenset({("node", NODE), ("queue", queue)})))
+
+    def redis_errors(found: dict[tuple[str, frozenset[tuple[str, str]]], float]) -> float | None:
+        return found.get(("oximeter_exporter_collect_errors_total",
+                          frozenset({("node", NODE), ("reason", "redis")})))
+
+    first = samples(url)
+    assert length(first, "jobs") == 0 and length(first, "events") == 0
+    assert redis_errors(first) == 0
+    client.rpush("queue:jobs", "a", "b", "c")
+    client.xadd("events", {"k": "v"})
+    assert length(samples(url), "jobs") == 3
+    client.rpush("queue:jobs", "d", "e")
+    grown = samples(url)
+    assert length(grown, "jobs") == 5 and length(grown, "events") == 1
+
+    client.close()
+    server.stop()
+    down = samples(url)  # still answers 200 (asserted in samples)
+    assert length(down, "jobs") is None
+    assert redis_errors(down) == 1
+    assert pick(down, "oximeter_gpu_up") != {}  # the GPUs are still exported
+    assert redis_errors(samples(url)) == 2
+
+
+def test_without_nvml_the_exporter_exits_with_a_reason() -> None:
+    if ctypes.util.find_library("nvidia-ml"):
+        pytest.skip("this host has NVML; scripts/gpu_check.sh covers it")
+    argv = [sys.executable, "-m", "exporter", "--backend", "nvml", "--port", str(free_port())]
+    result = subprocess.run(argv, capture_output=True, text=True, timeout=60)
+    assert result.returncode == 1
+    assert "NVML initialisation failed" in result.stderr
+
+
+def test_config_section_is_read_and_checked(tmp_path: Path, start_process: StartProcess,
+                                            fleet: FleetServer) -> None:
+    port = free_port()
+    good = tmp_path / "oximeter.yaml"
+    good.write_text(f"exporter:\n  backend: sim\n  sim_url: {fleet.url}\n  node: cfg-node\n  port: {port}\n")
+    proc = start_process("exporter", [sys.executable, "-m", "exporter", "--config", str(good)])
+    url = f"http://127.0.0.1:{port}/metrics"
+    proc.wait_ready(lambda: http_ok(url), timeout_s=30)
+    assert pick(samples(url), "oximeter_simulation_info") == {frozenset({("node", "cfg-node")}): 1.0}
+
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("exporter:\n  backend: tpu\n")
+    result = subprocess.run([sys.executable, "-m", "exporter", "--config", str(bad)], capture_output=True,
+                            text=True, timeout=60)
+    assert result.returncode == 2
+    assert f"{bad}: exporter.backend: must be one of nvml, sim, got 'tpu'" in result.stderr
+
+
+def test_host_process_rss_is_read_with_psutil(start_process: StartProcess) -> None:
+    argv = [sys.executable, "-c", "import time; time.sleep(120)", "oximeter-rss-probe"]
+    child = start_process("probe", argv)
+    assert child.proc is not None
+    pid = child.proc.pid
+    wait_until(lambda: "oximeter-rss-probe" in " ".join(psutil.Process(pid).cmdline()), 30, what="probe up")
+    found, errors = ProcessMemory(["oximeter-rss-probe", "no-such-process"]).read()
+    assert errors == []
+    assert [(p.name, p.rss_bytes) for p in found] == [
+        ("oximeter-rss-probe", psutil.Process(pid).memory_info().rss)]

@@ -1,0 +1,102 @@
+"""The simulator backend against a JSON server speaking the fleet contract, and the real simulator."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+from harness import GIB, NODE, FleetServer, fleet_server, gpu_labels, scrape_once, sim_document, sim_gpu
+
+from exporter.backends.sim import SimBackend
+from exporter.collector import GpuCollector
+from oximeter.procs import free_port
+
+
+@pytest.fixture
+def server() -> Iterator[FleetServer]:
+    yield from fleet_server(sim_document([sim_gpu(0), sim_gpu(1)]))
+
+
+def collector_for(url: str) -> GpuCollector:
+    backend = SimBackend(url, NODE, timeout_s=5.0)
+    backend.start()
+    return GpuCollector(backend, NODE)
+
+
+def errors(registry: object, reason: str) -> float | None:
+    return registry.get_sample_value(  # type: ignore[attr-defined]
+        "oximeter_exporter_collect_errors_total", {"node": NODE, "reason": reason})
+
+
+def test_asks_for_its_node(server: FleetServer) -> None:
+    scrape_once(collector_for(server.url))
+    assert server.requests == ["/fleet/gpus?node=n1"]
+
+
+def test_telemetry_lost_means_no_gpu_series(server: FleetServer) -> None:
+    server.status = 503
+    registry = scrape_once(collector_for(server.url))
+    assert registry.get_sample_value("oximeter_gpu_up", gpu_labels(0)) is None
+    assert errors(registry, "telemetry_lost") == 1
+    assert registry.get_sample_value("oximeter_simulation_info", {"node": NODE}) == 1
+
+
+def test_unreachable_simulator_is_an_error_not_a_crash() -> None:
+    registry = scrape_once(collector_for(f"http://127.0.0.1:{free_port()}"))
+    assert errors(registry, "sim_unreachable") == 1
+    assert registry.get_sample_value("oximeter_gpu_up", gpu_labels(0)) is None
+
+
+@pytest.mark.parametrize(
+    ("gpu1", "expected", "reasons"),
+    [
+        # lost: up 0, readings absent (the simulator sends nulls), Xid kept, error counted
+        (sim_gpu(1, lost=True, temperature_celsius=None, xid_events=[{"xid": 79, "timestamp_seconds": 1e9}]),
+         {("oximeter_gpu_up", ()): 0, ("oximeter_gpu_temperature_celsius", ()): None,
+          ("oximeter_gpu_xid_errors_total", (("xid", "79"),)): 1,
+          ("oximeter_gpu_xid_last_timestamp_seconds", (("xid", "79"),)): 1e9},
+         {"gpu_lost": 1}),
+        # null = not available: absent, never 0
+        (sim_gpu(1, temperature_celsius=None, clock_event_reasons=None, xid_events=None, processes=None),
+         {("oximeter_gpu_up", ()): 1, ("oximeter_gpu_temperature_celsius", ()): None,
+          ("oximeter_gpu_clock_event_active", (("reason", "idle"),)): None,
+          ("oximeter_gpu_xid_errors_total", (("xid", "79"),)): None,
+          ("oximeter_gpu_process_memory_used_bytes", (("pid", "4243"), ("process", "python3"))): None,
+          ("oximeter_gpu_power_watts", ()): 512.345},
+         {"gpu_lost": 0}),
+        # repeated Xids are counted, the latest time kept; application Xids appear when seen
+        (sim_gpu(1, xid_events=[{"xid": 13, "timestamp_seconds": 100.0},
+                                {"xid": 13, "timestamp_seconds": 160.5},
+                                {"xid": 48, "timestamp_seconds": 130.0}]),
+         {("oximeter_gpu_xid_errors_total", (("xid", "13"),)): 2,
+          ("oximeter_gpu_xid_last_timestamp_seconds", (("xid", "13"),)): 160.5,
+          ("oximeter_gpu_xid_errors_total", (("xid", "48"),)): 1,
+          ("oximeter_gpu_xid_errors_total", (("xid", "79"),)): 0},
+         {}),
+        # a malformed GPU object: that GPU is skipped and counted, the other still exported
+        (sim_gpu(1, temperature_celsius="hot"),
+         {("oximeter_gpu_up", ()): None},
+         {"sim_bad_payload": 1}),
+    ],
+    ids=["lost", "nulls", "xid-repeats", "malformed"],
+)
+def test_gpu_states(server: FleetServer, gpu1: dict[str, object],
+                    expected: dict[tuple[str, tuple[tuple[str, str], ...]], float | None],
+                    reasons: dict[str, float]) -> None:
+    server.document = sim_document([sim_gpu(0), gpu1])
+    registry = scrape_once(collector_for(server.url))
+    for (name, extra), want in expected.items():
+        assert registry.get_sample_value(name, {**gpu_labels(1), **dict(extra)}) == want, (name, extra)
+    for reason, count in reasons.items():
+        assert errors(registry, reason) == count
+    assert registry.get_sample_value("oximeter_gpu_up", gpu_labels(0)) == 1
+
+
+def test_simulated_process_rss(server: FleetServer) -> None:
+    server.document = sim_document([sim_gpu(0)], processes=[
+        {"name": "vllm", "pid": 10, "rss_bytes": 3 * GIB}, {"name": "vllm", "pid": 11, "rss_bytes": GIB},
+        {"name": "tokenizer", "pid": 12, "rss_bytes": None}])
+    registry = scrape_once(collector_for(server.url))
+    rss = "oximeter_process_resident_memory_bytes"
+    assert registry.get_sample_value(rss, {"node": NODE, "process": "vllm"}) == 4 * GIB
+    assert registry.get_sample_value(rss, {"node": NODE, "process": "tokenizer"}) is None
