@@ -1,0 +1,363 @@
+"""Root-cause diagnosis: ARCHITECTURE "Diagnosis patterns", one named function per rule, first match wins.
+
+A rule sees a :class:`Case`: the group's anomaly events *and* a snapshot of current values per
+entity, because several rules hinge on context that is not itself anomalous ("GPU utilisation
+low", "KV cache not full", "a thermal clock reason is active").
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from statistics import fmean
+from typing import Literal
+
+from analyzer.events import AnomalyEvent
+from analyzer.signals import CATALOGUE
+
+Labels = tuple[tuple[str, str], ...]
+Severity = Literal["critical", "warning", "info"]
+SEVERITY_RANK: dict[str, int] = {"info": 0, "warning": 1, "critical": 2}
+LAYER_ORDER: tuple[str, ...] = ("infrastructure", "platform", "engine", "dependency", "scheduling", "ingress")
+LOWER_LAYERS = frozenset(LAYER_ORDER[:4])
+
+# signal -> entity labels -> current value. Catalogue signal names, plus the context-only series
+# below that the daemon derives from oximeter_gpu_clock_event_active{reason}.
+Snapshot = Mapping[str, Mapping[Labels, float]]
+THERMAL_REASON = "gpu_clock_thermal"  # 1 while hw_thermal or sw_thermal is active on the GPU
+THROTTLE_REASON = "gpu_clock_throttle"  # 1 while any clock event reason but idle is active
+
+QUEUE_UP = ("queue_wait_p99", "queue_length", "queue_limit_ratio")
+LATENCY_UP = ("queue_wait_p99", "ttft_p99", "request_p99", "engine_ttft_p99", "engine_itl_peer")
+TTFT_UP = ("ttft_p99", "engine_ttft_p99")
+RUNBOOK = "docs/runbook.md#{rule}"
+
+
+@dataclass(frozen=True)
+class Thresholds:
+    """Context limits the rules use (ARCHITECTURE "Thresholds"; all configurable)."""
+
+    temperature_c: float = 85.0
+    sm_clock_ratio_low: float = 0.7
+    gpu_util_low: float = 0.5
+    gpu_util_high: float = 0.85
+    kv_full: float = 0.95
+    queue_wait_p0_s: float = 1.0
+
+
+@dataclass(frozen=True)
+class Case:
+    """What one rule judges: a group's events, the nodes they join on, and current context."""
+
+    events: tuple[AnomalyEvent, ...]
+    nodes: frozenset[str] = frozenset()
+    snapshot: Snapshot = field(default_factory=dict)
+    thresholds: Thresholds = Thresholds()
+
+    def of(self, *signals: str) -> list[AnomalyEvent]:
+        """Events of any of ``signals``, by onset."""
+        return sorted((e for e in self.events if e.signal in signals), key=lambda e: e.onset)
+
+    def context(self, signal: str) -> dict[Labels, float]:
+        """Current values of ``signal`` on the group's nodes (snapshot, else the events' values)."""
+        out = {labels: value for labels, value in self.snapshot.get(signal, {}).items()
+               if dict(labels).get("node") in self.nodes and math.isfinite(value)}
+        for event in self.of(signal):
+            out.setdefault(event.labels, event.value)
+        return out
+
+    def per_gpu(self, signal: str) -> dict[tuple[str, str], float]:
+        """``context`` keyed by (node, gpu)."""
+        return {(d.get("node", ""), d.get("gpu", "")): v
+                for d, v in ((dict(k), v) for k, v in self.context(signal).items())}
+
+
+@dataclass(frozen=True)
+class RootCause:
+    """The signal and entity held responsible."""
+
+    signal: str
+    labels: Labels
+
+    @property
+    def entity(self) -> str:
+        """``node=n1,gpu=3`` for humans."""
+        return ",".join(f"{k}={v}" for k, v in self.labels)
+
+
+@dataclass(frozen=True)
+class Diagnosis:
+    """A rule's verdict: which layer, what caused it, why we think so, how bad, where to read."""
+
+    rule: str
+    layer: str
+    root_cause: RootCause
+    sentence: str
+    severity: Severity
+    runbook: str
+    cause_signals: tuple[str, ...]
+
+
+def _name(signal: str) -> str:
+    head, _, tail = signal.rpartition("_")
+    return f"{head} {tail}" if tail in ("p99", "p95") and head else signal
+
+
+def fmt_value(signal: str, value: float | None) -> str:
+    """A value in the signal's unit, as on-call reads it (``4.8 s``, ``32 %``, ``91 °C``)."""
+    if value is None or not math.isfinite(value):
+        return "n/a"
+    spec = CATALOGUE.get(signal)
+    unit = spec.unit if spec else ""
+    if unit == "s":
+        return f"{value * 1000:.0f} ms" if abs(value) < 1 else f"{value:.1f} s"
+    if unit == "°C":
+        return f"{value:.0f} °C"
+    if unit == "bytes":
+        return f"{value / 2**30:.2f} GiB"
+    if spec is not None and (spec.kind in ("ratio", "hit_rate") or "utilization" in signal):
+        return f"{value * 100:.0f} %"
+    return f"{value:.3g}"
+
+
+def describe(event: AnomalyEvent) -> str:
+    """``queue_wait p99 4.8 s = 6.1 × baseline`` (or against its baseline value when that is 0)."""
+    text = f"{_name(event.signal)} {fmt_value(event.signal, event.value)}"
+    base = event.baseline
+    if base is not None and math.isfinite(base) and base > 0 and math.isfinite(event.value):
+        return f"{text} = {event.value / base:.1f} × baseline"
+    if base is not None and math.isfinite(base):
+        return f"{text} (baseline {fmt_value(event.signal, base)})"
+    return text
+
+
+def symptom_severity(case: Case) -> Severity:
+    """P0 symptoms (ARCHITECTURE "Thresholds") make any diagnosis critical."""
+    if case.of("error_504_ratio", "queue_limit_ratio"):
+        return "critical"
+    if any(e.value >= case.thresholds.queue_wait_p0_s for e in case.of("queue_wait_p99")):
+        return "critical"
+    return "info"
+
+
+def _verdict(case: Case, rule: str, layer: str, cause: RootCause, sentence: str, base: Severity,
+             cause_signals: Iterable[str]) -> Diagnosis:
+    sev = max(base, symptom_severity(case), key=SEVERITY_RANK.__getitem__)
+    return Diagnosis(rule, layer, cause, sentence, sev, RUNBOOK.format(rule=rule), tuple(cause_signals))
+
+
+def _impact_text(case: Case, causes: Iterable[str]) -> str:
+    causes = set(causes)
+    shown = [describe(e) for e in case.events if e.signal not in causes][:3]
+    return f"; impact: {', '.join(shown)}" if shown else ""
+
+
+def _first(case: Case, *signals: str) -> AnomalyEvent | None:
+    found = case.of(*signals)
+    return found[0] if found else None
+
+
+def xid_critical(case: Case) -> Diagnosis | None:
+    """A paging Xid: isolate the GPU now (seed 003 §4.3)."""
+    e = _first(case, "xid_paging")
+    if e is None:
+        return None
+    xid = e.entity.get("xid", "?")
+    return _verdict(case, "xid_critical", "infrastructure", RootCause(e.signal, e.labels),
+                    f"paging Xid {xid} on {RootCause(e.signal, e.labels).entity}: isolate the GPU"
+                    + _impact_text(case, ["xid_paging"]), "critical", ["xid_paging"])
+
+
+def ecc_uncorrectable(case: Case) -> Diagnosis | None:
+    """Any uncorrectable ECC error: isolate the GPU now (seed 003 §4.3)."""
+    e = _first(case, "ecc_uncorrected_increase")
+    if e is None:
+        return None
+    cause = RootCause(e.signal, e.labels)
+    return _verdict(case, "ecc_uncorrectable", "infrastructure", cause,
+                    f"{e.value:.0f} uncorrectable ECC error(s) on {cause.entity}: isolate the GPU"
+                    + _impact_text(case, [e.signal]), "critical", [e.signal])
+
+
+def ecc_storm(case: Case) -> Diagnosis | None:
+    """Corrected ECC +100 in 5 min or × 100 its baseline: drain the node (seed 003 §3.1)."""
+    e = _first(case, "ecc_corrected_increase")
+    if e is None:
+        return None
+    cause = RootCause(e.signal, e.labels)
+    return _verdict(case, "ecc_storm", "infrastructure", cause,
+                    f"corrected ECC +{e.value:.0f} in 5 min on {cause.entity}"
+                    + (f" (baseline {e.baseline:.0f})" if e.baseline is not None else "")
+                    + ": drain the node" + _impact_text(case, [e.signal]), "critical", [e.signal])
+
+
+def thermal_throttle(case: Case) -> Diagnosis | None:
+    """Latency up, a GPU > 85 °C with its SM clock well below max and a thermal reason (seed 003 §4.1).
+
+    Utilisation is deliberately not consulted: a throttled GPU often looks idle-ish.
+    """
+    latency = case.of(*LATENCY_UP)
+    if not latency:
+        return None
+    t = case.thresholds
+    temps, clocks, thermal = case.per_gpu("gpu_temperature"), case.per_gpu("gpu_sm_clock_ratio"), \
+        case.per_gpu(THERMAL_REASON)
+    hot = sorted(g for g, temp in temps.items() if temp > t.temperature_c
+                 and clocks.get(g, 1.0) < t.sm_clock_ratio_low and thermal.get(g, 0.0) >= 1)
+    if not hot:
+        return None
+    node, gpu = hot[0]
+    cause = RootCause("gpu_temperature", (("gpu", gpu), ("node", node)))
+    return _verdict(case, "thermal_throttle", "infrastructure", cause,
+                    f"GPU {cause.entity} at {temps[hot[0]]:.0f} °C, "
+                    f"SM clock {clocks[hot[0]] * 100:.0f} % of max with a thermal reason, "
+                    f"while {describe(latency[0])}", "warning",
+                    ["gpu_temperature", "gpu_sm_clock_ratio"])
+
+
+def peer_outlier(case: Case) -> Diagnosis | None:
+    """One node much slower than its same-model peers with no throttle reason (seed 001 §4.2)."""
+    e = _first(case, "engine_itl_peer")
+    if e is None:
+        return None
+    node = e.entity.get("node")
+    throttled = any(v >= 1 for (n, _), v in case.per_gpu(THROTTLE_REASON).items() if n == node)
+    if throttled:
+        return None
+    cause = RootCause(e.signal, e.labels)
+    return _verdict(case, "peer_outlier", "infrastructure", cause,
+                    f"{cause.entity}: {describe(e)} of its same-model peers, no throttle reason"
+                    + _impact_text(case, [e.signal]), "warning", [e.signal])
+
+
+def telemetry_lost(case: Case) -> Diagnosis | None:
+    """A scrape target down or a GPU's series vanished (GPUs that detach often show nothing else)."""
+    e = _first(case, "target_down", "gpu_series_vanished", "gpu_down")
+    if e is None:
+        return None
+    cause = RootCause(e.signal, e.labels)
+    what = "scrape target down" if e.signal == "target_down" else "GPU telemetry lost"
+    return _verdict(case, "telemetry_lost", "platform", cause,
+                    f"{what} on {cause.entity} since {e.onset:%H:%M} UTC"
+                    + _impact_text(case, ["target_down", "gpu_series_vanished", "gpu_down"]), "warning",
+                    ["target_down", "gpu_series_vanished", "gpu_down"])
+
+
+def dependency_degraded(case: Case) -> Diagnosis | None:
+    """Dependency latency up and/or cache hit rate down; queue and GPU idling are impact (seed 001 §5)."""
+    deps = case.of("dependency_latency_p99", "cache_hit_ratio")
+    if not deps:
+        return None
+    e = deps[0]
+    causes = ["dependency_latency_p99", "cache_hit_ratio"]
+    parts = ", ".join(describe(d) for d in deps[:2])
+    util = case.context("gpu_utilization_p95")
+    util_text = f", GPU util {fmean(util.values()) * 100:.0f} %" if util else ""
+    return _verdict(case, "dependency_degraded", "dependency", RootCause(e.signal, e.labels),
+                    f"{parts}{util_text}" + _impact_text(case, causes), "warning", causes)
+
+
+def engine_leak(case: Case) -> Diagnosis | None:
+    """Process RSS rising steadily, with time to full (seed 004 §2–3)."""
+    e = _first(case, "process_rss_trend")
+    if e is None:
+        return None
+    cause = RootCause(e.signal, e.labels)
+    return _verdict(case, "engine_leak", "engine", cause,
+                    f"{cause.entity}: RSS {fmt_value(e.signal, e.value)} rising ({e.reason})", "warning",
+                    [e.signal])
+
+
+def kv_pressure(case: Case) -> Diagnosis | None:
+    """Queue wait up with KV-cache usage ≥ 0.95 or preemptions rising."""
+    queue = case.of(*QUEUE_UP)
+    if not queue:
+        return None
+    kv = {k: v for k, v in case.context("kv_cache_usage").items() if v >= case.thresholds.kv_full}
+    preempt = case.of("preemption_rate")
+    if kv:
+        labels = sorted(kv)[0]
+        cause, text = RootCause("kv_cache_usage", labels), f"KV cache {kv[labels] * 100:.0f} % full"
+    elif preempt:
+        cause, text = RootCause("preemption_rate", preempt[0].labels), f"preemptions {preempt[0].value:.2g}/s"
+    else:
+        return None
+    return _verdict(case, "kv_pressure", "engine", cause, f"{describe(queue[0])} while {text}", "warning",
+                    ["kv_cache_usage", "preemption_rate"])
+
+
+def prefix_cache_collapse(case: Case) -> Diagnosis | None:
+    """Prefix-cache hit ratio dropping sharply while TTFT rises."""
+    e, ttft = _first(case, "prefix_cache_hit_ratio"), case.of(*TTFT_UP)
+    if e is None or not ttft:
+        return None
+    return _verdict(case, "prefix_cache_collapse", "engine", RootCause(e.signal, e.labels),
+                    f"{describe(e)} while {describe(ttft[0])}", "warning", [e.signal])
+
+
+def _queue_wait(case: Case) -> AnomalyEvent | None:
+    return _first(case, "queue_wait_p99") or _first(case, *QUEUE_UP)
+
+
+def capacity_exhausted(case: Case) -> Diagnosis | None:
+    """Queue wait up and GPU utilisation high (> 85 %): the fleet is simply full."""
+    q, util = _queue_wait(case), case.context("gpu_utilization_p95")
+    if q is None or not util or fmean(util.values()) <= case.thresholds.gpu_util_high:
+        return None
+    return _verdict(case, "capacity_exhausted", "scheduling", RootCause(q.signal, q.labels),
+                    f"{describe(q)} while GPU util {fmean(util.values()) * 100:.0f} %: capacity exhausted",
+                    "warning", list(QUEUE_UP))
+
+
+def scheduling_bottleneck(case: Case) -> Diagnosis | None:
+    """Queue wait up, GPUs idle-ish, KV not full, nothing wrong below (seed 000 §2.2, §3.2)."""
+    q, util = _queue_wait(case), case.context("gpu_utilization_p95")
+    if q is None or not util or fmean(util.values()) >= case.thresholds.gpu_util_low:
+        return None
+    if any(e.layer in LOWER_LAYERS for e in case.events):
+        return None
+    if any(v >= case.thresholds.kv_full for v in case.context("kv_cache_usage").values()):
+        return None
+    return _verdict(case, "scheduling_bottleneck", "scheduling", RootCause(q.signal, q.labels),
+                    f"{describe(q)} while GPU util {fmean(util.values()) * 100:.0f} %", "warning",
+                    list(QUEUE_UP))
+
+
+def ingress_errors(case: Case) -> Diagnosis | None:
+    """504 ratio up while the queue and everything upstream are healthy (seed 003 §4.2)."""
+    e = _first(case, "error_504_ratio")
+    if e is None or any(x.layer != "ingress" for x in case.events):
+        return None
+    return _verdict(case, "ingress_errors", "ingress", RootCause(e.signal, e.labels),
+                    f"{describe(e)} with a healthy queue and upstream", "critical", [e.signal])
+
+
+Rule = Callable[[Case], Diagnosis | None]
+RULES: tuple[Rule, ...] = (
+    xid_critical, ecc_uncorrectable, ecc_storm, thermal_throttle, peer_outlier, telemetry_lost,
+    dependency_degraded, engine_leak, kv_pressure, prefix_cache_collapse, capacity_exhausted,
+    scheduling_bottleneck, ingress_errors,
+)
+RULE_IDS: tuple[str, ...] = (*(r.__name__ for r in RULES), "unclassified")
+
+
+def unclassified(case: Case) -> Diagnosis:
+    """No pattern matched: the lowest layer, then the earliest onset, is the likeliest cause."""
+    e = min(case.events, key=lambda x: (LAYER_ORDER.index(x.layer) if x.layer in LAYER_ORDER else 99,
+                                        x.onset, x.signal))
+    sev: Severity = "warning" if len(case.events) > 1 else "info"
+    return _verdict(case, "unclassified", e.layer, RootCause(e.signal, e.labels),
+                    f"{describe(e)} on {RootCause(e.signal, e.labels).entity}, earliest lowest-layer anomaly"
+                    + _impact_text(case, [e.signal]), sev, [e.signal])
+
+
+def diagnose(case: Case, rules: Iterable[Rule] = RULES) -> Diagnosis:
+    """The first rule that matches, else :func:`unclassified`."""
+    if not case.events:
+        raise ValueError("diagnose needs at least one event")
+    for rule in rules:
+        verdict = rule(case)
+        if verdict is not None:
+            return verdict
+    return unclassified(case)

@@ -1,0 +1,454 @@
+"""The incident model and its lifecycle: open, update, resolve, re-open (pure; the caller passes ``now``).
+
+Notify-worthy changes come out as :class:`Change` records with a stable idempotency key
+(``<incident id>:<kind>:<seq>``) that the outbox de-duplicates on; the store persists which were
+emitted, so a restarted daemon rebuilds the same tracker and produces no second "opened".
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from datetime import datetime, timedelta
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from analyzer.correlate import Group, correlate
+from analyzer.diagnosis import (
+    SEVERITY_RANK,
+    Case,
+    Diagnosis,
+    RootCause,
+    Severity,
+    Snapshot,
+    Thresholds,
+    diagnose,
+)
+from analyzer.events import AnomalyEvent, iso_utc, parse_iso
+from analyzer.topology import Labels, Topology
+
+ChangeKind = Literal["opened", "severity_up", "root_cause_changed", "resolved"]
+NOTIFY_KINDS: tuple[str, ...] = ("opened", "severity_up", "root_cause_changed", "resolved")
+
+
+class IncidentSettings(BaseModel):
+    """The ``incidents:`` section: correlation window, lifecycle timings, store and API."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    store_path: str = "oximeter.db"  # the shared store (the outbox lives in it too)
+    lookback_s: float = Field(900.0, gt=0)
+    resolve_after_s: float = Field(600.0, ge=0)
+    reopen_window_s: float = Field(3600.0, ge=0)
+    api_host: str = "127.0.0.1"
+    api_port: int = Field(9471, ge=0, le=65535)
+    gpu_util_low: float = Field(0.5, ge=0, le=1)
+    gpu_util_high: float = Field(0.85, ge=0, le=1)
+    kv_full: float = Field(0.95, ge=0, le=1)
+
+    def thresholds(self) -> Thresholds:
+        """The rule thresholds this section overrides."""
+        return Thresholds(gpu_util_low=self.gpu_util_low, gpu_util_high=self.gpu_util_high,
+                          kv_full=self.kv_full)
+
+
+def _t(moment: datetime | None) -> str | None:
+    return iso_utc(moment)
+
+
+def _p(text: Any) -> datetime:
+    moment = parse_iso(text)
+    if moment is None:
+        raise ValueError("missing time")
+    return moment
+
+
+@dataclass(frozen=True)
+class Evidence:
+    """One member signal of an incident against its baseline; ``role`` is cause or impact."""
+
+    signal: str
+    labels: Labels
+    layer: str
+    value: float
+    baseline: float | None
+    onset: datetime
+    detected_at: datetime
+    cleared_at: datetime | None
+    role: str
+
+    @classmethod
+    def of(cls, event: AnomalyEvent, role: str) -> Evidence:
+        """From an anomaly event."""
+        return cls(event.signal, event.labels, event.layer, event.value, event.baseline, event.onset,
+                   event.detected_at, event.cleared_at, role)
+
+    @property
+    def key(self) -> tuple[str, Labels]:
+        """Signal and entity: what identifies a member across cycles."""
+        return self.signal, self.labels
+
+
+@dataclass(frozen=True)
+class ChangeEvent:
+    """A declared change (deploy, config, restart, maintenance) shown beside incidents as evidence."""
+
+    at: datetime
+    kind: str
+    description: str
+    labels: Labels = ()
+    source: str = "api"
+    id: int | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready."""
+        return {"id": self.id, "at": _t(self.at), "kind": self.kind, "description": self.description,
+                "labels": dict(self.labels), "source": self.source}
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> ChangeEvent:
+        """Inverse of :meth:`to_dict`."""
+        return cls(_p(d["at"]), str(d["kind"]), str(d["description"]),
+                   AnomalyEvent.labels_from(d.get("labels") or {}), str(d.get("source", "api")), d.get("id"))
+
+
+@dataclass(frozen=True)
+class TimelineEntry:
+    """One line of an incident's history."""
+
+    at: datetime
+    kind: str
+    text: str
+
+
+@dataclass(frozen=True)
+class Change:
+    """A notify-worthy change; ``key`` is the outbox's idempotency key."""
+
+    incident_id: str
+    kind: ChangeKind
+    seq: int
+    at: datetime
+    severity: Severity
+    text: str
+
+    @property
+    def key(self) -> str:
+        """``<incident id>:<kind>:<seq>``: stable across restarts."""
+        return f"{self.incident_id}:{self.kind}:{self.seq}"
+
+
+@dataclass(frozen=True)
+class Incident:
+    """One incident: cause, symptoms, evidence and history."""
+
+    id: str
+    title: str
+    state: Literal["open", "resolved"]
+    severity: Severity
+    layer: str
+    rule: str
+    root_cause: RootCause
+    sentence: str
+    runbook: str
+    evidence: tuple[Evidence, ...]
+    impact_signals: tuple[str, ...]
+    services: tuple[str, ...]
+    nodes: tuple[str, ...]
+    keys: tuple[str, ...]  # entity join keys ("node=n1", "service=chat")
+    first_onset: datetime
+    opened_at: datetime
+    updated_at: datetime
+    last_active_at: datetime
+    resolved_at: datetime | None = None
+    seq: int = 0
+    changes: tuple[ChangeEvent, ...] = ()
+    timeline: tuple[TimelineEntry, ...] = field(default_factory=tuple)
+
+    @property
+    def members(self) -> frozenset[tuple[str, Labels]]:
+        """The member signals' keys."""
+        return frozenset(e.key for e in self.evidence)
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready (API, CLI ``--json`` and the store's ``data`` column)."""
+        return {
+            "id": self.id, "title": self.title, "state": self.state, "severity": self.severity,
+            "layer": self.layer, "rule": self.rule,
+            "root_cause": {"signal": self.root_cause.signal, "labels": dict(self.root_cause.labels)},
+            "diagnosis": {"rule": self.rule, "sentence": self.sentence}, "runbook": self.runbook,
+            "evidence": [{"signal": e.signal, "labels": dict(e.labels), "layer": e.layer, "value": e.value,
+                          "baseline": e.baseline, "onset": _t(e.onset), "detected_at": _t(e.detected_at),
+                          "cleared_at": _t(e.cleared_at), "role": e.role} for e in self.evidence],
+            "impact": {"signals": list(self.impact_signals), "services": list(self.services)},
+            "nodes": list(self.nodes), "keys": list(self.keys),
+            "first_onset": _t(self.first_onset), "opened_at": _t(self.opened_at),
+            "updated_at": _t(self.updated_at), "last_active_at": _t(self.last_active_at),
+            "resolved_at": _t(self.resolved_at), "seq": self.seq,
+            "changes": [c.to_dict() for c in self.changes],
+            "timeline": [{"at": _t(t.at), "kind": t.kind, "text": t.text} for t in self.timeline],
+        }
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> Incident:
+        """Inverse of :meth:`to_dict`."""
+        lab = AnomalyEvent.labels_from
+        return cls(
+            id=d["id"], title=d["title"], state=d["state"], severity=d["severity"], layer=d["layer"],
+            rule=d["rule"], root_cause=RootCause(d["root_cause"]["signal"], lab(d["root_cause"]["labels"])),
+            sentence=d["diagnosis"]["sentence"], runbook=d["runbook"],
+            evidence=tuple(Evidence(e["signal"], lab(e["labels"]), e["layer"], float(e["value"]),
+                                    e["baseline"], _p(e["onset"]), _p(e["detected_at"]),
+                                    parse_iso(e["cleared_at"]), e["role"]) for e in d["evidence"]),
+            impact_signals=tuple(d["impact"]["signals"]), services=tuple(d["impact"]["services"]),
+            nodes=tuple(d["nodes"]), keys=tuple(d["keys"]), first_onset=_p(d["first_onset"]),
+            opened_at=_p(d["opened_at"]), updated_at=_p(d["updated_at"]),
+            last_active_at=_p(d["last_active_at"]), resolved_at=parse_iso(d["resolved_at"]),
+            seq=int(d["seq"]),
+            changes=tuple(ChangeEvent.from_dict(c) for c in d["changes"]),
+            timeline=tuple(TimelineEntry(_p(t["at"]), t["kind"], t["text"]) for t in d["timeline"]),
+        )
+
+
+@dataclass(frozen=True)
+class Finding:
+    """A correlated group with its diagnosis and the services it touches."""
+
+    group: Group
+    diagnosis: Diagnosis
+    services: tuple[str, ...]
+
+
+def findings(events: Sequence[AnomalyEvent], topology: Topology, *, now: datetime,
+             snapshot: Snapshot | None = None, settings: IncidentSettings | None = None) -> list[Finding]:
+    """Correlate ``events`` and diagnose each group (the pure half of one analyzer cycle)."""
+    settings = settings or IncidentSettings()
+    out = []
+    for group in correlate(events, topology, now=now, lookback=timedelta(seconds=settings.lookback_s)):
+        case = Case(group.events, group.nodes, snapshot or {}, settings.thresholds())
+        services = sorted({s for e in group.events for s in topology.services_of(e.labels)})
+        out.append(Finding(group, diagnose(case), tuple(services)))
+    return out
+
+
+def _key_strings(group: Group) -> tuple[str, ...]:
+    return tuple(sorted(f"{k}={v}" for k, v in group.keys))
+
+
+def _entity_text(labels: Labels) -> str:
+    return ",".join(f"{k}={v}" for k, v in labels)
+
+
+class IncidentTracker:
+    """Holds open (and recently resolved) incidents and turns each cycle's findings into changes."""
+
+    def __init__(self, settings: IncidentSettings | None = None, incidents: Iterable[Incident] = ()) -> None:
+        self.settings = settings or IncidentSettings()
+        self._incidents: dict[str, Incident] = {i.id: i for i in incidents}
+
+    @property
+    def incidents(self) -> list[Incident]:
+        """Every incident the tracker holds, by first onset."""
+        return sorted(self._incidents.values(), key=lambda i: (i.first_onset, i.id))
+
+    def get(self, incident_id: str) -> Incident | None:
+        """One incident by id."""
+        return self._incidents.get(incident_id)
+
+    def step(self, found: Sequence[Finding], now: datetime,
+             change_events: Sequence[ChangeEvent] = ()) -> tuple[list[Change], list[Incident]]:
+        """Apply one cycle's findings; returns the notify-worthy changes and every incident touched."""
+        changes: list[Change] = []
+        touched: dict[str, Incident] = {}
+        claimed: set[str] = set()
+        # Larger groups first, so a split group's main part decides the diagnosis.
+        for finding in sorted(found, key=lambda f: (-len(f.group.events), f.group.onset)):
+            target = self._match(finding, now, exclude=claimed)
+            if target is None:
+                if not self._fresh(finding, now):
+                    continue
+                incident, new = self._open(finding, now)
+            elif target.state == "resolved":
+                incident, new = self._reopen(target, finding, now)
+            else:
+                incident, new = self._update(target, finding, now)
+            claimed.add(incident.id)
+            incident = self._attach_changes(incident, change_events)
+            self._incidents[incident.id] = incident
+            touched[incident.id] = incident
+            changes.extend(new)
+        for incident in list(self._incidents.values()):
+            if incident.state == "open":
+                resolved = self._maybe_resolve(incident, now)
+                if resolved is not None:
+                    incident, change = resolved
+                    self._incidents[incident.id] = incident
+                    touched[incident.id] = incident
+                    changes.append(change)
+        self._forget(now)
+        return changes, sorted(touched.values(), key=lambda i: i.id)
+
+    # -- matching -------------------------------------------------------------------------------
+    def _match(self, finding: Finding, now: datetime, exclude: set[str]) -> Incident | None:
+        members = {(e.signal, e.labels) for e in finding.group.events}
+        keys = set(_key_strings(finding.group))
+        window = timedelta(seconds=self.settings.reopen_window_s)
+        open_hits, resolved_hits = [], []
+        for inc in self.incidents:
+            if inc.id in exclude:
+                continue
+            overlap = bool(members & inc.members) or bool(keys & set(inc.keys))
+            if inc.state == "open" and overlap:
+                open_hits.append(inc)
+            elif inc.state == "resolved" and self._recurs(inc, finding, members, now, window):
+                resolved_hits.append(inc)
+        if open_hits:
+            return open_hits[0]
+        return resolved_hits[-1] if resolved_hits else None
+
+    @staticmethod
+    def _recurs(inc: Incident, finding: Finding, members: set[tuple[str, Labels]], now: datetime,
+                window: timedelta) -> bool:
+        # A recurrence: same member or same root cause, newly detected after the resolve, within the window.
+        if inc.resolved_at is None or now - inc.resolved_at > window:
+            return False
+        if not (members & inc.members or finding.diagnosis.root_cause == inc.root_cause):
+            return False
+        resolved_at = inc.resolved_at
+        return any(e.detected_at > resolved_at for e in finding.group.events)
+
+    def _fresh(self, finding: Finding, now: datetime) -> bool:
+        # Open on a persistent anomaly that is active, or cleared too recently to count as resolved.
+        horizon = now - timedelta(seconds=self.settings.resolve_after_s)
+        return any(e.cleared_at is None or e.cleared_at > horizon for e in finding.group.events)
+
+    @staticmethod
+    def _any_active(incident: Incident) -> bool:
+        return any(e.cleared_at is None for e in incident.evidence)
+
+    # -- transitions ----------------------------------------------------------------------------
+    def _new_id(self, finding: Finding) -> str:
+        root = finding.diagnosis.root_cause
+        digest = hashlib.sha1(f"{root.signal}|{_entity_text(root.labels)}".encode()).hexdigest()[:6]
+        base = f"inc-{finding.group.onset:%Y%m%dT%H%M%S}-{digest}"
+        candidate, n = base, 1
+        while candidate in self._incidents:
+            n += 1
+            candidate = f"{base}-{n}"
+        return candidate
+
+    @staticmethod
+    def _evidence(finding: Finding, previous: Iterable[Evidence] = ()) -> tuple[Evidence, ...]:
+        causes = set(finding.diagnosis.cause_signals)
+        merged = {e.key: replace(e, role="impact") for e in previous}
+        for event in finding.group.events:
+            merged[(event.signal, event.labels)] = Evidence.of(event, "impact")
+        root = finding.diagnosis.root_cause
+        return tuple(sorted((replace(e, role="cause" if e.signal in causes or
+                                     (e.signal, e.labels) == (root.signal, root.labels) else "impact")
+                             for e in merged.values()), key=lambda e: (e.onset, e.signal, e.labels)))
+
+    def _last_active(self, finding: Finding, now: datetime, previous: datetime | None = None) -> datetime:
+        if finding.group.active:
+            return now
+        cleared = max(e.cleared_at for e in finding.group.events if e.cleared_at is not None)
+        return max(cleared, previous) if previous is not None else cleared
+
+    def _open(self, finding: Finding, now: datetime) -> tuple[Incident, list[Change]]:
+        d = finding.diagnosis
+        evidence = self._evidence(finding)
+        incident = Incident(
+            id=self._new_id(finding), title=f"[{d.layer}] {d.rule}: {d.root_cause.signal} on "
+                                            f"{_entity_text(d.root_cause.labels)}",
+            state="open", severity=d.severity, layer=d.layer, rule=d.rule, root_cause=d.root_cause,
+            sentence=d.sentence, runbook=d.runbook, evidence=evidence,
+            impact_signals=tuple(sorted({e.signal for e in evidence if e.role == "impact"})),
+            services=finding.services, nodes=tuple(sorted(finding.group.nodes)),
+            keys=_key_strings(finding.group),
+            first_onset=finding.group.onset, opened_at=now, updated_at=now,
+            last_active_at=self._last_active(finding, now),
+        )
+        return self._record(incident, now, "opened", f"opened: {d.sentence}", notify="opened")
+
+    def _reopen(self, incident: Incident, finding: Finding, now: datetime) -> tuple[Incident, list[Change]]:
+        reopened = replace(incident, state="open", resolved_at=None)
+        updated, changes = self._update(reopened, finding, now, quiet=True)
+        rec, more = self._record(updated, now, "reopened", f"re-opened: {finding.diagnosis.sentence}",
+                                 notify="opened")
+        return rec, [*changes, *more]
+
+    def _update(self, incident: Incident, finding: Finding, now: datetime,
+                quiet: bool = False) -> tuple[Incident, list[Change]]:
+        d = finding.diagnosis
+        evidence = self._evidence(finding, incident.evidence)
+        new_signals = sorted({e.key for e in evidence} - incident.members)
+        up = SEVERITY_RANK[d.severity] > SEVERITY_RANK[incident.severity]
+        root_changed = d.root_cause != incident.root_cause
+        updated = replace(
+            incident, evidence=evidence, updated_at=now,
+            severity=d.severity if up else incident.severity, layer=d.layer, rule=d.rule,
+            root_cause=d.root_cause, sentence=d.sentence, runbook=d.runbook,
+            title=f"[{d.layer}] {d.rule}: {d.root_cause.signal} on {_entity_text(d.root_cause.labels)}",
+            impact_signals=tuple(sorted({e.signal for e in evidence if e.role == "impact"})),
+            services=tuple(sorted({*incident.services, *finding.services})),
+            nodes=tuple(sorted({*incident.nodes, *finding.group.nodes})),
+            keys=tuple(sorted({*incident.keys, *_key_strings(finding.group)})),
+            first_onset=min(incident.first_onset, finding.group.onset),
+            last_active_at=self._last_active(finding, now, incident.last_active_at),
+        )
+        changes: list[Change] = []
+        for signal, labels in new_signals:
+            updated = self._note(updated, now, "evidence",
+                                 f"new evidence: {signal} on {_entity_text(labels)}")
+        if d.rule != incident.rule and not root_changed:
+            updated = self._note(updated, now, "diagnosis", f"diagnosis now {d.rule}: {d.sentence}")
+        if root_changed and not quiet:
+            updated, more = self._record(updated, now, "root_cause_changed",
+                                         f"root cause now {d.root_cause.signal} on "
+                                         f"{_entity_text(d.root_cause.labels)} ({d.rule}): {d.sentence}",
+                                         notify="root_cause_changed")
+            changes += more
+        if up and not quiet:
+            updated, more = self._record(updated, now, "severity_up",
+                                         f"severity {incident.severity} → {d.severity}", notify="severity_up")
+            changes += more
+        return updated, changes
+
+    def _maybe_resolve(self, incident: Incident, now: datetime) -> tuple[Incident, Change] | None:
+        quiet_s = (now - incident.last_active_at).total_seconds()
+        if quiet_s < self.settings.resolve_after_s:
+            return None
+        resolved = replace(incident, state="resolved", resolved_at=now, updated_at=now)
+        rec, changes = self._record(resolved, now, "resolved",
+                                    f"resolved: every member normal for {quiet_s:.0f} s", notify="resolved")
+        return rec, changes[0]
+
+    def _forget(self, now: datetime) -> None:
+        # Resolved incidents past the re-open window cannot come back; the store still has them.
+        horizon = now - timedelta(seconds=self.settings.reopen_window_s)
+        stale = [k for k, i in self._incidents.items()
+                 if i.resolved_at is not None and i.resolved_at < horizon]
+        for key in stale:
+            del self._incidents[key]
+
+    @staticmethod
+    def _note(incident: Incident, now: datetime, kind: str, text: str) -> Incident:
+        return replace(incident, timeline=(*incident.timeline, TimelineEntry(now, kind, text)))
+
+    def _record(self, incident: Incident, now: datetime, kind: str, text: str,
+                notify: ChangeKind) -> tuple[Incident, list[Change]]:
+        seq = incident.seq + 1
+        noted = replace(self._note(incident, now, kind, text), seq=seq)
+        return noted, [Change(incident.id, notify, seq, now, noted.severity, text)]
+
+    def _attach_changes(self, incident: Incident, change_events: Sequence[ChangeEvent]) -> Incident:
+        start = incident.first_onset - timedelta(seconds=self.settings.lookback_s)
+        end = incident.resolved_at or incident.updated_at
+        nodes, services = set(incident.nodes), set(incident.services)
+        relevant = [c for c in change_events if start <= c.at <= end and (
+            not c.labels or dict(c.labels).get("node") in nodes or dict(c.labels).get("service") in services)]
+        known = {(c.at, c.kind, c.description) for c in incident.changes}
+        fresh = tuple(c for c in relevant if (c.at, c.kind, c.description) not in known)
+        return replace(incident, changes=(*incident.changes, *fresh)) if fresh else incident

@@ -1,0 +1,193 @@
+"""Every diagnosis rule through one table: the named function on its own (fires or not), then the
+whole ordered table (which rule wins), with the root cause, severity and sentence it yields."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import pytest
+from incident_cases import ev, gpu
+
+from analyzer import diagnosis as dx
+from analyzer.diagnosis import Case, Snapshot, diagnose
+from analyzer.events import AnomalyEvent
+
+N0 = {"service": "chat", "node": "node-0"}
+Q = ev("queue_wait_p99", 4.8, 0.787, on=N0)  # 6.1 × baseline
+Q_SOFT = ev("queue_wait_p99", 0.6, 0.25, on=N0)  # elevated but under the 1 s P0 line
+MODEL = (("model", "m"), ("node", "node-0"))
+UTIL_LOW: Snapshot = {"gpu_utilization_p95": {gpu(): 0.32, gpu(index="1"): 0.32}}
+UTIL_HIGH: Snapshot = {"gpu_utilization_p95": {gpu(): 0.93}}
+KV_FULL: Snapshot = {"kv_cache_usage": {MODEL: 0.97}}
+KV_OK: Snapshot = {"kv_cache_usage": {MODEL: 0.80}}
+THERMAL: Snapshot = {"gpu_temperature": {gpu(): 91.0}, "gpu_sm_clock_ratio": {gpu(): 0.55},
+                     dx.THERMAL_REASON: {gpu(): 1.0}}
+HOT_NO_REASON: Snapshot = {**THERMAL, dx.THERMAL_REASON: {gpu(): 0.0}}
+WARM: Snapshot = {**THERMAL, "gpu_temperature": {gpu(): 80.0}}
+DEP = ev("dependency_latency_p99", 0.8, 0.02, node="node-0", dependency="vectordb")
+CACHE = ev("cache_hit_ratio", 0.60, 0.95, onset=1, node="node-0", cache="redis")
+PEER = ev("engine_itl_peer", 0.09, 0.03, node="node-0", model="m")
+
+
+def merge(*snaps: Snapshot) -> Snapshot:
+    out: dict = {}
+    for s in snaps:
+        out.update(s)
+    return out
+
+
+@dataclass(frozen=True)
+class Row:
+    name: str
+    rule: dx.Rule
+    events: tuple[AnomalyEvent, ...]
+    snapshot: Snapshot = field(default_factory=dict)
+    fires: bool = True
+    winner: str = ""  # the rule the whole table picks (defaults to ``rule`` when it fires)
+    root: str = ""  # root-cause signal of the winner
+    severity: str = ""
+    sentence: str = ""
+
+
+ROWS = [
+    Row("paging xid", dx.xid_critical,
+        (ev("xid_paging", 1, 0, node="node-0", gpu="0", xid="79"), Q), root="xid_paging", severity="critical",
+        sentence="paging Xid 79 on gpu=0,node=node-0,xid=79: isolate the GPU; "
+                 "impact: queue_wait p99 4.8 s = 6.1 × baseline"),
+    Row("xid needs a paging xid event", dx.xid_critical, (Q,), UTIL_LOW, fires=False,
+        winner="scheduling_bottleneck"),
+    Row("uncorrectable ecc", dx.ecc_uncorrectable,
+        (ev("ecc_uncorrected_increase", 2, 0, node="node-0", gpu="1"),),
+        root="ecc_uncorrected_increase", severity="critical",
+        sentence="2 uncorrectable ECC error(s) on gpu=1,node=node-0: isolate the GPU"),
+    Row("ecc storm", dx.ecc_storm, (ev("ecc_corrected_increase", 240, 2, node="node-0", gpu="0"),),
+        root="ecc_corrected_increase", severity="critical",
+        sentence="corrected ECC +240 in 5 min on gpu=0,node=node-0 (baseline 2): drain the node"),
+    Row("a corrected ecc storm loses to an uncorrectable error", dx.ecc_storm,
+        (ev("ecc_corrected_increase", 240, 2, node="node-0", gpu="0"),
+         ev("ecc_uncorrected_increase", 1, 0, onset=3, node="node-0", gpu="0")),
+        winner="ecc_uncorrectable", root="ecc_uncorrected_increase"),
+    Row("thermal throttle with LOW utilisation", dx.thermal_throttle, (Q_SOFT,), merge(UTIL_LOW, THERMAL),
+        root="gpu_temperature", severity="warning",
+        sentence="GPU gpu=0,node=node-0 at 91 °C, SM clock 55 % of max with a thermal reason, "
+                 "while queue_wait p99 600 ms = 2.4 × baseline"),
+    Row("hot and slow but no thermal reason", dx.thermal_throttle, (Q_SOFT,), merge(UTIL_LOW, HOT_NO_REASON),
+        fires=False, winner="scheduling_bottleneck"),
+    Row("80 °C is not thermal throttling", dx.thermal_throttle, (Q_SOFT,), merge(UTIL_HIGH, WARM),
+        fires=False, winner="capacity_exhausted"),
+    Row("thermal needs latency up", dx.thermal_throttle,
+        (ev("gpu_temperature", 91, 70, node="node-0", gpu="0"),),
+        THERMAL, fires=False, winner="unclassified", root="gpu_temperature"),
+    Row("peer outlier", dx.peer_outlier, (PEER, Q_SOFT), root="engine_itl_peer", severity="warning",
+        sentence="model=m,node=node-0: engine_itl_peer 90 ms = 3.0 × baseline of its same-model peers, "
+                 "no throttle reason; impact: queue_wait p99 600 ms = 2.4 × baseline"),
+    Row("a throttled outlier is not a peer outlier", dx.peer_outlier, (PEER,),
+        {dx.THROTTLE_REASON: {gpu(): 1.0}}, fires=False, winner="unclassified", root="engine_itl_peer"),
+    Row("gpu vanished", dx.telemetry_lost,
+        (ev("gpu_series_vanished", 0, 1, onset=2, node="node-1", gpu="2"),),
+        root="gpu_series_vanished", severity="warning",
+        sentence="GPU telemetry lost on gpu=2,node=node-1 since 10:02 UTC"),
+    Row("target down", dx.telemetry_lost, (ev("target_down", 0, 1, job="gateway", instance="10.0.0.1:8000"),),
+        root="target_down",
+        sentence="scrape target down on instance=10.0.0.1:8000,job=gateway since 10:00 UTC"),
+    Row("seed 001 §5 compound", dx.dependency_degraded,
+        (DEP, CACHE, ev("queue_wait_p99", 3.0, 0.5, onset=3, on=N0),
+         ev("gpu_utilization_p95", 0.32, 0.8, onset=5, node="node-0", gpu="0")),
+        UTIL_LOW, root="dependency_latency_p99", severity="critical",
+        sentence="dependency_latency p99 800 ms = 40.0 × baseline, cache_hit_ratio 60 % = 0.6 × baseline, "
+                 "GPU util 32 %; impact: queue_wait p99 3.0 s = 6.0 × baseline, "
+                 "gpu_utilization p95 32 % = 0.4 × baseline"),
+    Row("cache hit rate alone", dx.dependency_degraded, (CACHE,), root="cache_hit_ratio", severity="warning"),
+    Row("no dependency anomaly", dx.dependency_degraded, (Q,), UTIL_HIGH, fires=False,
+        winner="capacity_exhausted"),
+    Row("rss leak", dx.engine_leak, (ev("process_rss_trend", 6 * 2**30, 4 * 2**30, node="node-0",
+                                        process="vllm"),),
+        root="process_rss_trend",
+        sentence="node=node-0,process=vllm: RSS 6.00 GiB rising (process_rss_trend test)"),
+    Row("kv full", dx.kv_pressure, (Q,), merge(UTIL_HIGH, KV_FULL), root="kv_cache_usage",
+        severity="critical",
+        sentence="queue_wait p99 4.8 s = 6.1 × baseline while KV cache 97 % full"),
+    Row("preemptions", dx.kv_pressure, (Q_SOFT, ev("preemption_rate", 0.5, 0.0, node="node-0", model="m")),
+        KV_OK, root="preemption_rate", severity="warning"),
+    Row("kv not full, no preemption", dx.kv_pressure, (Q,), merge(UTIL_HIGH, KV_OK), fires=False,
+        winner="capacity_exhausted"),
+    Row("prefix collapse", dx.prefix_cache_collapse,
+        (ev("prefix_cache_hit_ratio", 0.2, 0.7, node="node-0", model="m"),
+         ev("ttft_p99", 1.2, 0.4, onset=2, on=N0)), root="prefix_cache_hit_ratio",
+        sentence="prefix_cache_hit_ratio 20 % = 0.3 × baseline while ttft p99 1.2 s = 3.0 × baseline"),
+    Row("prefix drop without TTFT", dx.prefix_cache_collapse,
+        (ev("prefix_cache_hit_ratio", 0.2, 0.7, node="node-0", model="m"),), fires=False,
+        winner="unclassified", root="prefix_cache_hit_ratio"),
+    Row("capacity", dx.capacity_exhausted, (Q,), UTIL_HIGH, root="queue_wait_p99", severity="critical",
+        sentence="queue_wait p99 4.8 s = 6.1 × baseline while GPU util 93 %: capacity exhausted"),
+    Row("middling utilisation is neither full nor idle", dx.capacity_exhausted, (Q,),
+        {"gpu_utilization_p95": {gpu(): 0.6}}, fires=False, winner="unclassified", root="queue_wait_p99"),
+    Row("scheduling bottleneck", dx.scheduling_bottleneck, (Q,), merge(UTIL_LOW, KV_OK),
+        root="queue_wait_p99",
+        severity="critical", sentence="queue_wait p99 4.8 s = 6.1 × baseline while GPU util 32 %"),
+    Row("lower-layer anomaly on the joined node", dx.scheduling_bottleneck,
+        (Q, ev("gpu_temperature", 88, 70, onset=2, node="node-0", gpu="1")), UTIL_LOW, fires=False,
+        winner="unclassified", root="gpu_temperature"),
+    Row("kv full is not a scheduling bottleneck", dx.scheduling_bottleneck, (Q,), merge(UTIL_LOW, KV_FULL),
+        fires=False, winner="kv_pressure"),
+    Row("no utilisation known", dx.scheduling_bottleneck, (Q,), fires=False, winner="unclassified",
+        root="queue_wait_p99"),
+    Row("504s at the edge", dx.ingress_errors,
+        (ev("error_504_ratio", 0.04, 0.001, service="chat", node="node-0", route="/v1/chat/completions"),),
+        root="error_504_ratio", severity="critical",
+        sentence="error_504_ratio 4 % = 40.0 × baseline with a healthy queue and upstream"),
+    Row("504s with the queue backed up", dx.ingress_errors,
+        (ev("error_504_ratio", 0.04, 0.001, onset=4, on=N0), Q), fires=False, winner="unclassified",
+        root="queue_wait_p99", severity="critical"),
+]
+
+
+@pytest.mark.parametrize("row", ROWS, ids=[r.name for r in ROWS])
+def test_rule(row: Row) -> None:
+    case = Case(row.events, frozenset({"node-0", "node-1"}), row.snapshot)
+    own = row.rule(case)
+    assert (own is not None) == row.fires
+    verdict = diagnose(case)
+    assert verdict.rule == (row.winner or row.rule.__name__)
+    if row.root:
+        assert verdict.root_cause.signal == row.root
+    if row.severity:
+        assert verdict.severity == row.severity
+    if row.sentence:
+        assert verdict.sentence == row.sentence
+    assert verdict.runbook == f"docs/runbook.md#{verdict.rule}"
+
+
+def test_every_rule_has_a_positive_and_a_negative_row() -> None:
+    positives = {r.rule.__name__ for r in ROWS if r.fires}
+    negatives = {r.rule.__name__ for r in ROWS if not r.fires}
+    # These fire on their one signal alone: their negative case is that signal's absence.
+    single_signal = {"ecc_uncorrectable", "ecc_storm", "telemetry_lost", "engine_leak"}
+    assert positives == {r.__name__ for r in dx.RULES}
+    assert negatives == {r.__name__ for r in dx.RULES} - single_signal
+
+
+def test_rule_order_is_the_architecture_table() -> None:
+    assert dx.RULE_IDS == (
+        "xid_critical", "ecc_uncorrectable", "ecc_storm", "thermal_throttle", "peer_outlier",
+        "telemetry_lost", "dependency_degraded", "engine_leak", "kv_pressure", "prefix_cache_collapse",
+        "capacity_exhausted", "scheduling_bottleneck", "ingress_errors", "unclassified")
+
+
+def test_unclassified_ranks_by_layer_then_onset() -> None:
+    events = (ev("error_504_ratio", 0.05, 0.0, onset=0, on=N0), ev("ttft_p99", 2.0, 0.5, onset=1, on=N0),
+              ev("queue_wait_p99", 0.5, 0.2, onset=2, on=N0))
+    verdict = diagnose(Case(events, frozenset({"node-0"})))
+    got = (verdict.rule, verdict.layer, verdict.root_cause.signal)
+    assert got == ("unclassified", "scheduling", "ttft_p99")
+
+
+def test_snapshot_from_other_nodes_is_ignored() -> None:
+    snap: Snapshot = {"gpu_utilization_p95": {gpu("node-9"): 0.95, gpu(): 0.2}}
+    verdict = diagnose(Case((Q,), frozenset({"node-0"}), snap))
+    assert verdict.rule == "scheduling_bottleneck"
+
+
+def test_empty_case_is_refused() -> None:
+    with pytest.raises(ValueError):
+        diagnose(Case(()))
