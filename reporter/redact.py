@@ -19,15 +19,6 @@ _PATH_WORDS = frozenset({
 })
 
 
-class _PlainSegment:
-    @staticmethod
-    def match(segment: str) -> bool:
-        return segment in _PATH_WORDS
-
-
-_PLAIN_SEGMENT = _PlainSegment()
-
-
 def redact_url(url: str) -> str:
     """``url`` with every query value and every token-like path segment replaced by ``***``."""
     try:
@@ -38,7 +29,7 @@ def redact_url(url: str) -> str:
     if parts.port is not None:
         host = f"{host}:{parts.port}"
     segments = parts.path.split("/")
-    path = "/".join(seg if (not seg or _PLAIN_SEGMENT.match(seg)) else REDACTED for seg in segments)
+    path = "/".join(seg if (not seg or seg in _PATH_WORDS) else REDACTED for seg in segments)
     query = "&".join(f"{name}={REDACTED}" for name, _ in parse_qsl(parts.query, keep_blank_values=True))
     return f"{parts.scheme}://{host}{path}" + (f"?{query}" if query else "")
 
@@ -50,7 +41,7 @@ def secret_fragments(url: str, *secrets: str | None) -> list[str]:
         parts = urlsplit(url)
     except ValueError:
         return fragments
-    fragments += [seg for seg in parts.path.split("/") if seg and not _PLAIN_SEGMENT.match(seg)]
+    fragments += [seg for seg in parts.path.split("/") if seg and seg not in _PATH_WORDS]
     fragments += [value for _, value in parse_qsl(parts.query) if value]
     fragments += [parts.query, unquote(parts.query)] if parts.query else []
     # Longest first, so a whole URL is replaced before its pieces.

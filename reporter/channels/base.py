@@ -104,7 +104,11 @@ def split_text(text: str, limit: int, unit: str = "bytes", max_parts: int = 3) -
         chunks.append("\n".join(current))
     if len(chunks) > max_parts:
         chunks = chunks[:max_parts]
-        chunks[-1] = _trim(chunks[-1], budget - _size(marker, unit), unit) + marker
+        last = chunks[-1]
+        kept = _trim(last, budget - _size(marker, unit), unit)
+        if len(kept) < len(last) and last[len(kept)] != "\n" and "\n" in kept:
+            kept = kept.rsplit("\n", 1)[0]  # end on a whole line when there is one
+        chunks[-1] = kept + marker
     if len(chunks) == 1:
         return chunks
     return [f"({i}/{len(chunks)})\n{chunk}" for i, chunk in enumerate(chunks, start=1)]

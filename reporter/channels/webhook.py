@@ -26,7 +26,7 @@ class WebhookChannel(Channel):
     rate_count, rate_window_s = 10, 1.0
 
     def payloads(self, message: Message) -> list[dict[str, Any]]:
-        return [{"source": "oximeter", **message.to_dict()}]
+        return [{"source": "oximeter", "heading": message.heading, **message.to_dict()}]
 
     def request(self, body: dict[str, Any]) -> tuple[str, dict[str, str], bytes]:
         url, headers, data = super().request(body)
