@@ -17,6 +17,8 @@ from simulator.faults import FaultBook
 
 MIB = 1 << 20
 GIB = 1 << 30
+# Where H100s start hardware slowdown; above the 85 °C alert threshold of seed 003 §4.1.
+THROTTLE_CELSIUS = 92.0
 
 
 @dataclass(frozen=True)
@@ -90,19 +92,22 @@ class GpuModel:
         self.utilization = min(1.0, max(0.0, utilization))
         spec = self.spec
         target = spec.ambient_celsius + spec.load_rise_celsius * self.utilization
-        throttle = book.strongest(now, self.node, "thermal_throttle", self.index)
-        if throttle is not None:
-            # A failed fan or blocked airflow: the card sits at its slowdown temperature.
-            target = max(target, 92.0)
         self.temperature += (target - self.temperature) * (1 - math.exp(-dt / spec.thermal_tau_s))
-        for fault in book.active(now, self.node, gpu=self.index):
-            if fault.gpu is None or fault.gpu != self.index:
+        if book.strongest(now, self.node, "thermal_throttle", self.index) is not None:
+            # The fault is "the card has reached its slowdown temperature" (a failed fan, blocked
+            # airflow): hot at once, and it cools with the thermal time constant afterwards.
+            self.temperature = max(self.temperature, THROTTLE_CELSIUS)
+        start = now - dt
+        for fault in book.all():
+            if fault.node != self.node or fault.gpu != self.index:
                 continue
+            # Rates are integrated over the overlap of this step with the fault's window.
+            overlap = max(0.0, min(now, fault.end) - max(start, fault.start))
             if fault.kind == "ecc_storm":
-                self.ecc_corrected += fault.strength / 60.0 * dt
+                self.ecc_corrected += fault.strength / 60.0 * overlap
             elif fault.kind == "pcie_replay_burst":
-                self.pcie_replays += fault.strength / 60.0 * dt
-            elif fault.id not in self._fired:
+                self.pcie_replays += fault.strength / 60.0 * overlap
+            elif fault.id not in self._fired and fault.start <= now:
                 self._fired.add(fault.id)
                 if fault.kind == "ecc_uncorrectable":
                     self.ecc_uncorrected += max(1, int(fault.strength))

@@ -14,6 +14,10 @@ _WORDS = ("lorem", "ipsum", "dolor", "sit", "amet", "consectetur", "adipiscing",
           "eiusmod", "tempor", "incididunt", "ut", "labore", "et", "dolore", "magna", "aliqua")
 
 
+# vLLM's default max_tokens is "the rest of the context"; any large bound behaves the same here.
+UNLIMITED_TOKENS = 4096
+
+
 class RequestError(ValueError):
     """A request the engine rejects with 400; the message names the field."""
 
@@ -89,7 +93,7 @@ def parse_request(body: Any, *, chat: bool, default_output_tokens: int) -> GenRe
     return GenRequest(
         chat=chat, model=model, stream=stream, prompt_tokens=prompt,
         # Without max_tokens the "model" ends naturally (finish_reason "stop").
-        max_tokens=max_tokens if max_tokens is not None else default_output_tokens,
+        max_tokens=max_tokens if max_tokens is not None else max(UNLIMITED_TOKENS, default_output_tokens),
         stop_tokens=None if max_tokens is not None else default_output_tokens,
         include_usage=bool(isinstance(options, dict) and options.get("include_usage")),
         hold_after_chunks=(hold_after or 0) if hold_key is not None else None,

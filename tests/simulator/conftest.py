@@ -1,0 +1,20 @@
+"""Fixtures for simulator tests."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import pytest
+
+from oximeter.procs import ManagedProcess
+from tests.simulator.sim_harness import TOKEN, Sim, StartSim, start_sim_process
+
+
+@pytest.fixture
+def start_sim(start_process: Callable[..., ManagedProcess]) -> StartSim:
+    """Start a simulator with extra CLI flags; stopped at teardown by ``start_process``."""
+
+    def start(*extra: str, nodes: int = 2, token: str | None = TOKEN) -> Sim:
+        return start_sim_process(start_process, *extra, nodes=nodes, token=token)
+
+    return start
