@@ -1,0 +1,165 @@
+"""Correlation (what groups, what stays apart) and the incident lifecycle with its exact change records."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from datetime import timedelta
+
+import pytest
+from incident_cases import T0, at, ev, gpu
+
+from analyzer.correlate import correlate
+from analyzer.diagnosis import Snapshot
+from analyzer.events import AnomalyEvent
+from analyzer.incidents import ChangeEvent, Incident, IncidentSettings, IncidentTracker, findings
+from analyzer.topology import Topology, TopologySettings
+
+TOPO = Topology.from_settings(TopologySettings(services={"chat": ["node-0", "node-1"], "embed": ["node-2"]},
+                                               instances={"10.0.0.9:9400": "node-2"}))
+SETTINGS = IncidentSettings(resolve_after_s=300, reopen_window_s=1800)
+UTIL_LOW: Snapshot = {"gpu_utilization_p95": {gpu(): 0.32}}
+
+
+def _signals(groups: list) -> list[list[str]]:
+    return [[e.signal for e in g.events] for g in groups]
+
+
+CORRELATION = [
+    ("gpu and queue on one node join",
+     [ev("gpu_temperature", 91, 70, node="node-0", gpu="0"),
+      ev("queue_wait_p99", 3, 1, onset=2, node="node-0", service="chat")],
+     [["gpu_temperature", "queue_wait_p99"]]),
+    ("two nodes stay apart",
+     [ev("gpu_temperature", 91, 70, node="node-0", gpu="0"), ev("ecc_corrected_increase", 300, 1, onset=1,
+                                                                node="node-1", gpu="3")],
+     [["gpu_temperature"], ["ecc_corrected_increase"]]),
+    ("a service-wide symptom joins its nodes through the topology",
+     [ev("gpu_temperature", 91, 70, node="node-0", gpu="0"), ev("ttft_p99", 3, 1, onset=2, service="chat"),
+      ev("xid_paging", 1, 0, onset=3, node="node-2", gpu="0", xid="79")],
+     [["gpu_temperature", "ttft_p99"], ["xid_paging"]]),
+    ("an instance maps to its node",
+     [ev("target_down", 0, 1, job="exporter", instance="10.0.0.9:9400"),
+      ev("queue_wait_p99", 3, 1, onset=4, node="node-2", service="embed")],
+     [["target_down", "queue_wait_p99"]]),
+    ("same node but far apart in time stay apart",
+     [ev("gpu_temperature", 91, 70, node="node-0", gpu="0", cleared=10),
+      ev("queue_wait_p99", 3, 1, onset=26, node="node-0", service="chat")],
+     [["gpu_temperature"], ["queue_wait_p99"]]),
+    ("within the 15 min lookback they join",
+     [ev("gpu_temperature", 91, 70, node="node-0", gpu="0", cleared=10),
+      ev("queue_wait_p99", 3, 1, onset=24, node="node-0", service="chat")],
+     [["gpu_temperature", "queue_wait_p99"]]),
+    ("per-replica series do not chain nodes through their service",
+     [ev("queue_wait_p99", 3, 1, node="node-0", service="chat"),
+      ev("queue_wait_p99", 3, 1, onset=1, node="node-1", service="chat")],
+     [["queue_wait_p99"], ["queue_wait_p99"]]),
+]
+
+
+@pytest.mark.parametrize(("name", "events", "expected"), CORRELATION, ids=[c[0] for c in CORRELATION])
+def test_correlation(name: str, events: list[AnomalyEvent], expected: list[list[str]]) -> None:
+    assert _signals(correlate(events, TOPO, now=at(30))) == expected
+
+
+def test_topology_from_target_info_merges_with_config() -> None:
+    info = Topology.from_target_info([{"service": "chat", "node": "node-5", "model": "m"}, {"service": "x"}])
+    merged = TOPO.merged(info)
+    assert merged.service_nodes["chat"] == frozenset({"node-0", "node-1", "node-5"})
+    assert merged.services_on("node-5") == frozenset({"chat"})
+    assert merged.keys_of({"service": "chat"}) == frozenset(
+        {("node", "node-0"), ("node", "node-1"), ("node", "node-5"), ("service", "chat")})
+
+
+# -- lifecycle ------------------------------------------------------------------------------------
+Q = ev("queue_wait_p99", 4.8, 0.787, node="node-0", service="chat")
+TEMP = ev("gpu_temperature", 88, 70, onset=3, node="node-0", gpu="0")
+XID = ev("xid_paging", 1, 0, onset=6, node="node-0", gpu="0", xid="79")
+
+
+def _step(tracker: IncidentTracker, events: list[AnomalyEvent], minute: float,
+          snapshot: Snapshot = UTIL_LOW, changes: tuple[ChangeEvent, ...] = ()) -> list[tuple[str, int, str]]:
+    now = at(minute)
+    out, _ = tracker.step(findings(events, TOPO, now=now, snapshot=snapshot, settings=SETTINGS), now, changes)
+    return [(c.kind, c.seq, c.severity) for c in out]
+
+
+def test_open_update_resolve_reopen_exact_changes() -> None:
+    tracker = IncidentTracker(SETTINGS)
+    soft = replace(Q, value=0.6, baseline=0.25)
+    assert _step(tracker, [soft], 2) == [("opened", 1, "warning")]
+    (inc,) = tracker.incidents
+    assert inc.id == "inc-20260302T100000-" + inc.id.rsplit("-", 1)[1]
+    assert (inc.rule, inc.layer, inc.root_cause.signal) == (
+        "scheduling_bottleneck", "scheduling", "queue_wait_p99")
+    assert _step(tracker, [soft], 3) == []  # same evidence: nothing to say
+    # A lower-layer anomaly joins: the root cause moves to the GPU.
+    assert _step(tracker, [soft, TEMP], 4) == [("root_cause_changed", 2, "warning")]
+    # The queue crosses the 1 s P0 line: severity up.
+    assert _step(tracker, [Q, TEMP], 5) == [("severity_up", 3, "critical")]
+    assert _step(tracker, [Q, TEMP], 6) == []
+    cleared = [replace(Q, cleared_at=at(7)), replace(TEMP, cleared_at=at(8))]
+    assert _step(tracker, cleared, 10) == []  # normal for 2 min < 5 min
+    assert _step(tracker, cleared, 13) == [("resolved", 4, "critical")]
+    (inc,) = tracker.incidents
+    assert (inc.state, inc.resolved_at, inc.services, inc.nodes) == (
+        "resolved", at(13), ("chat",), ("node-0",))
+    assert [t.kind for t in inc.timeline] == [
+        "opened", "evidence", "root_cause_changed", "severity_up", "resolved"]
+    # Recurrence within the window re-opens the same incident (one "opened" record, a new seq).
+    again = ev("gpu_temperature", 90, 70, onset=20, node="node-0", gpu="0")
+    assert _step(tracker, [again], 21) == [("opened", 5, "critical")]
+    assert [i.id for i in tracker.incidents] == [inc.id]
+    assert tracker.incidents[0].state == "open"
+
+
+def test_recurrence_after_the_window_opens_a_new_incident() -> None:
+    tracker = IncidentTracker(SETTINGS)
+    _step(tracker, [replace(TEMP, cleared_at=at(4))], 4)
+    assert _step(tracker, [], 10) == [("resolved", 2, "info")]
+    later = ev("gpu_temperature", 90, 70, onset=50, node="node-0", gpu="0")
+    assert _step(tracker, [later], 51) == [("opened", 1, "info")]
+    assert len(tracker.incidents) == 1 and tracker.incidents[0].first_onset == at(50)
+
+
+def test_unrelated_faults_make_separate_incidents_and_keys_are_stable() -> None:
+    tracker = IncidentTracker(SETTINGS)
+    other = ev("ecc_corrected_increase", 300, 1, onset=1, node="node-1", gpu="3")
+    now = at(3)
+    changes, _ = tracker.step(findings([XID, other], TOPO, now=now, settings=SETTINGS), now)
+    rules = sorted(i.rule for i in tracker.incidents)
+    assert rules == ["ecc_storm", "xid_critical"]
+    assert sorted(c.key for c in changes) == sorted(f"{i.id}:opened:1" for i in tracker.incidents)
+
+
+def test_old_cleared_events_do_not_open_incidents() -> None:
+    tracker = IncidentTracker(SETTINGS)
+    assert _step(tracker, [replace(TEMP, cleared_at=at(5))], 30) == []
+    assert tracker.incidents == []
+
+
+def test_seed_001_compound_impact_and_change_events() -> None:
+    tracker = IncidentTracker(SETTINGS)
+    events = [ev("dependency_latency_p99", 0.8, 0.02, node="node-0", dependency="vectordb"),
+              ev("cache_hit_ratio", 0.6, 0.95, onset=1, node="node-0", cache="redis"),
+              ev("queue_wait_p99", 3.0, 0.5, onset=3, node="node-0", service="chat"),
+              ev("gpu_utilization_p95", 0.32, 0.8, onset=5, node="node-0", gpu="0")]
+    deploy = ChangeEvent(at(-5), "deploy", "vectordb 2.4 import", (("node", "node-0"),))
+    elsewhere = ChangeEvent(at(-5), "deploy", "other", (("node", "node-7"),))
+    _step(tracker, events, 7, changes=(deploy, elsewhere))
+    (inc,) = tracker.incidents
+    assert (inc.rule, inc.layer, inc.root_cause.signal) == ("dependency_degraded", "dependency",
+                                                           "dependency_latency_p99")
+    assert inc.impact_signals == ("gpu_utilization_p95", "queue_wait_p99")
+    assert {e.signal: e.role for e in inc.evidence} == {
+        "dependency_latency_p99": "cause", "cache_hit_ratio": "cause", "queue_wait_p99": "impact",
+        "gpu_utilization_p95": "impact"}
+    assert inc.changes == (deploy,)
+    assert inc.runbook == "docs/runbook.md#dependency_degraded"
+
+
+def test_incident_round_trips_through_json() -> None:
+    tracker = IncidentTracker(SETTINGS)
+    _step(tracker, [Q, TEMP], 5, changes=(ChangeEvent(at(1), "restart", "engine restart"),))
+    (inc,) = tracker.incidents
+    assert Incident.from_dict(inc.to_dict()) == inc
+    assert inc.first_onset == T0 and inc.opened_at == T0 + timedelta(minutes=5)
