@@ -75,7 +75,8 @@ def seasonal_center(history: pd.DataFrame, lag_s: float, half_window_s: float) -
 def recent(values: pd.DataFrame, window_s: float) -> tuple[pd.DataFrame, pd.DataFrame]:
     """Trailing median and IQR-based scale over ``window_s`` ending one sample before each row."""
     step = step_seconds(pd.DatetimeIndex(values.index)) or window_s
-    window = max(4, math.ceil(window_s / step))
+    # At least 12 samples, so that coarse grids (1 h) still get a meaningful median and IQR.
+    window = max(12, math.ceil(window_s / step))
     roll = values.shift(1).rolling(window, min_periods=max(3, window // 2))
     center = roll.median()
     scale = (roll.quantile(0.75) - roll.quantile(0.25)) / IQR_TO_SIGMA

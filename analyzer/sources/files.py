@@ -118,6 +118,9 @@ def load_series_file(path: str | Path) -> LoadedFile:
     rest = table.drop(columns=[time_col])
     label_cols = [c for c in rest.columns if not pd.api.types.is_numeric_dtype(rest[c]) and c != "value"
                   and pd.to_numeric(rest[c], errors="coerce").isna().all()]
+    if label_cols and "value" in rest.columns:
+        # Long format: every column but the value is a label, numeric-looking ones (gpu=0) too.
+        label_cols = [c for c in rest.columns if c != "value"]
     labels: dict[str, dict[str, str]] = {}
     if label_cols:
         if "value" not in rest.columns:
@@ -128,7 +131,8 @@ def load_series_file(path: str | Path) -> LoadedFile:
         keys = series_keys(names)
         unique = names.assign(_key=keys.to_numpy()).drop_duplicates("_key")
         for row in unique.to_dict("records"):
-            labels[str(row.pop("_key"))] = {str(k): str(v) for k, v in row.items()}
+            key = str(row.pop("_key"))
+            labels[key] = {str(k): str(v) for k, v in row.items()}
         long = pd.DataFrame({"t": index, "key": keys.to_numpy(), "v": values.to_numpy()})
         wide = long.drop_duplicates(["t", "key"], keep="last").pivot(index="t", columns="key", values="v")
     else:

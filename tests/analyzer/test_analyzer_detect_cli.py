@@ -1,0 +1,159 @@
+"""``oximeter detect`` on files: one event for a planted shift, nothing on noise or flat lines,
+robust to unsorted/duplicated rows and gaps, and a clear error (exit 2) on a malformed file."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from analyzer.detect_cli import detect_file, infer_kind
+from analyzer.signals import KIND_DEFAULTS
+from analyzer.sources.files import InputError
+from oximeter.procs import oximeter_argv
+
+T0 = pd.Timestamp("2026-02-03T00:00:00Z")
+ROWS = 400
+SHIFT = 300
+
+
+@dataclass(frozen=True)
+class Series:
+    """A generated file: step, timestamp style, and how messy the rows are."""
+
+    step_s: float
+    epoch: bool = False
+    messy: bool = False
+    parquet: bool = False
+
+
+def write(tmp: Path, values: np.ndarray, spec: Series, name: str = "series") -> Path:
+    index = pd.date_range(T0, periods=len(values), freq=pd.Timedelta(seconds=spec.step_s))
+    stamps = (index.as_unit("s").asi8 if spec.epoch else index.strftime("%Y-%m-%dT%H:%M:%SZ"))
+    table = pd.DataFrame({"timestamp": stamps, "value": values})
+    if spec.messy:
+        gone = [*range(40, 52), *range(SHIFT + 40, SHIFT + 43)]
+        table = table.drop(index=gone)
+        table = pd.concat([table, table.iloc[100:130]]).sample(frac=1.0, random_state=3)
+    path = tmp / f"{name}.{'parquet' if spec.parquet else 'csv'}"
+    if spec.parquet:
+        table.to_parquet(path)
+    else:
+        table.to_csv(path, index=False)
+    return path
+
+
+def shifted(noise: float = 1.0, jump: float = 20.0) -> np.ndarray:
+    v = 100.0 + np.random.default_rng(5).normal(0, noise, ROWS)
+    v[SHIFT:] += jump
+    return v
+
+
+SHAPES = [Series(15.0), Series(60.0, epoch=True), Series(300.0, messy=True), Series(3600.0, parquet=True),
+          Series(15.0, messy=True, parquet=True)]
+
+
+@pytest.mark.parametrize("spec", SHAPES, ids=lambda s: f"{s.step_s:g}s{'-messy' if s.messy else ''}")
+def test_planted_shift_gives_one_event_within_the_persistence_window(tmp_path: Path, spec: Series) -> None:
+    events = detect_file(write(tmp_path, shifted(), spec))
+    assert len(events) == 1
+    [event] = events
+    shift_at = T0 + pd.Timedelta(seconds=SHIFT * spec.step_s)
+    persistence = KIND_DEFAULTS["gauge"].persistence(spec.step_s)
+    assert shift_at <= pd.Timestamp(event.onset) <= pd.Timestamp(event.detected_at)
+    assert pd.Timestamp(event.detected_at) <= shift_at + pd.Timedelta(seconds=persistence.n * spec.step_s)
+    assert event.signal == "series" and event.score > 6
+
+
+@pytest.mark.parametrize("spec", SHAPES, ids=lambda s: f"{s.step_s:g}s{'-messy' if s.messy else ''}")
+@pytest.mark.parametrize("values", [shifted(jump=0.0), np.full(ROWS, 42.0), np.zeros(ROWS)],
+                         ids=["noisy", "flat", "zero"])
+def test_quiet_series_give_nothing(tmp_path: Path, spec: Series, values: np.ndarray) -> None:
+    assert detect_file(write(tmp_path, values, spec)) == []
+
+
+def test_counter_is_inferred_and_storm_detected(tmp_path: Path) -> None:
+    steps = np.full(ROWS, 0.2)
+    steps[SHIFT:SHIFT + 20] = 30.0  # 150 per 5 minutes for 5 minutes
+    counter = np.cumsum(steps)
+    counter[200:] -= counter[199]  # the process restarted: counter back to 0
+    frame = pd.DataFrame({"a": counter})
+    assert infer_kind(frame) == "counter_growth"
+    assert infer_kind(pd.DataFrame({"a": shifted()})) == "gauge"
+    [event] = detect_file(write(tmp_path, counter, Series(15.0)))
+    assert event.detector == "counter_growth"
+    assert pd.Timestamp(event.onset) >= T0 + pd.Timedelta(seconds=SHIFT * 15)
+
+
+def test_wide_file_names_each_series(tmp_path: Path) -> None:
+    index = pd.date_range(T0, periods=ROWS, freq="1min")
+    table = pd.DataFrame({"timestamp": index, "gpu0": shifted(jump=0.0), "gpu1": shifted()})
+    path = tmp_path / "wide.parquet"
+    table.to_parquet(path)
+    [event] = detect_file(path)
+    assert event.entity == {"series": "gpu1"}
+
+
+def test_long_file_carries_labels(tmp_path: Path) -> None:
+    index = pd.date_range(T0, periods=ROWS, freq="1min")
+    parts = [pd.DataFrame({"timestamp": index, "node": node, "gpu": "0", "value": v})
+             for node, v in (("n1", shifted(jump=0.0)), ("n2", shifted()))]
+    path = tmp_path / "long.csv"
+    pd.concat(parts).to_csv(path, index=False)
+    [event] = detect_file(path)
+    assert event.entity == {"gpu": "0", "node": "n2"}
+
+
+MALFORMED = [
+    ("missing.csv", None, "no such file"),
+    ("empty.csv", "", "empty"),
+    ("header.csv", "timestamp,value\n", "no data rows"),
+    ("onecol.csv", "timestamp\n2026-01-01T00:00:00Z\n", "at least one value column"),
+    ("badtime.csv", "timestamp,value\n" + "2026-01-01T00:00:00Z,1\n" * 3 + "yesterday,2\n",
+     "unparseable timestamp"),
+    ("badvalue.csv", "timestamp,value\n" + "".join(f"{1700000000 + 60 * i},{i}\n" for i in range(20))
+     + "1700009999,lots\n", "non-numeric"),
+    ("short.csv", "timestamp,value\n1700000000,1\n1700000060,2\n", "too few timestamps"),
+    ("fast.csv", "timestamp,value\n" + "".join(f"{1700000000 + i},{i}\n" for i in range(20)),
+     "outside the supported 15 s"),
+    ("data.txt", "timestamp,value\n", "unsupported file type"),
+    ("corrupt.parquet", "not parquet", "not a readable Parquet file"),
+]
+
+
+@pytest.mark.parametrize(("name", "content", "problem"), MALFORMED, ids=[m[0] for m in MALFORMED])
+def test_malformed_file_is_a_clear_error(tmp_path: Path, name: str, content: str | None,
+                                         problem: str) -> None:
+    path = tmp_path / name
+    if content is not None:
+        path.write_text(content)
+    with pytest.raises(InputError, match=problem) as info:
+        detect_file(path)
+    assert str(info.value).startswith(str(path))
+
+
+def test_cli_jsonl_prints_only_events(tmp_path: Path) -> None:
+    path = write(tmp_path, shifted(), Series(60.0))
+    out = subprocess.run(oximeter_argv("detect", "--input", str(path), "--format", "jsonl"),
+                         capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    lines = out.stdout.splitlines()
+    assert len(lines) == 1
+    record = json.loads(lines[0])
+    assert {"signal", "onset", "detected_at", "cleared_at", "score", "reason"} <= set(record)
+    assert record["detected_at"].endswith("Z") and record["signal"] == "series"
+
+
+def test_cli_malformed_exits_2_naming_the_file(tmp_path: Path) -> None:
+    path = tmp_path / "bad.csv"
+    path.write_text("timestamp,value\n" + "2026-01-01T00:00:00Z,1\n" * 12 + "soon,1\n")
+    out = subprocess.run(oximeter_argv("detect", "--input", str(path), "--format", "jsonl"),
+                         capture_output=True, text=True, timeout=120)
+    assert out.returncode == 2
+    assert out.stdout == ""
+    assert str(path) in out.stderr and "unparseable timestamp" in out.stderr
