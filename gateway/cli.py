@@ -13,10 +13,10 @@ from loguru import logger
 from pydantic import ValidationError
 
 from gateway.app import Gateway
+from gateway.logsink import setup_gateway_logging
 from gateway.settings import GatewaySettings
 from oximeter.config import load_config
 from oximeter.errors import ConfigError
-from oximeter.logs import setup_logging
 
 # flag -> settings field; None defaults mean "keep the configured value".
 _FLAGS: tuple[tuple[str, str, type, str], ...] = (
@@ -114,13 +114,15 @@ def _new_loop() -> asyncio.AbstractEventLoop:
 
 def run(args: argparse.Namespace) -> int:
     """Entry point of ``oximeter gateway``."""
-    setup_logging(args.log_level, component="gateway")
     try:
         settings = resolve_settings(args)
     except ConfigError as exc:
         print(str(exc), file=sys.stderr)
         return 2
-    with asyncio.Runner(loop_factory=_new_loop) as runner:
-        runner.run(serve(settings))
-    logger.complete()
+    sink = setup_gateway_logging(args.log_level)
+    try:
+        with asyncio.Runner(loop_factory=_new_loop) as runner:
+            runner.run(serve(settings))
+    finally:
+        sink.stop()
     return 0

@@ -10,6 +10,7 @@ are read from the admission controller at scrape time, so they are never stale.
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator, Sequence
+from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Histogram
 from prometheus_client.core import GaugeMetricFamily
@@ -160,8 +161,16 @@ class GatewayMetrics:
             registry=r,
         )
         r.register(_LevelsCollector(self, controller))
+        self._series: dict[str, ModelSeries] = {}
         self.add_models(models)
         self._init_zero(OTHER)
+
+    def series(self, model: str) -> ModelSeries:
+        """The cached children of ``model`` (an already bounded label value)."""
+        found = self._series.get(model)
+        if found is None:
+            found = self._series[model] = ModelSeries(self, model)
+        return found
 
     @property
     def primary_model(self) -> str:
@@ -194,3 +203,39 @@ class GatewayMetrics:
         for reason in ABORT_REASONS:
             self.aborts.labels(*base, reason)
         self.output_tokens.labels(*base)
+
+
+class ModelSeries:
+    """One model's children, looked up once: ``labels()`` costs microseconds on every call."""
+
+    def __init__(self, metrics: GatewayMetrics, model: str) -> None:
+        base = metrics.base_labels(model)
+        self._metrics = metrics
+        self._base = base
+        self.queue_length_at_enqueue = metrics.queue_length_at_enqueue.labels(*base)
+        self.queue_wait = metrics.queue_wait.labels(*base)
+        self.ttft = metrics.ttft.labels(*base)
+        self.inter_token = metrics.inter_token.labels(*base)
+        self.output_tokens = metrics.output_tokens.labels(*base)
+        self.upstream_duration = metrics.upstream_duration.labels(*base)
+        self._answers: dict[tuple[str, int], tuple[Any, Any]] = {}
+
+    def answered(self, route: str, code: int, duration_s: float) -> None:
+        """Count one answer and observe its duration."""
+        pair = self._answers.get((route, code))
+        if pair is None:
+            pair = (
+                self._metrics.requests.labels(*self._base, route, str(code)),
+                self._metrics.duration.labels(*self._base, route),
+            )
+            self._answers[(route, code)] = pair
+        pair[0].inc()
+        pair[1].observe(duration_s)
+
+    def rejected(self, reason: str) -> None:
+        """Count one refusal."""
+        self._metrics.rejected.labels(*self._base, reason).inc()
+
+    def aborted(self, reason: str) -> None:
+        """Count one upstream abort."""
+        self._metrics.aborts.labels(*self._base, reason).inc()
