@@ -20,6 +20,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "sim": ("simulator.cli", "simulated vLLM engines and GPU fleet: serve, fault, history"),
     "traffic": ("simulator.traffic", "generate OpenAI-API traffic with a compressed daily shape"),
     "config": ("oximeter.config_cli", "check a configuration file"),
+    "dashboards": ("dashboards.cli", "build the Grafana dashboards JSON from grafanalib sources"),
     "detect": ("analyzer.detect_cli", "detect anomalies in a CSV or Parquet series offline"),
     "exporter": ("exporter.cli", "export GPU (NVML or simulated) and external queue metrics"),
     "outbox": ("reporter.outbox_cli", "list pending or failed chat notifications"),

@@ -1,0 +1,155 @@
+"""Repeated dashboard shapes as plain functions: variables, panels, layout.
+
+Every ``*.dashboard.py`` source builds its ``dashboard`` from these, so all dashboards share one
+datasource variable, one set of label filters and current panel types only (time series, stat,
+table, bar gauge, heatmap).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import attr
+from grafanalib.core import (
+    BarGauge,
+    Dashboard,
+    GridPos,
+    Heatmap,
+    Panel,
+    Stat,
+    Table,
+    Target,
+    Template,
+    Templating,
+    Time,
+    TimeSeries,
+)
+
+# Panels name the datasource through the variable, so one dashboard serves any Prometheus.
+DATASOURCE = {"type": "prometheus", "uid": "${datasource}"}
+
+# Label filters, written once. `=~` because every variable is multi-value with "All" = `.*`.
+GATEWAY = 'service=~"$service", node=~"$node"'
+NODE = 'node=~"$node"'
+GPU = 'node=~"$node", gpu=~"$gpu"'
+
+# Queries that list each variable's values; node depends on the chosen services.
+_VARIABLE_QUERIES: dict[str, str] = {
+    "service": "label_values(oximeter_target_info, service)",
+    "node": "label_values(oximeter_target_info{service=~\"$service\"}, node)",
+    "gpu": "label_values(oximeter_gpu_up{node=~\"$node\"}, gpu)",
+}
+# The GPU fleet has nodes without a gateway only in odd set-ups; its node list comes from GPUs.
+_GPU_NODE_QUERY = "label_values(oximeter_gpu_up, node)"
+
+Query = tuple[str, str]  # (PromQL, legend)
+_BASE_STEP: dict[str, object] = {"color": "green", "value": None}
+
+
+def variables(*names: str, gpu_nodes: bool = False) -> Templating:
+    """The datasource variable plus the named label variables (multi-value, with All = `.*`)."""
+    items = [Template(name="datasource", label="Data source", query="prometheus", type="datasource")]
+    for name in names:
+        query = _GPU_NODE_QUERY if (name == "node" and gpu_nodes) else _VARIABLE_QUERIES[name]
+        items.append(Template(
+            name=name, label=name, query=query, dataSource=DATASOURCE, type="query",
+            multi=True, includeAll=True, allValue=".*", refresh=2, sort=1,
+            default="$__all",
+        ))
+    return Templating(list=items)
+
+
+def _targets(queries: Sequence[Query], *, instant: bool = False, fmt: str = "time_series") -> list[Target]:
+    return [
+        Target(expr=expr, legendFormat=legend, refId=chr(ord("A") + i), instant=instant, format=fmt,
+               datasource=DATASOURCE)
+        for i, (expr, legend) in enumerate(queries)
+    ]
+
+
+def _size(panel: Panel, width: int, height: int) -> Panel:
+    return attr.evolve(panel, gridPos=GridPos(h=height, w=width, x=0, y=0))
+
+
+def timeseries(title: str, queries: Sequence[Query], *, unit: str = "short", width: int = 12,
+               height: int = 8, description: str = "", overrides: Sequence[dict[str, object]] = (),
+               max_value: float | None = None) -> Panel:
+    """A time series panel."""
+    panel = TimeSeries(title=title, description=description, dataSource=DATASOURCE,
+                       targets=_targets(queries), unit=unit, overrides=list(overrides),
+                       valueMax=max_value)
+    return _size(panel, width, height)
+
+
+def stat(title: str, queries: Sequence[Query], *, unit: str = "short", width: int = 6, height: int = 5,
+         description: str = "", thresholds: Sequence[tuple[float | None, str]] = ()) -> Panel:
+    """A single-value stat panel; ``thresholds`` are (from value, colour), the first from None."""
+    # Plain dicts: grafanalib's Threshold writes the base step's value as the string "null".
+    steps = [{"color": color, "value": value} for value, color in thresholds] or [_BASE_STEP]
+    panel = Stat(title=title, description=description, dataSource=DATASOURCE,
+                 targets=_targets(queries, instant=True), format=unit, reduceCalc="lastNotNull",
+                 thresholds=steps)
+    return _size(panel, width, height)
+
+
+def bargauge(title: str, queries: Sequence[Query], *, unit: str = "short", width: int = 12,
+             height: int = 8, description: str = "", max_value: float = 1.0) -> Panel:
+    """A bar gauge, one bar per series (peer comparisons, counts by label)."""
+    panel = BarGauge(title=title, description=description, dataSource=DATASOURCE,
+                     targets=_targets(queries, instant=True), format=unit, max=max_value,
+                     orientation="horizontal", displayMode="gradient", calc="lastNotNull",
+                     thresholds=[_BASE_STEP])
+    return _size(panel, width, height)
+
+
+def table(title: str, queries: Sequence[Query], *, width: int = 12, height: int = 8,
+          description: str = "", unit: str = "short") -> Panel:
+    """A table of instant values, one row per series."""
+    panel = Table(title=title, description=description, dataSource=DATASOURCE,
+                  targets=_targets(queries, instant=True, fmt="table"), unit=unit,
+                  transformations=[{"id": "merge", "options": {}}])
+    return _size(panel, width, height)
+
+
+def heatmap(title: str, query: Query, *, width: int = 12, height: int = 8, description: str = "") -> Panel:
+    """A heatmap of a histogram's buckets (query summed ``by (le)``)."""
+    panel = Heatmap(title=title, description=description, dataSource=DATASOURCE,
+                    targets=_targets([query], fmt="heatmap"), dataFormat="tsbuckets",
+                    hideZeroBuckets=True)
+    return _size(panel, width, height)
+
+
+def right_axis(legend_regex: str, unit: str) -> dict[str, object]:
+    """A field override putting the series whose legend matches on a right axis with its own unit."""
+    return {
+        "matcher": {"id": "byRegexp", "options": legend_regex},
+        "properties": [
+            {"id": "custom.axisPlacement", "value": "right"},
+            {"id": "unit", "value": unit},
+        ],
+    }
+
+
+def _flow(panels: Sequence[Panel]) -> list[Panel]:
+    """Lay panels out left to right in a 24-column grid, wrapping rows."""
+    placed: list[Panel] = []
+    x = y = row_height = 0
+    for panel in panels:
+        pos = panel.gridPos
+        if x + pos.w > 24:
+            x, y, row_height = 0, y + row_height, 0
+        placed.append(attr.evolve(panel, id=len(placed) + 1,
+                                  gridPos=GridPos(h=pos.h, w=pos.w, x=x, y=y)))
+        x += pos.w
+        row_height = max(row_height, pos.h)
+    return placed
+
+
+def make_dashboard(title: str, uid: str, description: str, panels: Sequence[Panel],
+              templating: Templating) -> Dashboard:
+    """A dashboard with Oximeter's defaults: last hour, 30 s refresh, tagged, panels laid out."""
+    return Dashboard(
+        title=title, uid=uid, description=description, tags=["oximeter"], timezone="utc",
+        time=Time("now-1h", "now"), refresh="30s", templating=templating, panels=_flow(panels),
+        editable=False,
+    )

@@ -1,0 +1,166 @@
+"""Dashboard queries as Grafana sends them, and the metric names any PromQL text reads.
+
+``expand`` substitutes template variables and ``$__rate_interval`` / ``$__interval`` / ``$__range``
+the way Grafana's Prometheus datasource does, so tests can run every panel's query against a real
+Prometheus. ``metric_names`` is a small lexer (no PromQL parser exists in Python here) used by the
+metric-name contract test.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+ALL = "$__all"
+
+
+@dataclass(frozen=True)
+class Timing:
+    """What Grafana derives its interval variables from."""
+
+    scrape_interval_s: float = 15.0  # the datasource's "Scrape interval" setting
+    interval_s: float = 15.0  # $__interval: range / max data points, at least the scrape interval
+    range_s: float = 3600.0  # the dashboard's time range
+
+    @property
+    def rate_interval_s(self) -> float:
+        """Grafana's ``$__rate_interval``: max($__interval + scrape interval, 4 x scrape interval)."""
+        return max(self.interval_s + self.scrape_interval_s, 4 * self.scrape_interval_s)
+
+
+@dataclass(frozen=True)
+class Variable:
+    """The part of a template variable's definition that decides how its value is written."""
+
+    name: str
+    multi: bool
+    include_all: bool
+    all_value: str | None
+
+
+@dataclass(frozen=True)
+class RenderedQuery:
+    """One panel target's query with every variable expanded."""
+
+    dashboard: str
+    panel: str
+    ref_id: str
+    expr: str
+
+
+def duration(seconds: float) -> str:
+    """A PromQL duration: whole seconds as ``60s``, otherwise milliseconds."""
+    ms = round(seconds * 1000)
+    return f"{ms // 1000}s" if ms % 1000 == 0 else f"{ms}ms"
+
+
+def regular_escape(value: str) -> str:
+    """Grafana's ``prometheusRegularEscape`` (single-value variables)."""
+    return value.replace("\\", "\\\\").replace("'", "\\\\'")
+
+
+def special_regex_escape(value: str) -> str:
+    """Grafana's ``prometheusSpecialRegexEscape`` (multi-value and All variables, used with ``=~``)."""
+    value = value.replace("\\", "\\\\\\\\")
+    return re.sub(r"[$^*{}\[\]'+?.()|]", lambda m: "\\\\" + m.group(0), value)
+
+
+def format_value(variable: Variable, selected: Sequence[str], all_values: Sequence[str] = ()) -> str:
+    """The text Grafana puts in place of ``$name`` for ``selected`` values (``[ALL]`` = All)."""
+    values = list(selected)
+    if values == [ALL]:
+        if variable.all_value is not None:
+            return variable.all_value  # inserted as is: it is already a regex
+        values = list(all_values)
+    if not variable.multi and not variable.include_all:
+        return regular_escape(values[0]) if values else ""
+    escaped = [special_regex_escape(v) for v in values]
+    return escaped[0] if len(escaped) == 1 else "(" + "|".join(escaped) + ")"
+
+
+# $name, ${name}, ${name:format}, [[name]]; `$1` in label_replace is not a variable (not in values).
+_VARIABLE_RE = re.compile(r"\$\{(\w+)(?::\w+)?\}|\[\[(\w+)(?::\w+)?\]\]|\$(\w+)")
+
+
+def expand(expr: str, values: Mapping[str, str], timing: Timing = Timing()) -> str:
+    """``expr`` with built-in interval variables and the given (already formatted) values substituted."""
+    builtins = {
+        "__rate_interval": duration(timing.rate_interval_s),
+        "__interval": duration(timing.interval_s),
+        "__interval_ms": str(round(timing.interval_s * 1000)),
+        "__range": duration(timing.range_s),
+        "__range_s": str(round(timing.range_s)),
+        "__range_ms": str(round(timing.range_s * 1000)),
+    }
+
+    def substitute(match: re.Match[str]) -> str:
+        name = match.group(1) or match.group(2) or match.group(3)
+        if name in builtins:
+            return builtins[name]
+        return values.get(name, match.group(0))
+
+    return _VARIABLE_RE.sub(substitute, expr)
+
+
+def variables_of(dashboard: Mapping[str, Any]) -> dict[str, Variable]:
+    """The dashboard's label variables (the datasource variable is not part of queries)."""
+    found = {}
+    for item in dashboard.get("templating", {}).get("list", []):
+        if item.get("type") == "datasource":
+            continue
+        found[item["name"]] = Variable(
+            name=item["name"], multi=bool(item.get("multi")), include_all=bool(item.get("includeAll")),
+            all_value=item.get("allValue") or None,
+        )
+    return found
+
+
+def variable_queries(dashboard: Mapping[str, Any]) -> dict[str, str]:
+    """{variable name: the query that lists its values} for query variables."""
+    return {item["name"]: item["query"] for item in dashboard.get("templating", {}).get("list", [])
+            if item.get("type") == "query"}
+
+
+def _panels(panels: Sequence[Mapping[str, Any]]) -> Iterator[Mapping[str, Any]]:
+    for panel in panels:
+        yield panel
+        yield from _panels(panel.get("panels", []))  # rows hold their own panels
+
+
+def panel_queries(dashboard: Mapping[str, Any], selection: Mapping[str, Sequence[str]] | None = None,
+                  timing: Timing = Timing()) -> list[RenderedQuery]:
+    """Every panel target's query expanded; variables not in ``selection`` are All."""
+    selection = selection or {}
+    values = {name: format_value(var, selection.get(name, [ALL]))
+              for name, var in variables_of(dashboard).items()}
+    return [
+        RenderedQuery(dashboard=str(dashboard.get("title", "")), panel=str(panel.get("title", "")),
+                      ref_id=str(target.get("refId", "")), expr=expand(target["expr"], values, timing))
+        for panel in _panels(dashboard.get("panels", []))
+        for target in panel.get("targets", [])
+        if target.get("expr")
+    ]
+
+
+_STRING_RE = re.compile(r'"(?:[^"\\]|\\.)*"|\'(?:[^\'\\]|\\.)*\'|`[^`]*`')
+_GROUPING_RE = re.compile(r"\b(?:by|without|on|ignoring|group_left|group_right)\s*\([^)]*\)")
+_NAME_RE = re.compile(r"(?<![\w.:])([a-zA-Z_:][\w:]*)(?![\w:])(?!\s*\()")
+_KEYWORDS = frozenset({"and", "or", "unless", "by", "without", "on", "ignoring", "group_left",
+                       "group_right", "offset", "bool", "inf", "nan", "Inf", "NaN"})
+_LABEL_VALUES_RE = re.compile(r"label_values\(\s*([a-zA-Z_:][\w:]*)\s*[{,]")
+
+
+def metric_names(expr: str) -> set[str]:
+    """The metric names a PromQL expression (or a ``label_values(metric, label)`` query) reads."""
+    found = set(_LABEL_VALUES_RE.findall(expr))
+    if expr.lstrip().startswith("label_values("):
+        return found
+    text = _STRING_RE.sub('""', expr)
+    text = re.sub(r"\{[^}]*\}", " ", text)  # label matchers
+    text = re.sub(r"\[[^\]]*\]", " ", text)  # ranges and subqueries
+    text = _GROUPING_RE.sub(" ", text)
+    text = re.sub(r"\boffset\s+-?[\dsmhdwy]+", " ", text)
+    text = re.sub(r"@\s*(?:start\(\)|end\(\)|[\d.]+)", " ", text)
+    return found | {name for name in _NAME_RE.findall(text) if name not in _KEYWORDS}

@@ -1,0 +1,63 @@
+"""Scheduling: the gateway's queue, waits, rejections, and seed 000's "GPU idle but queue high"."""
+
+from dashboards.panels import (
+    GATEWAY,
+    NODE,
+    make_dashboard,
+    heatmap,
+    right_axis,
+    timeseries,
+    variables,
+)
+
+dashboard = make_dashboard(
+    title="Oximeter / Scheduling",
+    uid="oximeter-scheduling",
+    description="Queue length vs limit, queue wait, TTFT, rejections by route (seed 000 §3.2).",
+    templating=variables("service", "node"),
+    panels=[
+        timeseries("Queue length vs limit",
+                   [(f"max by (service, node) (oximeter_queue_length{{{GATEWAY}}})", "queued {{service}} {{node}}"),
+                    (f"max by (service, node) (oximeter_queue_limit{{{GATEWAY}}})", "limit {{service}} {{node}}")]),
+        timeseries("Queue length at enqueue p99 (bursts between scrapes)",
+                   [(f"histogram_quantile(0.99, sum by (service, node, le) "
+                     f"(rate(oximeter_queue_length_at_enqueue_bucket{{{GATEWAY}}}[$__rate_interval])))",
+                     "{{service}} {{node}}")]),
+        timeseries("Queue wait p50 / p99",
+                   [(f"service_node:oximeter_queue_wait_seconds:p50_5m{{{GATEWAY}}}", "p50 {{service}} {{node}}"),
+                    (f"service_node:oximeter_queue_wait_seconds:p99_1m{{{GATEWAY}}}", "p99 {{service}} {{node}}")],
+                   unit="s"),
+        heatmap("Queue wait distribution",
+                (f"sum by (le) (rate(oximeter_queue_wait_seconds_bucket{{{GATEWAY}}}[$__rate_interval]))",
+                 "{{le}}")),
+        timeseries("Gateway TTFT p99",
+                   [(f"service_node:oximeter_time_to_first_token_seconds:p99_5m{{{GATEWAY}}}",
+                     "{{service}} {{node}}")], unit="s"),
+        timeseries("GPU utilisation low but queue high",
+                   [(f"node:oximeter_gpu_utilization_ratio:avg_p95_5m{{{NODE}}}", "GPU util p95 {{node}}"),
+                    (f"service_node:oximeter_queue_wait_seconds:p99_5m{{{GATEWAY}}}",
+                     "queue wait p99 {{service}} {{node}}")],
+                   unit="percentunit", overrides=[right_axis("queue wait.*", "s")],
+                   description="Seed 000 §3.2: GPU util p95 < 30 % while the queue waits is a scheduling "
+                               "bottleneck, not a GPU shortage."),
+        timeseries("429 / 499 / 504 by route",
+                   [(f'sum by (route, code) (rate(oximeter_requests_total{{{GATEWAY}, code=~"429|499|504"}}'
+                     f"[$__rate_interval]))", "{{route}} {{code}}")], unit="reqps"),
+        timeseries("504 ratio by route (1m)",
+                   [(f"service_node_route:oximeter_requests_504:ratio_1m{{{GATEWAY}}}",
+                     "{{service}} {{route}} {{node}}")], unit="percentunit"),
+        timeseries("Rejections by reason",
+                   [(f"sum by (reason) (rate(oximeter_rejected_requests_total{{{GATEWAY}}}[$__rate_interval]))",
+                     "{{reason}}")], unit="reqps"),
+        timeseries("Upstream aborts by reason",
+                   [(f"sum by (reason) (rate(oximeter_upstream_aborts_total{{{GATEWAY}}}[$__rate_interval]))",
+                     "{{reason}}")], unit="reqps"),
+        timeseries("In flight vs concurrency limit",
+                   [(f"sum by (service, node) (oximeter_inflight_requests{{{GATEWAY}}})",
+                     "in flight {{service}} {{node}}"),
+                    (f"sum by (service, node) (oximeter_concurrency_limit{{{GATEWAY}}})",
+                     "limit {{service}} {{node}}")]),
+        timeseries("External queues",
+                   [(f"max by (node, queue) (oximeter_external_queue_length{{{NODE}}})", "{{node}} {{queue}}")]),
+    ],
+)
