@@ -140,6 +140,9 @@ class SimBackend:
         self.url = f"{sim_url.rstrip('/')}/fleet/gpus?{query}"
         self.node = node
         self.timeout_s = timeout_s
+        # No proxy: the simulator is on this host, and an http_proxy in the environment must not
+        # send fleet telemetry elsewhere.
+        self._opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
 
     def start(self) -> None:
         """Nothing to acquire: an unreachable simulator is a counted error at scrape time."""
@@ -149,7 +152,7 @@ class SimBackend:
 
     def fetch(self) -> Any:
         """The raw JSON document (raises urllib/json errors)."""
-        with urllib.request.urlopen(self.url, timeout=self.timeout_s) as response:
+        with self._opener.open(self.url, timeout=self.timeout_s) as response:
             return json.loads(response.read())
 
     def read(self) -> NodeSnapshot:
