@@ -12,10 +12,13 @@ from typing import Any
 import yaml
 from pydantic import BaseModel, ConfigDict, ValidationError
 
+from analyzer.incidents import IncidentSettings
 from analyzer.settings import AnalyzerSettings
+from analyzer.topology import TopologySettings
 from exporter.settings import ExporterSettings
 from gateway.settings import GatewaySettings
 from oximeter.errors import ConfigError
+from reporter.settings import ReporterSettings
 from simulator.settings import SimSettings
 
 DEFAULT_CONFIG_PATH = Path("oximeter.yaml")
@@ -29,7 +32,10 @@ class OximeterConfig(BaseModel):
     gateway: GatewaySettings = GatewaySettings()
     sim: SimSettings = SimSettings()
     analyzer: AnalyzerSettings = AnalyzerSettings()
+    incidents: IncidentSettings = IncidentSettings()
+    topology: TopologySettings = TopologySettings()
     exporter: ExporterSettings = ExporterSettings()
+    reporter: ReporterSettings = ReporterSettings()
 
 
 def _describe(error: Any) -> str:

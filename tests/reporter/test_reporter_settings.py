@@ -1,0 +1,49 @@
+"""The ``reporter:`` config section, channel construction from env/file secrets, ``outbox list``."""
+
+from __future__ import annotations
+
+import subprocess
+from pathlib import Path
+
+import pytest
+import yaml
+
+from oximeter.config import parse_config
+from oximeter.errors import ConfigError, SecretMissingError
+from oximeter.procs import oximeter_argv
+from reporter.channels import build_channel
+from reporter.channels.feishu import FeishuChannel
+from reporter.settings import ChannelSettings
+
+
+def test_reporter_section_defaults_and_problems_named_by_key() -> None:
+    config = parse_config({"reporter": {"channels": {"ops": {"type": "feishu", "url_env": "OPS_URL",
+                                                             "secret_env": "OPS_SECRET"}}}})
+    assert config.reporter.channels["ops"].type == "feishu"
+    assert (config.reporter.storm_cap, config.reporter.store_path) == (10, "oximeter.db")
+    with pytest.raises(ConfigError) as caught:
+        parse_config({"reporter": {"channels": {"x": {"type": "teams", "url_env": "lower-case"}}}}, "o.yaml")
+    text = str(caught.value)
+    assert "o.yaml: reporter.channels.x.type" in text and "o.yaml: reporter.channels.x.url_env" in text
+
+
+def test_channel_secrets_come_from_env_or_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    settings = ChannelSettings(type="feishu", url_env="OXI_T_URL", secret_env="OXI_T_SECRET")
+    with pytest.raises(SecretMissingError, match="OXI_T_URL"):
+        build_channel("ops", settings)
+    secret_file = tmp_path / "secret"
+    secret_file.write_text("file-secret\n")
+    monkeypatch.setenv("OXI_T_URL", "https://open.feishu.cn/open-apis/bot/v2/hook/tok-123456789")
+    monkeypatch.setenv("OXI_T_SECRET_FILE", str(secret_file))
+    channel = build_channel("ops", settings)
+    assert isinstance(channel, FeishuChannel)
+    assert channel.secret_value() == "file-secret"
+    assert repr(channel) == "FeishuChannel(name='ops', url='https://open.feishu.cn/open-apis/bot/v2/hook/***')"
+
+
+def test_outbox_list_on_an_empty_store(tmp_path: Path) -> None:
+    config = tmp_path / "oximeter.yaml"
+    config.write_text(yaml.safe_dump({"reporter": {"store_path": str(tmp_path / "oximeter.db")}}))
+    result = subprocess.run(oximeter_argv("--config", str(config), "outbox", "list"),
+                            capture_output=True, text=True, timeout=120, check=True)
+    assert result.stdout == "outbox: nothing pending/delivering/failed\n"
