@@ -5,7 +5,9 @@ ratio shows the exporter's own overhead at its most visible) and the simulator b
 HTTP fetch from an in-process fleet server speaking the real ``/fleet/gpus`` contract):
 
     backend  = median time of ``backend.read()``
-    scrape   = median time of ``generate_latest()`` on a registry holding the collector
+    collect  = median time of ``collector.collect()`` (backend read + building the families)
+    scrape   = median time of ``generate_latest()`` on a registry holding the collector, i.e.
+               collect + prometheus_client's text rendering, what one /metrics request costs
     ratio    = scrape / backend   (issue 3: a scrape cost close to the reads themselves)
 
 Backend and scrape rounds alternate so drift on a shared machine hits both.
@@ -44,25 +46,27 @@ def timed(fn: Callable[[], object]) -> float:
     return time.perf_counter() - started
 
 
-def measure(backend: GpuBackend, reps: int, naming: str) -> tuple[float, float, int]:
-    """(median backend read s, median scrape s, exposition bytes)."""
+def measure(backend: GpuBackend, reps: int, naming: str) -> tuple[float, float, float, int, int]:
+    """Medians (backend read s, collect s, scrape s), exposition bytes and samples."""
+    collector = GpuCollector(backend, NODE, naming=naming)
     registry = CollectorRegistry()
-    registry.register(GpuCollector(backend, NODE, naming=naming))
+    registry.register(collector)
     size = len(generate_latest(registry))  # warm-up
-    backend.read()
-    reads, scrapes = [], []
+    samples = sum(len(family.samples) for family in collector.collect())
+    reads, collects, scrapes = [], [], []
     for _ in range(reps):
         reads.append(timed(backend.read))
+        collects.append(timed(lambda: list(collector.collect())))
         scrapes.append(timed(lambda: generate_latest(registry)))
-    return statistics.median(reads), statistics.median(scrapes), size
+    return statistics.median(reads), statistics.median(collects), statistics.median(scrapes), size, samples
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--reps", type=int, default=40)
     args = parser.parse_args()
-    print("| backend | GPUs | naming | backend read ms | full scrape ms | ratio | bytes |")
-    print("|---|---:|---|---:|---:|---:|---:|")
+    print("| backend | GPUs | naming | samples | backend read ms | collect ms | full scrape ms | ratio |")
+    print("|---|---:|---|---:|---:|---:|---:|---:|")
     for gpus in (8, 64):
         nvml = NvmlBackend(nvml=FakeNvml([FakeDevice(i) for i in range(gpus)]), timeout_s=10)
         nvml.start()
@@ -71,9 +75,10 @@ def main() -> int:
         try:
             for name, backend in (("fake-nvml", nvml), ("sim", sim)):
                 for naming in ("oximeter", "dcgm"):
-                    read_s, scrape_s, size = measure(backend, args.reps, naming)
-                    print(f"| {name} | {gpus} | {naming} | {read_s * 1e3:.2f} | {scrape_s * 1e3:.2f} "
-                          f"| {scrape_s / read_s:.2f} | {size} |", flush=True)
+                    read_s, collect_s, scrape_s, _size, samples = measure(backend, args.reps, naming)
+                    print(f"| {name} | {gpus} | {naming} | {samples} | {read_s * 1e3:.2f} "
+                          f"| {collect_s * 1e3:.2f} | {scrape_s * 1e3:.2f} | {scrape_s / read_s:.1f} |",
+                          flush=True)
         finally:
             nvml.close()
             server.close()
