@@ -25,6 +25,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "exporter": ("exporter.cli", "export GPU (NVML or simulated) and external queue metrics"),
     "outbox": ("reporter.outbox_cli", "list pending or failed chat notifications"),
     "demo": ("oximeter.demo", "run the whole stack on localhost with a simulated fleet"),
+    "incidents": ("analyzer.incidents_cli", "list, show and summarise incidents"),
 }
 
 

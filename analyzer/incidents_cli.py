@@ -1,0 +1,144 @@
+"""``oximeter incidents list|show|stats``: the incident correlation queries on-call runs."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from datetime import UTC, datetime
+from typing import Any
+
+from analyzer.diagnosis import LAYER_ORDER, RULE_IDS
+from analyzer.incident_store import IncidentQuery, IncidentStore, QueryError, parse_duration
+from analyzer.incidents import Incident
+from oximeter.config import load_config
+from oximeter.errors import OximeterError
+from oximeter.store import connect
+
+
+def configure(parser: argparse.ArgumentParser) -> None:
+    """Add ``list``, ``show`` and ``stats``."""
+    parser.add_argument("--store", default=None, help="store file (default: incidents.store_path)")
+    sub = parser.add_subparsers(dest="incidents_command", metavar="SUBCOMMAND")
+    listing = sub.add_parser("list", help="incidents, newest first")
+    listing.add_argument("--since", default="24h", help="active at any time in this window (default 24h)")
+    listing.add_argument("--layer", choices=LAYER_ORDER)
+    listing.add_argument("--state", choices=("open", "resolved"))
+    listing.add_argument("--service")
+    listing.add_argument("--node")
+    listing.add_argument("--rule", choices=RULE_IDS)
+    listing.add_argument("--json", action="store_true", help="one JSON array")
+    listing.set_defaults(func=run_list)
+    show = sub.add_parser("show", help="one incident: diagnosis, evidence, impact, timeline")
+    show.add_argument("id")
+    show.add_argument("--json", action="store_true")
+    show.set_defaults(func=run_show)
+    stats = sub.add_parser("stats", help="counts by layer and rule, MTTD and MTTR")
+    stats.add_argument("--since", default="7d")
+    stats.add_argument("--json", action="store_true")
+    stats.set_defaults(func=run_stats)
+
+
+def _store(args: argparse.Namespace) -> IncidentStore:
+    path = args.store or load_config(args.config).incidents.store_path
+    return IncidentStore(connect(path))
+
+
+def _fail(message: str) -> int:
+    print(f"oximeter incidents: {message}", file=sys.stderr)
+    return 2
+
+
+def run_list(args: argparse.Namespace) -> int:
+    """Print matching incidents."""
+    try:
+        params = {k: v for k in ("since", "layer", "state", "service", "node", "rule")
+                  if (v := getattr(args, k)) is not None}
+        query = IncidentQuery.from_params(params)
+        found = _store(args).query(query, datetime.now(UTC))
+    except (QueryError, OximeterError) as exc:
+        return _fail(str(exc))
+    if args.json:
+        print(json.dumps([i.to_dict() for i in found], indent=2, sort_keys=True))
+        return 0
+    if not found:
+        print("no incidents")
+        return 0
+    rows = [(i.id, i.state, i.severity, i.layer, i.rule, i.root_cause.entity, _hm(i.first_onset))
+            for i in found]
+    header = ("ID", "STATE", "SEVERITY", "LAYER", "RULE", "ROOT CAUSE", "ONSET")
+    widths = [max(len(str(r[c])) for r in (header, *rows)) for c in range(len(header))]
+    for row in (header, *rows):
+        print("  ".join(str(v).ljust(w) for v, w in zip(row, widths, strict=True)).rstrip())
+    return 0
+
+
+def _hm(moment: datetime | None) -> str:
+    return "-" if moment is None else moment.strftime("%Y-%m-%d %H:%M:%SZ")
+
+
+def render(inc: Incident, extra: dict[str, Any]) -> str:
+    """The human form of ``show``."""
+    lines = [f"{inc.id}  {inc.title}",
+             f"state {inc.state} · severity {inc.severity} · layer {inc.layer} · rule {inc.rule}",
+             f"root cause: {inc.root_cause.signal} on {inc.root_cause.entity}",
+             f"diagnosis: {inc.sentence}", f"runbook: {inc.runbook}",
+             f"onset {_hm(inc.first_onset)} · opened {_hm(inc.opened_at)} · resolved {_hm(inc.resolved_at)}",
+             f"impact: {', '.join(inc.impact_signals) or '-'}; services: {', '.join(inc.services) or '-'}",
+             "evidence:"]
+    for e in inc.evidence:
+        entity = ",".join(f"{k}={v}" for k, v in e.labels)
+        base = "n/a" if e.baseline is None else f"{e.baseline:.4g}"
+        lines.append(f"  [{e.role}] {e.signal} {entity}: {e.value:.4g} vs baseline {base}, "
+                     f"onset {_hm(e.onset)}, cleared {_hm(e.cleared_at)}")
+    if inc.changes:
+        lines.append("changes in the window:")
+        lines += [f"  {_hm(c.at)} {c.kind}: {c.description}" for c in inc.changes]
+    lines.append("timeline:")
+    lines += [f"  {_hm(t.at)} {t.kind}: {t.text}" for t in inc.timeline]
+    for ack in extra["acks"]:
+        lines.append(f"acked {ack['at']} by {ack['by']}: {ack['note']}")
+    for sil in extra["silences"]:
+        lines.append(f"silenced until {sil['until']} by {sil['by']}: {sil['note']}")
+    return "\n".join(lines)
+
+
+def run_show(args: argparse.Namespace) -> int:
+    """Print one incident."""
+    try:
+        store = _store(args)
+        inc = store.get(args.id)
+    except OximeterError as exc:
+        return _fail(str(exc))
+    if inc is None:
+        return _fail(f"no incident {args.id!r}")
+    extra = store.annotations_of(inc.id)
+    if args.json:
+        print(json.dumps({**inc.to_dict(), **extra, "notifications": store.changes_of(inc.id)},
+                         indent=2, sort_keys=True))
+    else:
+        print(render(inc, extra))
+    return 0
+
+
+def run_stats(args: argparse.Namespace) -> int:
+    """Print counts, MTTD and MTTR."""
+    try:
+        stats = _store(args).stats(parse_duration(args.since), datetime.now(UTC))
+    except (QueryError, OximeterError) as exc:
+        return _fail(str(exc))
+    if args.json:
+        print(json.dumps(stats, indent=2, sort_keys=True))
+        return 0
+
+    def minutes(s: float | None) -> str:
+        return "n/a" if s is None else f"{s / 60:.1f} min"
+
+    print(f"incidents since {args.since}: {stats['total']} ({stats['open']} open)")
+    print(f"MTTD {minutes(stats['mttd_s'])} (onset → opened) · "
+          f"MTTR {minutes(stats['mttr_s'])} (onset → resolved)")
+    for title, counts in (("by layer", stats["by_layer"]), ("by rule", stats["by_rule"])):
+        print(f"{title}:")
+        for name, count in counts.items():
+            print(f"  {name:<24} {count}")
+    return 0
