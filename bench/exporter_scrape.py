@@ -28,8 +28,8 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "tests" / "exporter"))  # the fake pynvml and the fleet server
 
+from exporter_harness import FleetServer, sim_document, sim_gpu  # noqa: E402
 from fake_pynvml import FakeDevice, FakeNvml  # noqa: E402
-from harness import FleetServer, sim_document, sim_gpu  # noqa: E402
 from prometheus_client import CollectorRegistry, generate_latest  # noqa: E402
 
 from exporter.backends.base import GpuBackend  # noqa: E402

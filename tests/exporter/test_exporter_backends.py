@@ -7,8 +7,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from fake_pynvml import FakeNvml
-from harness import (
+from exporter_harness import (
     GIB,
     NODE,
     FleetServer,
@@ -20,6 +19,7 @@ from harness import (
     sim_document,
     sim_gpu,
 )
+from fake_pynvml import FakeNvml
 
 from exporter.backends.base import PAGING_XIDS, GpuBackend
 from exporter.backends.nvml import NvmlBackend

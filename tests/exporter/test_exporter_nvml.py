@@ -7,8 +7,8 @@ from collections.abc import Callable, Iterator
 
 import fake_pynvml as nv
 import pytest
+from exporter_harness import NODE, gpu_labels, scrape_once
 from fake_pynvml import FakeDevice, FakeNvml
-from harness import NODE, gpu_labels, scrape_once
 
 from exporter.backends.base import BackendStartError
 from exporter.backends.nvml import NvmlBackend

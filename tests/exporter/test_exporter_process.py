@@ -13,7 +13,7 @@ import psutil
 import pytest
 import redis
 import requests
-from harness import NODE, FleetServer, fleet_server, promtool_check, sim_document, sim_gpu
+from exporter_harness import NODE, FleetServer, fleet_server, promtool_check, sim_document, sim_gpu
 from prometheus_client.parser import text_string_to_metric_families
 
 from exporter.host import ProcessMemory

@@ -5,7 +5,16 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 import pytest
-from harness import GIB, NODE, FleetServer, fleet_server, gpu_labels, scrape_once, sim_document, sim_gpu
+from exporter_harness import (
+    GIB,
+    NODE,
+    FleetServer,
+    fleet_server,
+    gpu_labels,
+    scrape_once,
+    sim_document,
+    sim_gpu,
+)
 
 from exporter.backends.sim import SimBackend
 from exporter.collector import GpuCollector
