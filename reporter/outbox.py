@@ -216,6 +216,10 @@ class Outbox:
     # --- delivery ---
 
     def _reclaim(self, now: float) -> None:
+        with self._lock:  # a read first: idle steps take no write lock
+            claimed = self.conn.execute("SELECT 1 FROM outbox WHERE state = 'delivering' LIMIT 1").fetchone()
+        if claimed is None:
+            return
         with self._transaction() as conn:
             rows = conn.execute(
                 "SELECT id, claimed_by, claimed_at FROM outbox WHERE state = 'delivering'").fetchall()
@@ -228,6 +232,9 @@ class Outbox:
                     logger.warning("outbox: re-queued row {} claimed by a stopped deliverer", row["id"])
 
     def _claim(self, now: float, limit: int) -> list[sqlite3.Row]:
+        due = self.next_due_at()
+        if due is None or due > now:
+            return []
         with self._transaction() as conn:
             rows = conn.execute(
                 "SELECT * FROM outbox WHERE state = 'pending' AND next_attempt_at <= ?"

@@ -15,6 +15,7 @@ import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from enum import StrEnum
+from types import MappingProxyType
 from typing import Any, ClassVar
 
 import requests
@@ -142,6 +143,7 @@ class Channel:
     rate_window_s: ClassVar[float] = 60.0
     code_fields: ClassVar[tuple[str, ...]] = ("errcode",)  # JSON keys carrying the service code; 0 = ok
     retryable_codes: ClassVar[frozenset[int]] = frozenset()
+    code_pause_s: ClassVar[Mapping[int, float]] = MappingProxyType({})  # documented lock-out per code
     heading_in_body: ClassVar[bool] = True
     links_in_body: ClassVar[bool] = True
 
@@ -269,7 +271,7 @@ class Channel:
                     if code == 0 and 200 <= status < 300:
                         return Reply(True, code="0")
                     retryable = code in self.retryable_codes
-                    after = retry_after_s(headers, self.wall_clock)
+                    after = retry_after_s(headers, self.wall_clock) or self.code_pause_s.get(code)
                     return Reply(False, retryable, str(code), detail[:200], after)
         return Reply(False, False, f"http {status}", f"unexpected reply: {text[:200]}")
 

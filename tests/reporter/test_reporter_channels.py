@@ -40,7 +40,7 @@ REPLY_TABLE: dict[tuple[str, str], tuple[Outcome, str, float | None]] = {
     ("feishu", "permanent"): (Outcome.FAILED, "19021", None),
     ("feishu", "bad_payload"): (Outcome.FAILED, "9499", None),
     ("dingtalk", "ok"): (Outcome.SENT, "", None),
-    ("dingtalk", "throttled"): (Outcome.RETRY, "130101", None),
+    ("dingtalk", "throttled"): (Outcome.RETRY, "130101", 600.0),
     ("dingtalk", "permanent"): (Outcome.FAILED, "310000", None),
     ("slack", "ok"): (Outcome.SENT, "", None),
     ("slack", "throttled"): (Outcome.RETRY, "http 429", 7.0),
@@ -237,3 +237,36 @@ def test_retry_after_accepts_seconds_and_http_dates() -> None:
     assert retry_after_s({"Retry-After": "12"}) == 12.0
     assert retry_after_s({"Retry-After": "Wed, 21 Oct 2015 07:28:10 GMT"}, lambda: 1445412480.0) == 10.0
     assert retry_after_s({}) is None
+
+
+HEADING = "[SIMULATION] [P0] queue_wait p99 4.2 s on llm@node-1 (scheduling_bottleneck)"
+DASHBOARD = "http://127.0.0.1:3000/d/overview?from=1&to=2"
+INCIDENT = "http://127.0.0.1:8080/api/incidents/7"
+
+
+def test_each_service_payload_carries_the_message(receiver: ChatReceiver, make_channel: MakeChannel) -> None:
+    for service in SERVICES:
+        assert make_channel(service).send(alert()).outcome is Outcome.SENT
+    data = {r.service: r.data for r in receiver.accepted()}
+    wecom = data["wecom"]["markdown"]["content"].split("\n")
+    assert wecom[:3] == [f'<font color="warning">**{HEADING}**</font>',
+                         "> SIMULATION: built from simulated targets, not a real fleet",
+                         '>layer: <font color="comment">scheduling</font>']
+    assert wecom[-1] == f"[Dashboard]({DASHBOARD}) · [Incident]({INCIDENT})"
+    card = data["feishu"]["card"]
+    assert card["header"] == {"template": "red", "title": {"tag": "plain_text", "content": HEADING}}
+    assert [(b["text"]["content"], b["url"]) for b in card["elements"][1]["actions"]] == [
+        ("Dashboard", DASHBOARD), ("Incident", INCIDENT)]
+    assert card["elements"][0]["text"]["content"].startswith("> SIMULATION")
+    ding = data["dingtalk"]
+    assert (ding["msgtype"], ding["actionCard"]["title"]) == ("actionCard", HEADING)
+    assert ding["actionCard"]["btns"] == [{"title": "Dashboard", "actionURL": DASHBOARD},
+                                          {"title": "Incident", "actionURL": INCIDENT}]
+    slack = data["slack"]
+    assert slack["text"] == HEADING
+    assert slack["blocks"][0] == {"type": "header", "text": {"type": "plain_text", "text": HEADING}}
+    assert slack["blocks"][1]["type"] == "context" and len(slack["blocks"][2]["fields"]) == 3
+    assert slack["blocks"][-1]["text"]["text"] == f"<{DASHBOARD}|Dashboard> · <{INCIDENT}|Incident>"
+    hook = data["webhook"]
+    assert (hook["heading"], hook["severity"], hook["priority"], hook["simulation"]) == (
+        HEADING, "critical", "P0", True)
