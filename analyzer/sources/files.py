@@ -106,8 +106,11 @@ def series_keys(labels: pd.DataFrame) -> pd.Series:
 
 def load_series_file(path: str | Path) -> LoadedFile:
     """Parse ``path`` into a wide frame (sorted, last duplicate wins) and per-column labels."""
-    path = Path(path)
-    table = read_table(path)
+    return parse_table(Path(path), read_table(path))
+
+
+def parse_table(path: Path, table: pd.DataFrame) -> LoadedFile:
+    """Parse an already-read table (``path`` names it in errors); see :func:`load_series_file`."""
     if table.empty:
         raise InputError(path, "the file has no data rows")
     if len(table.columns) < 2:
@@ -141,6 +144,7 @@ def load_series_file(path: str | Path) -> LoadedFile:
         wide = wide[~wide.index.duplicated(keep="last")]
     wide = wide.sort_index()
     wide.index = pd.DatetimeIndex(wide.index).rename(None)
+    wide.columns = wide.columns.rename(None)
     if len(wide.index) < MIN_ROWS:
         raise InputError(path, f"too few timestamps ({len(wide.index)}; at least {MIN_ROWS} needed)")
     return LoadedFile(values=wide.astype(np.float32), labels=labels)
