@@ -7,7 +7,7 @@ import json
 import shutil
 import subprocess
 import threading
-from collections.abc import Iterable, Iterator
+from collections.abc import Generator, Iterable
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
@@ -121,7 +121,7 @@ class FleetServer:
         self._server.server_close()
 
 
-def fleet_server(document: Any) -> Iterator[FleetServer]:
+def fleet_server(document: Any) -> Generator[FleetServer, None, None]:
     """Generator for a fixture: a FleetServer that is always closed."""
     server = FleetServer(document)
     try:

@@ -52,19 +52,17 @@ ULL_NA = 0xFFFFFFFFFFFFFFFF
 class NVMLError(Exception):
     """Base of every NVML error; ``value`` is the NVML return code, as in pynvml."""
 
-    def __init__(self, value: int) -> None:
-        super().__init__(value)
-        self.value = value
+    code = NVML_ERROR_UNKNOWN
+
+    def __init__(self, value: int | None = None) -> None:
+        self.value = self.code if value is None else value
+        super().__init__(self.value)
 
 
 def _error_class(code_name: str, code: int) -> type[NVMLError]:
     # pynvml's own naming rule: NVML_ERROR_GPU_IS_LOST -> NVMLError_GpuIsLost.
     name = "NVMLError_" + string.capwords(code_name.replace("NVML_ERROR_", ""), "_").replace("_", "")
-
-    def init(self: NVMLError) -> None:
-        NVMLError.__init__(self, code)
-
-    return type(name, (NVMLError,), {"__init__": init})
+    return type(name, (NVMLError,), {"code": code})
 
 
 ERROR_CLASSES: dict[int, type[NVMLError]] = {
@@ -256,7 +254,8 @@ class FakeNvml:
         return int(self._answer("nvmlDeviceGetTotalEccErrors", handle)[errorType])
 
     def nvmlDeviceGetRemappedRows(self, device: FakeDevice) -> tuple[int, int, int, int]:
-        return tuple(self._answer("nvmlDeviceGetRemappedRows", device))  # type: ignore[return-value]
+        corr, unc, pending, failure = self._answer("nvmlDeviceGetRemappedRows", device)
+        return (corr, unc, pending, failure)
 
     def nvmlDeviceGetPcieReplayCounter(self, handle: FakeDevice) -> int:
         return int(self._answer("nvmlDeviceGetPcieReplayCounter", handle))
