@@ -1,0 +1,265 @@
+"""The analyzer's HTTP API (aiohttp, 127.0.0.1 by default): incidents, acks, silences, annotations, changes.
+
+Reads are open; writes need ``Authorization: Bearer <OXIMETER_API_TOKEN>`` and are refused
+outright when no token is configured (a write API without a secret is not a default we ship).
+"""
+
+from __future__ import annotations
+
+import hmac
+import json
+from collections.abc import Awaitable, Callable
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from aiohttp import web
+from pydantic import SecretStr
+
+from analyzer.events import AnomalyEvent, iso_utc, parse_iso
+from analyzer.incident_store import IncidentQuery, IncidentStore, QueryError, parse_duration
+from analyzer.incidents import ChangeEvent
+
+Clock = Callable[[], datetime]
+Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+STORE: web.AppKey[IncidentStore] = web.AppKey("store", IncidentStore)
+TOKEN: web.AppKey[SecretStr | None] = web.AppKey("token", SecretStr)
+CLOCK: web.AppKey[Clock] = web.AppKey("clock")
+
+
+def _now() -> datetime:
+    return datetime.now(UTC)
+
+
+def _error(status: int, reason: str) -> web.Response:
+    return web.json_response({"error": reason}, status=status)
+
+
+def _authorized(request: web.Request) -> web.Response | None:
+    token = request.app[TOKEN]
+    if token is None:
+        return _error(403, "writes are disabled: OXIMETER_API_TOKEN is not set on the analyzer")
+    header = request.headers.get("Authorization", "")
+    given = header[7:] if header.startswith("Bearer ") else ""
+    if not given or not hmac.compare_digest(given.encode(), token.get_secret_value().encode()):
+        response = _error(401, "missing or wrong bearer token")
+        response.headers["WWW-Authenticate"] = "Bearer"
+        return response
+    return None
+
+
+async def _body(request: web.Request) -> dict[str, Any]:
+    try:
+        data = await request.json()
+    except (json.JSONDecodeError, UnicodeDecodeError):
+        raise QueryError("body: expected a JSON object") from None
+    if not isinstance(data, dict):
+        raise QueryError("body: expected a JSON object")
+    return data
+
+
+def _text(data: dict[str, Any], key: str, default: str | None = None, limit: int = 500) -> str:
+    value = data.get(key, default)
+    if not isinstance(value, str) or (default is None and not value.strip()):
+        raise QueryError(f"{key}: expected a non-empty string")
+    if len(value) > limit:
+        raise QueryError(f"{key}: longer than {limit} characters")
+    return value
+
+
+async def list_incidents(request: web.Request) -> web.Response:
+    """``GET /api/incidents``: the same filters as ``oximeter incidents list``."""
+    try:
+        query = IncidentQuery.from_params(dict(request.query))
+    except QueryError as exc:
+        return _error(400, str(exc))
+    found = request.app[STORE].query(query, request.app[CLOCK]())
+    return web.json_response({"incidents": [i.to_dict() for i in found]})
+
+
+async def get_incident(request: web.Request) -> web.Response:
+    """``GET /api/incidents/{id}``: the incident, its acks/silences and its change records."""
+    store = request.app[STORE]
+    inc = store.get(request.match_info["id"])
+    if inc is None:
+        return _error(404, f"no incident {request.match_info['id']!r}")
+    return web.json_response({**inc.to_dict(), **store.annotations_of(inc.id),
+                              "notifications": store.changes_of(inc.id)})
+
+
+async def ack_incident(request: web.Request) -> web.Response:
+    """``POST /api/incidents/{id}/ack`` with ``{"by": ..., "note": ...}`` (token)."""
+    if (denied := _authorized(request)) is not None:
+        return denied
+    try:
+        data = await _body(request)
+        by, note = _text(data, "by"), _text(data, "note", "")
+    except QueryError as exc:
+        return _error(400, str(exc))
+    if not request.app[STORE].ack(request.match_info["id"], by, note, request.app[CLOCK]()):
+        return _error(404, f"no incident {request.match_info['id']!r}")
+    return web.json_response({"ok": True})
+
+
+async def silence_incident(request: web.Request) -> web.Response:
+    """``POST /api/incidents/{id}/silence`` with ``{"for": "2h"}`` or ``{"until": ISO}`` (token)."""
+    if (denied := _authorized(request)) is not None:
+        return denied
+    now = request.app[CLOCK]()
+    try:
+        data = await _body(request)
+        by, note = _text(data, "by"), _text(data, "note", "")
+        if "until" in data:
+            until = parse_iso(_text(data, "until")) if isinstance(data["until"], str) else None
+        else:
+            until = now + parse_duration(_text(data, "for", "1h"))
+        if until is None or until <= now:
+            raise QueryError("until: expected a future ISO-8601 time")
+        if until - now > timedelta(days=30):
+            raise QueryError("silence: at most 30 days")
+    except (QueryError, ValueError) as exc:
+        return _error(400, str(exc))
+    if not request.app[STORE].silence(request.match_info["id"], until, by, note, now):
+        return _error(404, f"no incident {request.match_info['id']!r}")
+    return web.json_response({"ok": True, "until": iso_utc(until)})
+
+
+def _millis(request: web.Request, key: str, default: datetime) -> datetime:
+    raw = request.query.get(key)
+    if raw is None:
+        return default
+    if not raw.isdigit():
+        raise QueryError(f"{key}: expected epoch milliseconds, got {raw!r}")
+    return datetime.fromtimestamp(int(raw) / 1000, UTC)
+
+
+async def get_annotations(request: web.Request) -> web.Response:
+    """``GET /api/annotations?from=ms&to=ms``: incidents as Grafana region annotations.
+
+    A flat JSON array of ``{time, timeEnd, title, text, tags}`` in epoch ms: what Grafana's
+    Infinity and JSON datasources turn into annotations without a transform.
+    """
+    now = request.app[CLOCK]()
+    try:
+        start = _millis(request, "from", now - timedelta(hours=6))
+        end = _millis(request, "to", now)
+        filters = {k: v for k, v in request.query.items() if k not in ("from", "to")}
+        since_s = max(0.0, (now - start).total_seconds())
+        query = IncidentQuery.from_params({**filters, "since": f"{since_s:.0f}s"})
+    except QueryError as exc:
+        return _error(400, str(exc))
+    out = []
+    for inc in request.app[STORE].query(query, now):
+        stop = inc.resolved_at or now
+        if inc.first_onset > end or stop < start:
+            continue
+        out.append({"time": int(inc.first_onset.timestamp() * 1000), "timeEnd": int(stop.timestamp() * 1000),
+                    "isRegion": True, "title": inc.title, "text": inc.sentence, "id": inc.id,
+                    "tags": [inc.layer, inc.rule, inc.severity, inc.state, *inc.services, *inc.nodes]})
+    return web.json_response(out)
+
+
+async def record_change(request: web.Request) -> web.Response:
+    """``POST /api/changes`` with ``{"kind", "description", "labels"?, "at"?}`` (token)."""
+    if (denied := _authorized(request)) is not None:
+        return denied
+    now = request.app[CLOCK]()
+    try:
+        data = await _body(request)
+        kind, description = _text(data, "kind", limit=64), _text(data, "description")
+        labels = data.get("labels", {})
+        if not isinstance(labels, dict) or not all(isinstance(v, str) for v in labels.values()):
+            raise QueryError("labels: expected an object of string values")
+        at = parse_iso(data["at"]) if isinstance(data.get("at"), str) else now
+        if "at" in data and not isinstance(data["at"], str):
+            raise QueryError("at: expected an ISO-8601 time")
+    except (QueryError, ValueError) as exc:
+        return _error(400, str(exc))
+    change = ChangeEvent(at or now, kind, description, AnomalyEvent.labels_from(labels), "api")
+    change_id = request.app[STORE].record_change_event(change, now)
+    return web.json_response({**change.to_dict(), "id": change_id}, status=201)
+
+
+async def openapi(request: web.Request) -> web.Response:
+    """``GET /openapi.json``."""
+    return web.json_response(OPENAPI)
+
+
+def build_app(store: IncidentStore, token: SecretStr | None, clock: Clock = _now) -> web.Application:
+    """The API as an aiohttp application (the daemon runs it beside its cycle)."""
+    app = web.Application(client_max_size=64 * 1024)
+    app[STORE], app[TOKEN], app[CLOCK] = store, token, clock
+    app.router.add_get("/api/incidents", list_incidents)
+    app.router.add_get("/api/incidents/{id}", get_incident)
+    app.router.add_post("/api/incidents/{id}/ack", ack_incident)
+    app.router.add_post("/api/incidents/{id}/silence", silence_incident)
+    app.router.add_get("/api/annotations", get_annotations)
+    app.router.add_post("/api/changes", record_change)
+    app.router.add_get("/openapi.json", openapi)
+    return app
+
+
+_FILTERS = [{"name": n, "in": "query", "required": False, "schema": {"type": "string"}, "description": d}
+            for n, d in (("since", "duration, e.g. 24h"), ("layer", "one of the six layers"),
+                         ("state", "open or resolved"), ("service", "service name"), ("node", "node name"),
+                         ("rule", "diagnosis rule id"), ("limit", "1..10000"))]
+_ERR = {"description": "malformed request; the body's error names the reason",
+        "content": {"application/json": {"schema": {"$ref": "#/components/schemas/Error"}}}}
+_AUTH = {"401": {"description": "missing or wrong bearer token"},
+         "403": {"description": "writes disabled (no token configured)"}}
+_ID = [{"name": "id", "in": "path", "required": True, "schema": {"type": "string"}}]
+
+
+def _body_schema(props: dict[str, Any], required: list[str]) -> dict[str, Any]:
+    return {"required": True, "content": {"application/json": {"schema": {
+        "type": "object", "properties": props, "required": required}}}}
+
+
+OPENAPI: dict[str, Any] = {
+    "openapi": "3.0.3",
+    "info": {"title": "Oximeter analyzer API", "version": "1"},
+    "components": {
+        "securitySchemes": {"bearer": {"type": "http", "scheme": "bearer"}},
+        "schemas": {"Error": {"type": "object", "properties": {"error": {"type": "string"}}}},
+    },
+    "paths": {
+        "/api/incidents": {"get": {"summary": "list incidents", "parameters": _FILTERS,
+                                   "responses": {"200": {"description": "{incidents: [...]}"}, "400": _ERR}}},
+        "/api/incidents/{id}": {"get": {"summary": "one incident", "parameters": _ID,
+                                        "responses": {"200": {"description": "the incident"},
+                                                      "404": {"description": "no such incident"}}}},
+        "/api/incidents/{id}/ack": {"post": {
+            "summary": "acknowledge", "security": [{"bearer": []}], "parameters": _ID,
+            "requestBody": _body_schema({"by": {"type": "string"}, "note": {"type": "string"}}, ["by"]),
+            "responses": {"200": {"description": "acknowledged"}, "400": _ERR, **_AUTH,
+                          "404": {"description": "no such incident"}}}},
+        "/api/incidents/{id}/silence": {"post": {
+            "summary": "silence notifications", "security": [{"bearer": []}], "parameters": _ID,
+            "requestBody": _body_schema({"by": {"type": "string"}, "note": {"type": "string"},
+                                         "for": {"type": "string"}, "until": {"type": "string"}}, ["by"]),
+            "responses": {"200": {"description": "silenced"}, "400": _ERR, **_AUTH,
+                          "404": {"description": "no such incident"}}}},
+        "/api/annotations": {"get": {
+            "summary": "incidents as Grafana annotations (Infinity/JSON datasource)",
+            "parameters": [{"name": "from", "in": "query", "schema": {"type": "integer"}},
+                           {"name": "to", "in": "query", "schema": {"type": "integer"}}, *_FILTERS[1:6]],
+            "responses": {"200": {"description": "[{time, timeEnd, isRegion, title, text, tags}]"},
+                          "400": _ERR}}},
+        "/api/changes": {"post": {
+            "summary": "record a change event (deploy, config, restart, maintenance)",
+            "security": [{"bearer": []}],
+            "requestBody": _body_schema({"kind": {"type": "string"}, "description": {"type": "string"},
+                                         "labels": {"type": "object"}, "at": {"type": "string"}},
+                                        ["kind", "description"]),
+            "responses": {"201": {"description": "recorded"}, "400": _ERR, **_AUTH}}},
+        "/openapi.json": {"get": {"summary": "this document",
+                                  "responses": {"200": {"description": "OpenAPI"}}}},
+    },
+}
+
+
+async def start_api(app: web.Application, host: str, port: int) -> web.AppRunner:
+    """Serve ``app`` on ``host:port``; the caller ``await runner.cleanup()`` on shutdown."""
+    runner = web.AppRunner(app, access_log=None)
+    await runner.setup()
+    await web.TCPSite(runner, host, port).start()
+    return runner
