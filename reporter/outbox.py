@@ -323,6 +323,17 @@ class Outbox:
             found = self.conn.execute(query + " ORDER BY id", wanted).fetchall()
         return [OutboxRow(**dict(row)) for row in found]
 
+    def purge(self, before: float) -> int:
+        """Delete sent and suppressed rows created before ``before``; returns how many.
+
+        Suppressed rows are kept until their window's summary is out, so purge with a margin of
+        at least ``storm_window_s``.
+        """
+        with self._transaction() as conn:
+            cursor = conn.execute(
+                "DELETE FROM outbox WHERE state IN ('sent', 'suppressed') AND created_at < ?", (before,))
+        return int(cursor.rowcount)
+
     def next_due_at(self) -> float | None:
         """When the earliest pending row becomes due (None when nothing is pending)."""
         with self._lock:

@@ -8,6 +8,7 @@ import signal
 import sys
 import time
 from datetime import UTC, datetime
+from pathlib import Path
 from types import FrameType
 
 from oximeter.config import load_config
@@ -54,7 +55,11 @@ def list_command(args: argparse.Namespace) -> int:
     """Print the outbox rows (no payloads and no webhook URLs: rows name their channel only)."""
     try:
         settings = load_config(args.config).reporter
-        outbox = Outbox(connect(args.store or settings.store_path))
+        store = Path(args.store or settings.store_path)
+        if not store.exists():  # listing must not create an empty store as a side effect
+            print(f"outbox: no store at {store}")
+            return 0
+        outbox = Outbox(connect(store))
     except (ConfigError, StoreError) as exc:
         print(str(exc), file=sys.stderr)
         return 1

@@ -144,6 +144,20 @@ def test_rows_claimed_by_a_dead_process_are_delivered_again(tmp_path: Path, rece
                                                                    "expired": "sent"}
 
 
+def test_purge_keeps_what_is_not_done(tmp_path: Path, receiver: ChatReceiver,
+                                      make_channel: MakeChannel) -> None:
+    outbox, _ = _outbox(tmp_path, {"ops": make_channel("webhook")}, storm_cap=1)
+    outbox.enqueue(alert("sent"), now=T0)
+    outbox.deliver_due(T0)
+    outbox.enqueue(alert("suppressed"), now=T0)
+    outbox.enqueue(alert("failed"), ["other"], now=T0)
+    outbox.enqueue(alert("pending"), ["ops"], now=T0 + 120)
+    outbox.deliver_due(T0)
+    assert outbox.purge(before=T0 + 1) == 2
+    assert [(r.idempotency_key, r.state) for r in outbox.rows()] == [
+        ("storm-summary:1000020", "pending"), ("failed", "failed"), ("pending", "pending")]
+
+
 def test_unknown_channel_fails_and_message_round_trips(tmp_path: Path) -> None:
     outbox, _ = _outbox(tmp_path, {})
     message = alert("k", image_png=b"\x89PNG\r\n\x1a\nxx")

@@ -11,8 +11,10 @@ import yaml
 from oximeter.config import parse_config
 from oximeter.errors import ConfigError, SecretMissingError
 from oximeter.procs import oximeter_argv
+from oximeter.store import connect
 from reporter.channels import build_channel
 from reporter.channels.feishu import FeishuChannel
+from reporter.outbox import Outbox
 from reporter.settings import ChannelSettings
 
 
@@ -41,9 +43,13 @@ def test_channel_secrets_come_from_env_or_file(tmp_path: Path, monkeypatch: pyte
     assert repr(channel) == "FeishuChannel(name='ops', url='https://open.feishu.cn/open-apis/bot/v2/hook/***')"
 
 
-def test_outbox_list_on_an_empty_store(tmp_path: Path) -> None:
+def test_outbox_list_on_a_missing_then_an_empty_store(tmp_path: Path) -> None:
+    store = tmp_path / "oximeter.db"
     config = tmp_path / "oximeter.yaml"
-    config.write_text(yaml.safe_dump({"reporter": {"store_path": str(tmp_path / "oximeter.db")}}))
-    result = subprocess.run(oximeter_argv("--config", str(config), "outbox", "list"),
-                            capture_output=True, text=True, timeout=120, check=True)
-    assert result.stdout == "outbox: nothing pending/delivering/failed\n"
+    config.write_text(yaml.safe_dump({"reporter": {"store_path": str(store)}}))
+    argv = oximeter_argv("--config", str(config), "outbox", "list")
+    missing = subprocess.run(argv, capture_output=True, text=True, timeout=120, check=True)
+    assert (missing.stdout, store.exists()) == (f"outbox: no store at {store}\n", False)
+    Outbox(connect(store))
+    empty = subprocess.run(argv, capture_output=True, text=True, timeout=120, check=True)
+    assert empty.stdout == "outbox: nothing pending/delivering/failed\n"
