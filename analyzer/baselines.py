@@ -13,9 +13,10 @@ static threshold takes over (unless ``recent_alone`` allows the recent baseline 
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
+from typing import TypeAlias
 
 import numpy as np
 import pandas as pd
@@ -122,18 +123,29 @@ def combine(values: pd.DataFrame, candidates: Sequence[pd.DataFrame], recent_cen
     )
 
 
-def compute_baseline(values: pd.DataFrame, history: pd.DataFrame | None = None, *,
+History: TypeAlias = pd.DataFrame | Mapping[float, pd.DataFrame]
+
+
+def compute_baseline(values: pd.DataFrame, history: History | None = None, *,
                      anomalous: pd.DataFrame | None = None, changes: Sequence[ChangeWindow] = (),
                      policy: BaselinePolicy | None = None) -> Baseline:
     """The baseline of every sample of ``values``.
 
-    ``history`` holds the older data (same-time windows, or one long frame); by default
-    ``values`` is its own history. Both are cleaned of anomalies and change windows first.
+    ``history`` is one long frame covering the lags, or a mapping lag_s → that lag's same-time
+    window (what a Prometheus source fetches and caches); by default ``values`` is its own
+    history. Everything is cleaned of anomalies and change windows first.
     """
     policy = policy or BaselinePolicy()
     clean_values = exclude(values, anomalous, changes)
-    clean_history = clean_values if history is None else exclude(history, anomalous, changes)
-    candidates = [seasonal_center(clean_history, lag, policy.seasonal_half_window_s) for lag in policy.lags_s]
+    if history is None or isinstance(history, pd.DataFrame):
+        whole = clean_values if history is None else exclude(history, anomalous, changes)
+        windows = {lag: whole for lag in policy.lags_s}
+    else:
+        windows = {lag: exclude(win, anomalous, changes) for lag, win in history.items()
+                   if lag in policy.lags_s}
+    candidates = [seasonal_center(win, lag, policy.seasonal_half_window_s) for lag, win in windows.items()
+                  if len(win.index)]
     rc, rs = recent(clean_values, policy.recent_window_s)
-    start = pd.DatetimeIndex(clean_history.index)[0] if len(clean_history.index) else None
+    starts = [pd.DatetimeIndex(w.index)[0] for w in windows.values() if len(w.index)]
+    start = min(starts) if starts else None
     return combine(values, candidates, rc, rs, policy, start)

@@ -8,7 +8,7 @@ from dataclasses import replace
 import numpy as np
 import pandas as pd
 
-from analyzer.baselines import BaselinePolicy, ChangeWindow, compute_baseline
+from analyzer.baselines import BaselinePolicy, ChangeWindow, History, compute_baseline
 from analyzer.detectors import BaselineRatio, CounterGrowth, Detection, Detector, Drop, RobustDeviation
 from analyzer.detectors.counter import step_seconds
 from analyzer.events import AnomalyEvent
@@ -20,13 +20,14 @@ from analyzer.signals import SignalSpec
 _USES_BASELINE = (BaselineRatio, RobustDeviation, Drop, CounterGrowth)
 
 
-def evaluate_signal(spec: SignalSpec, frame: SeriesFrame, *, history: pd.DataFrame | None = None,
+def evaluate_signal(spec: SignalSpec, frame: SeriesFrame, *, history: History | None = None,
                     traffic: pd.DataFrame | None = None, anomalous: pd.DataFrame | None = None,
                     changes: Sequence[ChangeWindow] = (), policy: BaselinePolicy | None = None,
                     cumulative: bool = False, step_s: float | None = None) -> list[AnomalyEvent]:
     """Every persistent anomaly of ``spec`` in ``frame``.
 
-    ``history`` is older data for the seasonal baselines (default: the frame itself),
+    ``history`` is older data for the seasonal baselines (one frame, or lag_s → same-time
+    window; default: the frame itself),
     ``traffic`` the minimum-traffic guard's values (same columns), ``anomalous`` and ``changes``
     are left out of baselines. Several detectors on one series yield one merged event.
     """
@@ -53,11 +54,17 @@ def evaluate_signal(spec: SignalSpec, frame: SeriesFrame, *, history: pd.DataFra
     return merge_events(events)
 
 
-def _baseline(detector: Detector, values: pd.DataFrame, history: pd.DataFrame | None,
+def _baseline(detector: Detector, values: pd.DataFrame, history: History | None,
               anomalous: pd.DataFrame | None, changes: Sequence[ChangeWindow],
               policy: BaselinePolicy) -> Baseline:
     transformed = detector.transform(values)
-    older = None if history is None else detector.transform(validate_frame(history))
+    older: History | None
+    if history is None:
+        older = None
+    elif isinstance(history, pd.DataFrame):
+        older = detector.transform(validate_frame(history))
+    else:
+        older = {lag: detector.transform(validate_frame(win)) for lag, win in history.items()}
     return compute_baseline(transformed, older, anomalous=anomalous, changes=changes, policy=policy)
 
 

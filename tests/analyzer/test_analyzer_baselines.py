@@ -101,3 +101,20 @@ def test_causal_on_prefixes(end: int) -> None:
     part = compute_baseline(values.iloc[:end])
     pd.testing.assert_frame_equal(part.center, full.center.iloc[:end])
     pd.testing.assert_frame_equal(part.scale, full.scale.iloc[:end])
+
+
+def test_same_time_windows_give_the_same_baseline_as_the_whole_history() -> None:
+    values = frame({"a": daily(8), "b": daily(8) * 2}, STEP)
+    policy = BaselinePolicy()
+    live = values.iloc[-12:]  # the last hour
+    whole = compute_baseline(live, values, policy=policy)
+    half = pd.Timedelta(seconds=policy.seasonal_half_window_s)
+    windows = {}
+    for lag in policy.lags_s:
+        shift = pd.Timedelta(seconds=lag)
+        lo, hi = live.index[0] - shift - half, live.index[-1] - shift + half
+        windows[lag] = values.loc[(values.index >= lo) & (values.index <= hi)]
+    by_window = compute_baseline(live, windows, policy=policy)
+    # The recent baseline sees only the live hour in both; the seasonal candidates must agree.
+    assert whole.center.notna().all().all()
+    pd.testing.assert_frame_equal(by_window.center, whole.center)
