@@ -6,6 +6,7 @@ this module composes them and turns every validation problem into a line naming 
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Any
 
@@ -22,6 +23,7 @@ from reporter.settings import ReporterSettings
 from simulator.settings import SimSettings
 
 DEFAULT_CONFIG_PATH = Path("oximeter.yaml")
+_SECRET_HINT = re.compile(r"(url|password|secret|token|key|webhook)", re.IGNORECASE)
 
 
 class OximeterConfig(BaseModel):
@@ -41,9 +43,11 @@ class OximeterConfig(BaseModel):
 def _describe(error: Any) -> str:
     key = ".".join(str(part) for part in error["loc"]) or "<root>"
     message = error["msg"]
-    if error["type"] not in ("missing", "extra_forbidden") and "input" in error:
-        shown = repr(error["input"])
-        message += f" (got {shown[:60]})"
+    value = error.get("input")
+    # Echo only short scalars, and never under a key that may hold a credential.
+    if (error["type"] not in ("missing", "extra_forbidden") and isinstance(value, (int, float, str, bool))
+            and not _SECRET_HINT.search(key)):
+        message += f" (got {repr(value)[:60]})"
     if error["type"] == "extra_forbidden":
         message = "unknown key"
     return f"{key}: {message}"

@@ -60,6 +60,15 @@ def test_config_check_command(tmp_path: Path, capsys: pytest.CaptureFixture[str]
     assert "gateway.max_queue" in capsys.readouterr().err
 
 
+def test_errors_never_echo_secrets(tmp_path: Path) -> None:
+    path = write(tmp_path, "gateway:\n  upstream: [1]\n  max_queue: x\nexporter:\n  redis_url: 5\n")
+    with pytest.raises(ConfigError) as info:
+        load_config(path)
+    message = str(info.value)
+    assert "gateway.max_queue" in message and "(got 'x')" in message
+    assert "gateway.upstream" in message and "[1]" not in message
+
+
 def test_missing_file_is_a_config_error(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match="cannot read file"):
         load_config(tmp_path / "nope.yaml")
