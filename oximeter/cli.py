@@ -26,6 +26,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "outbox": ("reporter.outbox_cli", "list pending or failed chat notifications"),
     "demo": ("oximeter.demo", "run the whole stack on localhost with a simulated fleet"),
     "incidents": ("analyzer.incidents_cli", "list, show and summarise incidents"),
+    "analyze": ("analyzer.daemon", "run the analyzer daemon: detect, correlate, store, notify"),
 }
 
 

@@ -1,0 +1,312 @@
+"""``oximeter analyze``: every interval detect, correlate, diagnose, store and notify; serve the API.
+
+The cycle is synchronous (pandas) and runs in a worker thread so the aiohttp API on the same
+event loop stays responsive; both share one SQLite connection behind ``lock_for``. A source that
+cannot be read sets ``oximeter_analyzer_source_up`` to 0, backs off, sends one "analyzer cannot
+see" notice per outage and recovers by itself. SIGTERM finishes the cycle in flight, then stops.
+
+One active analyzer per fleet: the store is an embedded SQLite file and the tracker's state is
+in-process, so two daemons would open the same incident twice. Sharding needs a shared store and
+a leader (for the digest too) and is a later step.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import importlib
+import math
+import signal
+import sqlite3
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from typing import Protocol
+
+import requests
+from aiohttp import web
+from loguru import logger
+from prometheus_client import CollectorRegistry, Gauge, Histogram, generate_latest
+from prometheus_client.exposition import CONTENT_TYPE_LATEST
+
+from analyzer.api import build_app, start_api
+from analyzer.diagnosis import THERMAL_REASON, THROTTLE_REASON, Labels, Snapshot
+from analyzer.evaluate import evaluate_signal
+from analyzer.events import AnomalyEvent, parse_iso
+from analyzer.frame import SeriesFrame
+from analyzer.incident_store import IncidentStore
+from analyzer.incidents import Change, Incident, IncidentSettings, IncidentTracker, findings
+from analyzer.signals import SignalSpec
+from analyzer.sources.base import LiveWindow, Source
+from analyzer.topology import Topology
+from oximeter.config import OximeterConfig, load_config
+from oximeter.errors import OximeterError
+from oximeter.secrets import read_secret
+from oximeter.store import connect
+
+TARGET_INFO = "target_info"
+# Context the rules read but that is not itself judged (analyzer/diagnosis.py "Snapshot").
+CONTEXT: dict[str, SignalSpec] = {s.name: s for s in (
+    SignalSpec(name=THERMAL_REASON, layer="infrastructure", kind="gauge", entity_labels=("node", "gpu"),
+               promql="max without (instance, job, reason) "
+                      '(oximeter_gpu_clock_event_active{reason=~"hw_thermal|sw_thermal"})'),
+    SignalSpec(name=THROTTLE_REASON, layer="infrastructure", kind="gauge", entity_labels=("node", "gpu"),
+               promql="max without (instance, job, reason) "
+                      '(oximeter_gpu_clock_event_active{reason!="idle"})'),
+    SignalSpec(name=TARGET_INFO, layer="platform", kind="gauge", entity_labels=("service", "model", "node"),
+               promql="oximeter_target_info"),
+)}
+SOURCE_ERRORS = (OximeterError, OSError, requests.RequestException)
+
+
+def snapshot_from_frames(frames: Mapping[str, SeriesFrame]) -> Snapshot:
+    """The latest finite value of every series, keyed by signal then entity labels."""
+    out: dict[str, dict[Labels, float]] = {}
+    for name, frame in frames.items():
+        values = frame.values.ffill()
+        if values.empty:
+            continue
+        last = values.iloc[-1]
+        out[name] = {AnomalyEvent.labels_from(frame.labels_of(str(col))): float(v)
+                     for col, v in last.items() if math.isfinite(float(v))}
+    return out
+
+
+def topology_from_frames(frames: Mapping[str, SeriesFrame], base: Topology) -> Topology:
+    """``base`` (the config's map) merged with what ``oximeter_target_info`` says now."""
+    frame = frames.get(TARGET_INFO)
+    if frame is None or frame.values.empty:
+        return base
+    return base.merged(Topology.from_target_info(frame.labels_of(str(c)) for c in frame.values.columns))
+
+
+class Notifier(Protocol):
+    """Where change records go (the reporter's outbox in production)."""
+
+    def notify(self, change: Change, incident: Incident | None) -> None:
+        """Deliver (or queue) one incident change; idempotent on ``change.key``."""
+        ...
+
+    def notice(self, key: str, text: str) -> None:
+        """An operational notice, such as "analyzer cannot see"."""
+        ...
+
+
+class LogNotifier:
+    """The default notifier: one structured log line per change."""
+
+    def notify(self, change: Change, incident: Incident | None) -> None:
+        """Log the change."""
+        logger.info("incident {}: {} ({}) {}", change.incident_id, change.kind, change.severity, change.text)
+
+    def notice(self, key: str, text: str) -> None:
+        """Log the notice."""
+        logger.warning("analyzer notice {}: {}", key, text)
+
+
+class Pipeline(Protocol):
+    """One cycle of detection: the anomaly events and the frames they were found in."""
+
+    def run(self, now: datetime) -> tuple[list[AnomalyEvent], dict[str, SeriesFrame]]:
+        """Events and frames as of ``now``."""
+        ...
+
+
+@dataclass
+class WindowPipeline:
+    """Each signal's live window, extended incrementally, through ``evaluate_signal``."""
+
+    source: Source
+    catalogue: Mapping[str, SignalSpec]
+    step_s: float
+    window_s: float
+    windows: dict[str, LiveWindow] = field(default_factory=dict)
+
+    def run(self, now: datetime) -> tuple[list[AnomalyEvent], dict[str, SeriesFrame]]:
+        """Fetch what is new, evaluate every catalogue signal, fetch the context series."""
+        events: list[AnomalyEvent] = []
+        frames: dict[str, SeriesFrame] = {}
+        for name, spec in {**self.catalogue, **CONTEXT}.items():
+            window = self.windows.setdefault(name, LiveWindow(spec, self.window_s, self.step_s))
+            frame = window.update(self.source, now)
+            frames[name] = frame
+            if name not in CONTEXT and not frame.values.empty and len(frame.values.columns):
+                events += evaluate_signal(spec, frame, step_s=self.step_s)
+        return events, frames
+
+
+class DaemonMetrics:
+    """The daemon's own metrics, on a registry of its own."""
+
+    def __init__(self) -> None:
+        self.registry = CollectorRegistry()
+        self.open = Gauge("oximeter_incidents_open", "Open incidents.", ("layer", "severity"),
+                          registry=self.registry)
+        self.cycle = Histogram("oximeter_analyzer_cycle_seconds", "Duration of one analyzer cycle.",
+                               buckets=(0.1, 0.25, 0.5, 1, 2, 5, 10, 30, 60), registry=self.registry)
+        self.source_up = Gauge("oximeter_analyzer_source_up", "1 when the last read of the source worked.",
+                               registry=self.registry)
+        self.anomalies = Gauge("oximeter_anomalies_active", "Active anomaly events.", ("signal", "layer"),
+                               registry=self.registry)
+
+    def update(self, incidents: list[Incident], events: list[AnomalyEvent]) -> None:
+        """Set the gauges from this cycle's state (series that went to zero are removed)."""
+        self.open.clear()
+        for inc in incidents:
+            if inc.state == "open":
+                self.open.labels(inc.layer, inc.severity).inc()
+        self.anomalies.clear()
+        for event in events:
+            if event.active:
+                self.anomalies.labels(event.signal, event.layer).inc()
+
+
+class Analyzer:
+    """The cycle: pipeline → findings → tracker → store → notifier, with source health."""
+
+    def __init__(self, pipeline: Pipeline, store: IncidentStore, settings: IncidentSettings,
+                 topology: Topology, notifier: Notifier, clock: Callable[[], datetime],
+                 metrics: DaemonMetrics | None = None) -> None:
+        self.pipeline, self.store, self.settings = pipeline, store, settings
+        self.topology, self.notifier, self.clock = topology, notifier, clock
+        self.metrics = metrics or DaemonMetrics()
+        self.tracker = IncidentTracker(settings, store.tracked(clock(), settings.reopen_window_s))
+        self.source_down_since: datetime | None = None
+        self.failures = 0
+
+    def cycle(self) -> bool:
+        """One cycle; returns whether the source could be read."""
+        started, now = time.monotonic(), self.clock()
+        try:
+            events, frames = self.pipeline.run(now)
+        except SOURCE_ERRORS as exc:
+            self._source_down(now, exc)
+            return False
+        self._source_up(now)
+        topology = topology_from_frames(frames, self.topology)
+        found = findings(events, topology, now=now, snapshot=snapshot_from_frames(frames),
+                         settings=self.settings)
+        lookback = timedelta(seconds=self.settings.lookback_s + self.settings.reopen_window_s)
+        changes, touched = self.tracker.step(found, now, self.store.change_events(now - lookback, now))
+        self.store.save(touched, changes)
+        self.flush(now)
+        self.metrics.update(self.tracker.incidents, events)
+        self.metrics.cycle.observe(time.monotonic() - started)
+        return True
+
+    def flush(self, now: datetime) -> None:
+        """Hand change records not yet emitted to the notifier (after a crash too), then mark them."""
+        for change in self.store.pending_changes():
+            if not self.store.silenced(change.incident_id, now):
+                self.notifier.notify(change, self.store.get(change.incident_id))
+            self.store.mark_emitted([change.key], now)
+
+    def _source_down(self, now: datetime, exc: BaseException) -> None:
+        self.metrics.source_up.set(0)
+        self.failures += 1
+        logger.error("analyzer: cannot read the source ({} failure(s) in a row): {}", self.failures, exc)
+        if self.source_down_since is None:
+            self.source_down_since = now
+            self.notifier.notice(f"analyzer:source_down:{now:%Y%m%dT%H%M%S}",
+                                 f"analyzer cannot see: the metrics source failed ({type(exc).__name__}); "
+                                 "incidents are not being detected until it recovers")
+
+    def _source_up(self, now: datetime) -> None:
+        self.metrics.source_up.set(1)
+        if self.source_down_since is not None:
+            logger.info("analyzer: source back after {}", now - self.source_down_since)
+        self.source_down_since, self.failures = None, 0
+
+    def wait_s(self, interval_s: float) -> float:
+        """The interval, doubled per consecutive source failure up to 5 minutes."""
+        return interval_s if self.failures == 0 else min(300.0, interval_s * 2 ** min(self.failures, 8))
+
+
+async def serve(analyzer: Analyzer, interval_s: float, host: str, port: int | None,
+                token_env: str = "OXIMETER_API_TOKEN") -> None:
+    """Run cycles until SIGTERM/SIGINT, with the API (and /metrics) on ``host:port``."""
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    runner = None
+    if port is not None:
+        app = build_app(analyzer.store, read_secret(token_env), clock=analyzer.clock)
+
+        async def metrics(_: web.Request) -> web.Response:
+            return web.Response(body=generate_latest(analyzer.metrics.registry),
+                                headers={"Content-Type": CONTENT_TYPE_LATEST})
+
+        app.router.add_get("/metrics", metrics)
+        runner = await start_api(app, host, port)
+        logger.info("analyzer API on http://{}:{}", host, port)
+    try:
+        while not stop.is_set():
+            try:
+                await asyncio.to_thread(analyzer.cycle)
+            except sqlite3.Error as exc:
+                # The store may be briefly locked by another reader's checkpoint: skip one cycle.
+                logger.error("analyzer: store error, cycle skipped: {}", exc)
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(stop.wait(), analyzer.wait_s(interval_s))
+    finally:
+        if runner is not None:
+            await runner.cleanup()
+        logger.info("analyzer stopped")
+
+
+def configure(parser: argparse.ArgumentParser) -> None:
+    """Arguments of ``oximeter analyze``."""
+    parser.add_argument("--once", action="store_true", help="run one cycle and exit (no API)")
+    parser.add_argument("--replay", metavar="DIR",
+                        help="replay `oximeter sim history` output instead of Prometheus")
+    parser.add_argument("--signals", metavar="FILE", help="replay a long signal file (CSV/Parquet)")
+    parser.add_argument("--speed", type=float, default=60.0, help="replay speed (default 60 ×)")
+    parser.add_argument("--replay-start", metavar="ISO",
+                        help="replayed time to start at (default: the data's start)")
+    parser.add_argument("--store", default=None, help="store file (default: incidents.store_path)")
+    parser.add_argument("--port", type=int, default=None, help="API port (default: incidents.api_port)")
+    parser.set_defaults(func=run)
+
+
+def _source(args: argparse.Namespace, config: OximeterConfig) -> Source:
+    from analyzer.sources.frames import FrameSource
+
+    start = parse_iso(args.replay_start) if args.replay_start else None
+    if args.replay:
+        return FrameSource.from_history(args.replay, speed=args.speed, start=start)
+    if args.signals:
+        return FrameSource.from_signal_file(args.signals, speed=args.speed, start=start)
+    try:
+        prometheus = importlib.import_module("analyzer.sources.prometheus")
+    except ImportError:
+        raise OximeterError("the Prometheus source is not available yet: use --replay or --signals") from None
+    source: Source = prometheus.PrometheusSource.from_settings(config.analyzer.prometheus)
+    return source
+
+
+def run(args: argparse.Namespace) -> int:
+    """Entry point of ``oximeter analyze``."""
+    try:
+        config = load_config(args.config)
+        source = _source(args, config)
+    except OximeterError as exc:
+        print(f"oximeter analyze: {exc}")
+        return 2
+    settings = config.incidents
+    pipeline = WindowPipeline(source, config.analyzer.catalogue(), config.analyzer.step_s,
+                              config.analyzer.live_window_s)
+    store = IncidentStore(connect(args.store or settings.store_path))
+    analyzer = Analyzer(pipeline, store, settings, Topology.from_settings(config.topology), LogNotifier(),
+                        clock=source.now)
+    try:
+        if args.once:
+            return 0 if analyzer.cycle() else 1
+        port = settings.api_port if args.port is None else args.port
+        asyncio.run(serve(analyzer, config.analyzer.interval_s, settings.api_host, port))
+        return 0
+    finally:
+        # serve() has returned, so no cycle thread or API handler still uses the connection.
+        store.conn.close()

@@ -1,0 +1,150 @@
+"""The analyzer daemon: a real ``oximeter analyze`` killed mid-incident and restarted (same incident,
+no second "opened"), SIGTERM, its metrics; and the cycle's source-down back-off and notice."""
+
+from __future__ import annotations
+
+import signal
+import sqlite3
+from collections.abc import Callable
+from datetime import datetime
+from pathlib import Path
+
+import pandas as pd
+import pytest
+import requests
+from incident_cases import at, ev
+
+from analyzer.daemon import Analyzer, DaemonMetrics, snapshot_from_frames, topology_from_frames
+from analyzer.events import AnomalyEvent
+from analyzer.frame import SeriesFrame
+from analyzer.incident_store import IncidentStore
+from analyzer.incidents import Change, Incident, IncidentSettings
+from analyzer.topology import Topology
+from oximeter.procs import ManagedProcess, free_port, http_ok, oximeter_argv, wait_until
+from oximeter.store import connect
+
+START = "2026-03-02T10:10:00Z"
+
+
+def signal_file(path: Path) -> Path:
+    """Two hours at 15 s: a paging Xid on n1/GPU 2 from 10:00 on, GPU utilisation flat."""
+    index = pd.date_range("2026-03-02T09:00:00Z", periods=480, freq="15s")
+    xid = pd.DataFrame({"timestamp": index, "signal": "xid_paging", "node": "n1", "gpu": "2", "xid": "79",
+                        "value": [1.0 if i >= 240 else 0.0 for i in range(len(index))]})
+    util = pd.DataFrame({"timestamp": index, "signal": "gpu_utilization_p95", "node": "n1", "gpu": "2",
+                         "value": 0.5})
+    pd.concat([xid, util]).to_parquet(path, index=False)
+    return path
+
+
+def _open_ids(port: int) -> list[str]:
+    found = requests.get(f"http://127.0.0.1:{port}/api/incidents", params={"state": "open"}, timeout=5).json()
+    return [i["id"] for i in found["incidents"]]
+
+
+def _cycles(port: int) -> float:
+    text = requests.get(f"http://127.0.0.1:{port}/metrics", timeout=5).text
+    lines = [ln for ln in text.splitlines() if ln.startswith("oximeter_analyzer_cycle_seconds_count")]
+    return float(lines[0].split()[-1]) if lines else 0.0
+
+
+def test_kill_mid_incident_and_restart(tmp_path: Path,
+                                       start_process: Callable[..., ManagedProcess]) -> None:
+    data, store_path, port = signal_file(tmp_path / "signals.parquet"), tmp_path / "oximeter.db", free_port()
+    argv = oximeter_argv("analyze", "--signals", str(data), "--replay-start", START, "--speed", "1",
+                         "--store", str(store_path), "--port", str(port))
+    first = start_process("analyze-1", argv)
+    first.wait_ready(lambda: http_ok(f"http://127.0.0.1:{port}/openapi.json") and _open_ids(port), 60)
+    (incident_id,) = _open_ids(port)
+    metrics = requests.get(f"http://127.0.0.1:{port}/metrics", timeout=5).text
+    assert 'oximeter_incidents_open{layer="infrastructure",severity="critical"} 1.0' in metrics
+    assert 'oximeter_anomalies_active{layer="infrastructure",signal="xid_paging"} 1.0' in metrics
+    assert "oximeter_analyzer_source_up 1.0" in metrics
+    first.signal(signal.SIGKILL)
+    wait_until(lambda: not first.running, 30, what="analyze killed")
+
+    second = start_process("analyze-2", argv)
+    second.wait_ready(lambda: http_ok(f"http://127.0.0.1:{port}/metrics") and _cycles(port) >= 1, 60)
+    assert _open_ids(port) == [incident_id]
+    assert second.stop() == 0  # SIGTERM: clean shutdown
+    assert "analyzer stopped" in second.log_tail(50)
+    assert "opened" not in second.log_tail(200)
+    conn = sqlite3.connect(store_path)
+    rows = conn.execute("SELECT key, emitted_at IS NOT NULL FROM incident_changes").fetchall()
+    conn.close()
+    assert rows == [(f"{incident_id}:opened:1", 1)]
+
+
+class Recorder:
+    """A notifier that keeps what it was given."""
+
+    def __init__(self) -> None:
+        self.changes: list[str] = []
+        self.notices: list[str] = []
+
+    def notify(self, change: Change, incident: Incident | None) -> None:
+        self.changes.append(change.key)
+
+    def notice(self, key: str, text: str) -> None:
+        self.notices.append(text)
+
+
+class Flaky:
+    """A pipeline whose source is unreachable while ``down`` is set."""
+
+    def __init__(self, events: list[AnomalyEvent]) -> None:
+        self.events, self.down = events, False
+
+    def run(self, now: datetime) -> tuple[list[AnomalyEvent], dict[str, SeriesFrame]]:
+        if self.down:
+            raise requests.ConnectionError("connection refused")
+        return self.events, {}
+
+
+def test_source_down_backs_off_notices_once_and_recovers(tmp_path: Path) -> None:
+    now = [at(2)]
+    pipeline = Flaky([ev("xid_paging", 1, 0, node="n1", gpu="2", xid="79")])
+    notifier, metrics = Recorder(), DaemonMetrics()
+    analyzer = Analyzer(pipeline, IncidentStore(connect(tmp_path / "s.db")), IncidentSettings(), Topology(),
+                        notifier, clock=lambda: now[0], metrics=metrics)
+    assert analyzer.cycle() and len(notifier.changes) == 1
+    pipeline.down = True
+    assert [analyzer.cycle() for _ in range(3)] == [False, False, False]
+    assert metrics.registry.get_sample_value("oximeter_analyzer_source_up") == 0
+    assert analyzer.wait_s(30) == 240
+    assert notifier.notices == ["analyzer cannot see: the metrics source failed (ConnectionError); "
+                                "incidents are not being detected until it recovers"]
+    pipeline.down = False
+    now[0] = at(3)
+    assert analyzer.cycle()
+    assert metrics.registry.get_sample_value("oximeter_analyzer_source_up") == 1
+    assert analyzer.wait_s(30) == 30 and len(notifier.changes) == 1
+
+
+def test_silenced_changes_are_marked_but_not_sent(tmp_path: Path) -> None:
+    store = IncidentStore(connect(tmp_path / "s.db"))
+    pipeline = Flaky([ev("xid_paging", 1, 0, node="n1", gpu="2", xid="79")])
+    notifier = Recorder()
+    clock = [at(2)]
+    analyzer = Analyzer(pipeline, store, IncidentSettings(resolve_after_s=60), Topology(), notifier,
+                        clock=lambda: clock[0])
+    analyzer.cycle()
+    (inc,) = analyzer.tracker.incidents
+    store.silence(inc.id, at(60), "bob", "maintenance", at(2))
+    pipeline.events = []
+    clock[0] = at(10)
+    analyzer.cycle()
+    assert notifier.changes == [f"{inc.id}:opened:1"]
+    assert store.pending_changes() == []
+
+
+def test_snapshot_and_topology_from_frames() -> None:
+    index = pd.date_range("2026-03-02T10:00:00Z", periods=3, freq="15s")
+    util = SeriesFrame(pd.DataFrame({"gpu=0,node=n1": [0.2, 0.3, float("nan")]}, index=index))
+    info = SeriesFrame(pd.DataFrame({"k": [1.0, 1.0, 1.0]}, index=index),
+                       {"k": {"service": "chat", "node": "n1", "model": "m", "instance": "10.0.0.1:8000"}})
+    snap = snapshot_from_frames({"gpu_utilization_p95": util, "target_info": info})
+    assert snap["gpu_utilization_p95"] == {(("gpu", "0"), ("node", "n1")): pytest.approx(0.3)}
+    topo = topology_from_frames({"target_info": info}, Topology())
+    assert topo.service_nodes == {"chat": frozenset({"n1"})}
+    assert topo.instance_nodes == {"10.0.0.1:8000": "n1"}
