@@ -1,6 +1,7 @@
+# ruff: noqa: N999 - `<name>.dashboard.py` is grafanalib's naming; the builder loads these by path.
 """Dependencies: vector DB / cache latency and hit ratio next to the queue they back up (seed 001 §5)."""
 
-from dashboards.panels import GATEWAY, make_dashboard, heatmap, timeseries, variables
+from dashboards.panels import GATEWAY, NODE, heatmap, make_dashboard, timeseries, variables
 
 dashboard = make_dashboard(
     title="Oximeter / Dependencies",
@@ -10,21 +11,28 @@ dashboard = make_dashboard(
     templating=variables("service", "node"),
     panels=[
         timeseries("Dependency latency p50 / p99",
-                   [("histogram_quantile(0.5, sum by (dependency, le) "
-                     "(rate(oximeter_dependency_duration_seconds_bucket[$__rate_interval])))", "p50 {{dependency}}"),
-                    ("dependency:oximeter_dependency_duration_seconds:p99_5m", "p99 {{dependency}}")], unit="s"),
+                   [(f"histogram_quantile(0.5, sum by (node, dependency, le) "
+                     f"(rate(oximeter_dependency_duration_seconds_bucket{{{NODE}}}[$__rate_interval])))",
+                     "p50 {{node}} {{dependency}}"),
+                    (f"dependency:oximeter_dependency_duration_seconds:p99_5m{{{NODE}}}",
+                     "p99 {{node}} {{dependency}}")], unit="s"),
         timeseries("Cache hit ratio",
-                   [("cache:oximeter_cache_requests_hit:ratio_5m", "{{cache}}")], unit="percentunit", max_value=1),
+                   [(f"cache:oximeter_cache_requests_hit:ratio_5m{{{NODE}}}",
+                     "{{node}} {{cache}}")], unit="percentunit", max_value=1),
         timeseries("Cache lookups by result",
-                   [("sum by (cache, result) (rate(oximeter_cache_requests_total[$__rate_interval]))",
-                     "{{cache}} {{result}}")], unit="ops"),
+                   [(f"sum by (node, cache, result) "
+                     f"(rate(oximeter_cache_requests_total{{{NODE}}}[$__rate_interval]))",
+                     "{{node}} {{cache}} {{result}}")], unit="ops"),
         heatmap("Dependency latency distribution",
-                ("sum by (le) (rate(oximeter_dependency_duration_seconds_bucket[$__rate_interval]))", "{{le}}")),
+                (f"sum by (le) "
+                 f"(rate(oximeter_dependency_duration_seconds_bucket{{{NODE}}}[$__rate_interval]))",
+                 "{{le}}")),
         timeseries("Queue wait p99 (what a slow dependency backs up)",
-                   [(f"service_node:oximeter_queue_wait_seconds:p99_5m{{{GATEWAY}}}", "{{service}} {{node}}")],
+                   [(f"service_node:oximeter_queue_wait_seconds:p99_5m{{{GATEWAY}}}",
+                     "{{service}} {{node}}")],
                    unit="s"),
         timeseries("GPU utilisation p95 by node (falls while the dependency is slow)",
-                   [('node:oximeter_gpu_utilization_ratio:avg_p95_5m{node=~"$node"}', "{{node}}")],
+                   [(f"node:oximeter_gpu_utilization_ratio:avg_p95_5m{{{NODE}}}", "{{node}}")],
                    unit="percentunit"),
     ],
 )

@@ -1,3 +1,4 @@
+# ruff: noqa: N999 - `<name>.dashboard.py` is grafanalib's naming; the builder loads these by path.
 """GPU fleet: per node and GPU, the hardware signals of seed 003 and a peer comparison."""
 
 from dashboards.panels import GPU, bargauge, make_dashboard, stat, table, timeseries, variables
@@ -6,7 +7,7 @@ dashboard = make_dashboard(
     title="Oximeter / GPU fleet",
     uid="oximeter-gpu-fleet",
     description="Temperature, clocks and throttle reasons, ECC, Xid, remaps, memory, power, peers.",
-    templating=variables("node", "gpu", gpu_nodes=True),
+    templating=variables("node", "gpu", node_source="oximeter_gpu_up"),
     panels=[
         stat("GPUs up", [(f"sum(oximeter_gpu_up{{{GPU}}})", "up")]),
         stat("Utilisation spread (stddev of p95)",
@@ -31,20 +32,23 @@ dashboard = make_dashboard(
                    unit="percentunit"),
         bargauge("Utilisation p95 vs same-model peers",
                  [(f"node_gpu:oximeter_gpu_utilization_ratio:p95_5m{{{GPU}}}"
-                   " / on (gpu_model) group_left () avg by (gpu_model) (node_gpu:oximeter_gpu_utilization_ratio:p95_5m)",
+                   " / on (gpu_model) group_left ()"
+                   " avg by (gpu_model) (node_gpu:oximeter_gpu_utilization_ratio:p95_5m)",
                    "{{node}}/{{gpu}}")], unit="percentunit", max_value=2,
                  description="1.0 is the average of GPUs of the same model; an outlier with no throttle "
                              "reason is a peer_outlier (seed 001 §4.2)."),
         bargauge("SM clock ratio vs same-model peers",
                  [(f"node_gpu:oximeter_gpu_sm_clock:ratio_max{{{GPU}}}"
-                   " / on (gpu_model) group_left () avg by (gpu_model) (node_gpu:oximeter_gpu_sm_clock:ratio_max)",
+                   " / on (gpu_model) group_left ()"
+                   " avg by (gpu_model) (node_gpu:oximeter_gpu_sm_clock:ratio_max)",
                    "{{node}}/{{gpu}}")], unit="percentunit", max_value=2),
         timeseries("Corrected ECC errors in 5m",
                    [(f"node_gpu:oximeter_gpu_ecc_errors_corrected:increase5m{{{GPU}}}", "{{node}}/{{gpu}}")]),
         table("Xid errors by code",
               [(f"max by (node, gpu, xid) (oximeter_gpu_xid_errors_total{{{GPU}}})", "")]),
         timeseries("Remapped rows",
-                   [(f"max by (node, gpu, kind) (oximeter_gpu_remapped_rows{{{GPU}}})", "{{node}}/{{gpu}} {{kind}}")]),
+                   [(f"max by (node, gpu, kind) (oximeter_gpu_remapped_rows{{{GPU}}})",
+                     "{{node}}/{{gpu}} {{kind}}")]),
         timeseries("PCIe replays",
                    [(f"sum by (node, gpu) (rate(oximeter_gpu_pcie_replay_total{{{GPU}}}[$__rate_interval]))",
                      "{{node}}/{{gpu}}")], unit="ops"),
@@ -53,13 +57,15 @@ dashboard = make_dashboard(
                    unit="percentunit"),
         timeseries("Power vs limit",
                    [(f"max by (node, gpu) (oximeter_gpu_power_watts{{{GPU}}})", "power {{node}}/{{gpu}}"),
-                    (f"max by (node, gpu) (oximeter_gpu_power_limit_watts{{{GPU}}})", "limit {{node}}/{{gpu}}")],
+                    (f"max by (node, gpu) (oximeter_gpu_power_limit_watts{{{GPU}}})",
+                     "limit {{node}}/{{gpu}}")],
                    unit="watt"),
         timeseries("Process GPU memory",
                    [(f"sum by (node, process) (oximeter_gpu_process_memory_used_bytes{{{GPU}}})",
                      "{{node}} {{process}}")], unit="bytes"),
         timeseries("Exporter collect duration and errors",
-                   [('max by (node) (oximeter_exporter_collect_duration_seconds{node=~"$node"})', "{{node}} duration"),
+                   [('max by (node) (oximeter_exporter_collect_duration_seconds{node=~"$node"})',
+                     "{{node}} duration"),
                     ('sum by (node, reason) (rate(oximeter_exporter_collect_errors_total{node=~"$node"}'
                      "[$__rate_interval]))", "{{node}} errors {{reason}}")]),
     ],

@@ -1,3 +1,4 @@
+# ruff: noqa: N999 - `<name>.dashboard.py` is grafanalib's naming; the builder loads these by path.
 """Overview: golden signals per service, SLO tiles (TTFT p99, availability), open incidents."""
 
 from dashboards.panels import GATEWAY, bargauge, make_dashboard, stat, timeseries, variables
@@ -19,7 +20,8 @@ dashboard = make_dashboard(
              unit="s", thresholds=[(None, "green"), (1, "orange"), (2, "red")]),
         stat("Availability over the range", [(_AVAILABILITY, "availability")], unit="percentunit",
              thresholds=[(None, "red"), (0.99, "orange"), (0.999, "green")]),
-        stat("Queue wait p99", [(f"max(service_node:oximeter_queue_wait_seconds:p99_5m{{{GATEWAY}}})", "p99")],
+        stat("Queue wait p99", [(f"max(service_node:oximeter_queue_wait_seconds:p99_5m{{{GATEWAY}}})",
+                                 "p99")],
              unit="s", thresholds=[(None, "green"), (0.2, "orange"), (1, "red")]),
         stat("Open incidents", [("sum(oximeter_incidents_open)", "open")],
              thresholds=[(None, "green"), (1, "red")]),
@@ -27,7 +29,8 @@ dashboard = make_dashboard(
                    [(f"sum by (service, code) (rate(oximeter_requests_total{{{GATEWAY}}}[$__rate_interval]))",
                      "{{service}} {{code}}")], unit="reqps"),
         timeseries("5xx ratio",
-                   [(f'sum by (service) (rate(oximeter_requests_total{{{GATEWAY}, code=~"5.."}}[$__rate_interval]))'
+                   [(f"sum by (service) "
+                     f'(rate(oximeter_requests_total{{{GATEWAY}, code=~"5.."}}[$__rate_interval]))'
                      f" / sum by (service) (rate(oximeter_requests_total{{{GATEWAY}}}[$__rate_interval]))",
                      "{{service}}")], unit="percentunit"),
         timeseries("Latency: TTFT p99 and queue wait p99",

@@ -33,24 +33,30 @@ GATEWAY = 'service=~"$service", node=~"$node"'
 NODE = 'node=~"$node"'
 GPU = 'node=~"$node", gpu=~"$gpu"'
 
-# Queries that list each variable's values; node depends on the chosen services.
+# Queries that list each variable's values. Nodes come from the gateways' target info (filtered by
+# the chosen services) unless a dashboard names the metric whose nodes it shows.
 _VARIABLE_QUERIES: dict[str, str] = {
     "service": "label_values(oximeter_target_info, service)",
-    "node": "label_values(oximeter_target_info{service=~\"$service\"}, node)",
     "gpu": "label_values(oximeter_gpu_up{node=~\"$node\"}, gpu)",
 }
-# The GPU fleet has nodes without a gateway only in odd set-ups; its node list comes from GPUs.
-_GPU_NODE_QUERY = "label_values(oximeter_gpu_up, node)"
 
 Query = tuple[str, str]  # (PromQL, legend)
-_BASE_STEP: dict[str, object] = {"color": "green", "value": None}
+_BASE_STEP: dict[str, str | float | None] = {"color": "green", "value": None}
 
 
-def variables(*names: str, gpu_nodes: bool = False) -> Templating:
+def variables(*names: str, node_source: str | None = None) -> Templating:
     """The datasource variable plus the named label variables (multi-value, with All = `.*`)."""
     items = [Template(name="datasource", label="Data source", query="prometheus", type="datasource")]
     for name in names:
-        query = _GPU_NODE_QUERY if (name == "node" and gpu_nodes) else _VARIABLE_QUERIES[name]
+        if name == "node":
+            if node_source is not None:
+                query = f"label_values({node_source}, node)"
+            elif "service" in names:
+                query = 'label_values(oximeter_target_info{service=~"$service"}, node)'
+            else:
+                query = "label_values(oximeter_target_info, node)"
+        else:
+            query = _VARIABLE_QUERIES[name]
         items.append(Template(
             name=name, label=name, query=query, dataSource=DATASOURCE, type="query",
             multi=True, includeAll=True, allValue=".*", refresh=2, sort=1,

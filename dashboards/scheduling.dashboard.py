@@ -1,10 +1,11 @@
+# ruff: noqa: N999 - `<name>.dashboard.py` is grafanalib's naming; the builder loads these by path.
 """Scheduling: the gateway's queue, waits, rejections, and seed 000's "GPU idle but queue high"."""
 
 from dashboards.panels import (
     GATEWAY,
     NODE,
-    make_dashboard,
     heatmap,
+    make_dashboard,
     right_axis,
     timeseries,
     variables,
@@ -17,15 +18,19 @@ dashboard = make_dashboard(
     templating=variables("service", "node"),
     panels=[
         timeseries("Queue length vs limit",
-                   [(f"max by (service, node) (oximeter_queue_length{{{GATEWAY}}})", "queued {{service}} {{node}}"),
-                    (f"max by (service, node) (oximeter_queue_limit{{{GATEWAY}}})", "limit {{service}} {{node}}")]),
+                   [(f"max by (service, node) (oximeter_queue_length{{{GATEWAY}}})",
+                     "queued {{service}} {{node}}"),
+                    (f"max by (service, node) (oximeter_queue_limit{{{GATEWAY}}})",
+                     "limit {{service}} {{node}}")]),
         timeseries("Queue length at enqueue p99 (bursts between scrapes)",
                    [(f"histogram_quantile(0.99, sum by (service, node, le) "
                      f"(rate(oximeter_queue_length_at_enqueue_bucket{{{GATEWAY}}}[$__rate_interval])))",
                      "{{service}} {{node}}")]),
         timeseries("Queue wait p50 / p99",
-                   [(f"service_node:oximeter_queue_wait_seconds:p50_5m{{{GATEWAY}}}", "p50 {{service}} {{node}}"),
-                    (f"service_node:oximeter_queue_wait_seconds:p99_1m{{{GATEWAY}}}", "p99 {{service}} {{node}}")],
+                   [(f"service_node:oximeter_queue_wait_seconds:p50_5m{{{GATEWAY}}}",
+                     "p50 {{service}} {{node}}"),
+                    (f"service_node:oximeter_queue_wait_seconds:p99_1m{{{GATEWAY}}}",
+                     "p99 {{service}} {{node}}")],
                    unit="s"),
         heatmap("Queue wait distribution",
                 (f"sum by (le) (rate(oximeter_queue_wait_seconds_bucket{{{GATEWAY}}}[$__rate_interval]))",
@@ -47,7 +52,8 @@ dashboard = make_dashboard(
                    [(f"service_node_route:oximeter_requests_504:ratio_1m{{{GATEWAY}}}",
                      "{{service}} {{route}} {{node}}")], unit="percentunit"),
         timeseries("Rejections by reason",
-                   [(f"sum by (reason) (rate(oximeter_rejected_requests_total{{{GATEWAY}}}[$__rate_interval]))",
+                   [(f"sum by (reason) "
+                     f"(rate(oximeter_rejected_requests_total{{{GATEWAY}}}[$__rate_interval]))",
                      "{{reason}}")], unit="reqps"),
         timeseries("Upstream aborts by reason",
                    [(f"sum by (reason) (rate(oximeter_upstream_aborts_total{{{GATEWAY}}}[$__rate_interval]))",
@@ -58,6 +64,7 @@ dashboard = make_dashboard(
                     (f"sum by (service, node) (oximeter_concurrency_limit{{{GATEWAY}}})",
                      "limit {{service}} {{node}}")]),
         timeseries("External queues",
-                   [(f"max by (node, queue) (oximeter_external_queue_length{{{NODE}}})", "{{node}} {{queue}}")]),
+                   [(f"max by (node, queue) (oximeter_external_queue_length{{{NODE}}})",
+                     "{{node}} {{queue}}")]),
     ],
 )

@@ -1,12 +1,13 @@
+# ruff: noqa: N999 - `<name>.dashboard.py` is grafanalib's naming; the builder loads these by path.
 """vLLM engine: scheduler state, KV cache, preemptions, prefix cache, latency, RSS (seed 004)."""
 
-from dashboards.panels import NODE, make_dashboard, heatmap, timeseries, variables
+from dashboards.panels import NODE, heatmap, make_dashboard, timeseries, variables
 
 dashboard = make_dashboard(
     title="Oximeter / vLLM engine",
     uid="oximeter-vllm-engine",
     description="Running and waiting requests, KV cache, preemptions, prefix cache, TTFT/ITL/E2E.",
-    templating=variables("node"),
+    templating=variables("node", node_source="vllm:num_requests_running"),
     panels=[
         timeseries("Requests running / waiting",
                    [(f"sum by (node, model_name) (vllm:num_requests_running{{{NODE}}})",
@@ -25,7 +26,8 @@ dashboard = make_dashboard(
                    [(f"histogram_quantile(0.5, sum by (node, model_name, le) "
                      f"(rate(vllm:time_to_first_token_seconds_bucket{{{NODE}}}[$__rate_interval])))",
                      "p50 {{node}} {{model_name}}"),
-                    (f"node_model:vllm_time_to_first_token_seconds:p99_5m{{{NODE}}}", "p99 {{node}} {{model}}")],
+                    (f"node_model:vllm_time_to_first_token_seconds:p99_5m{{{NODE}}}",
+                     "p99 {{node}} {{model}}")],
                    unit="s"),
         timeseries("Inter-token latency p99",
                    [(f"node_model:vllm_inter_token_latency_seconds:p99_5m{{{NODE}}}", "{{node}} {{model}}")],
@@ -38,11 +40,13 @@ dashboard = make_dashboard(
                      f"(rate(vllm:request_queue_time_seconds_bucket{{{NODE}}}[$__rate_interval])))",
                      "{{node}} {{model_name}}")], unit="s"),
         timeseries("Tokens per second",
-                   [(f"sum by (node) (rate(vllm:prompt_tokens_total{{{NODE}}}[$__rate_interval]))", "prompt {{node}}"),
+                   [(f"sum by (node) (rate(vllm:prompt_tokens_total{{{NODE}}}[$__rate_interval]))",
+                     "prompt {{node}}"),
                     (f"sum by (node) (rate(vllm:generation_tokens_total{{{NODE}}}[$__rate_interval]))",
                      "generation {{node}}")]),
         timeseries("Finished requests by reason",
-                   [(f"sum by (node, finished_reason) (rate(vllm:request_success_total{{{NODE}}}[$__rate_interval]))",
+                   [(f"sum by (node, finished_reason) "
+                     f"(rate(vllm:request_success_total{{{NODE}}}[$__rate_interval]))",
                      "{{node}} {{finished_reason}}")], unit="reqps"),
         timeseries("Inference process RSS (leaks, seed 004)",
                    [(f"max by (node, process) (oximeter_process_resident_memory_bytes{{{NODE}}})",

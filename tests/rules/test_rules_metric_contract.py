@@ -69,7 +69,8 @@ def test_vllm_fallbacks_use_the_older_names() -> None:
     ("up", {"up"}),
     ('sum by (service) (rate(oximeter_requests_total{code=~"5.."}[5m]))', {"oximeter_requests_total"}),
     ("max without (instance, job) (a) / max without (instance, job) (b)", {"a", "b"}),
-    ('label_replace(vllm:kv_cache_usage_perc or vllm:gpu_cache_usage_perc, "model", "$1", "model_name", "(.*)")',
+    ('label_replace(vllm:kv_cache_usage_perc or vllm:gpu_cache_usage_perc, "model", "$1", "model_name", '
+     '"(.*)")',
      {"vllm:kv_cache_usage_perc", "vllm:gpu_cache_usage_perc"}),
     ("x offset 1d > 1.5e3 and on (node) y < bool 0.3", {"x", "y"}),
     ("histogram_quantile(0.99, sum by (le) (rate(h_bucket[$__rate_interval])))", {"h_bucket"}),

@@ -66,7 +66,8 @@ def test_a_broken_expectation_fails(tmp_path: Path) -> None:
         text = path.read_text()
         if path.name == "gpu.rules.yml":
             assert "oximeter_gpu_temperature_celsius) > 85" in text
-            text = text.replace("oximeter_gpu_temperature_celsius) > 85", "oximeter_gpu_temperature_celsius) > 95")
+            text = text.replace("oximeter_gpu_temperature_celsius) > 85",
+                                "oximeter_gpu_temperature_celsius) > 95")
         (tmp_path / path.name).write_text(text)
     tests = tmp_path / "tests"
     tests.mkdir()

@@ -5,6 +5,7 @@ from __future__ import annotations
 import shutil
 import subprocess
 from pathlib import Path
+from typing import Any
 
 import pytest
 import yaml
@@ -41,7 +42,7 @@ def test_scale_expr(expr: str, factor: float, scaled: str) -> None:
 
 
 def test_scale_groups_scales_for_and_keeps_the_original() -> None:
-    groups = [{"name": "g", "interval": "1m", "rules": [
+    groups: list[dict[str, Any]] = [{"name": "g", "interval": "1m", "rules": [
         {"alert": "A", "expr": "rate(x[5m]) > 1", "for": "10m", "labels": {"severity": "info"}}]}]
     scaled = scale_groups(groups, 10)
     assert scaled == [{"name": "g", "interval": "6s", "rules": [

@@ -25,7 +25,8 @@ def github_anchor(heading: str) -> str:
 
 
 def runbook_anchors() -> set[str]:
-    return {github_anchor(line.lstrip("#")) for line in RUNBOOK.read_text().splitlines() if line.startswith("#")}
+    lines = RUNBOOK.read_text().splitlines()
+    return {github_anchor(line.lstrip("#")) for line in lines if line.startswith("#")}
 
 
 @pytest.mark.parametrize("rule", ALERTS, ids=[r["alert"] for r in ALERTS])
@@ -85,7 +86,8 @@ def test_recording_rule_names_are_unique() -> None:
 
 def test_rule_files_are_one_per_area() -> None:
     assert [p.name for p in rule_files()] == [
-        "dependency.rules.yml", "engine.rules.yml", "gpu.rules.yml", "platform.rules.yml", "scheduling.rules.yml",
+        "dependency.rules.yml", "engine.rules.yml", "gpu.rules.yml", "platform.rules.yml",
+        "scheduling.rules.yml",
     ]
 
 
