@@ -277,9 +277,14 @@ class Outbox:
                 result = DeliveryResult(Outcome.FAILED, row["parts_sent"], 0, code="config",
                                         error=f"channel {row['channel']!r} is not configured")
             else:
-                summary = row["kind"] == "summary"
-                message = self._summary(row) if summary else Message.from_json(row["payload"])
-                result = channel.send(message, start_part=row["parts_sent"])
+                try:
+                    summary = row["kind"] == "summary"
+                    message = self._summary(row) if summary else Message.from_json(row["payload"])
+                    result = channel.send(message, start_part=row["parts_sent"])
+                except (ValueError, KeyError, TypeError) as exc:
+                    # A malformed stored row fails alone; the loop and the other rows carry on.
+                    result = DeliveryResult(Outcome.FAILED, row["parts_sent"], 0, code="invalid",
+                                            error=channel.scrub(f"invalid: {type(exc).__name__}: {exc}"))
             self._finish(row, result, now)
         self._refresh_pending()
         return len(rows)

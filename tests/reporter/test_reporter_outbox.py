@@ -168,3 +168,14 @@ def test_unknown_channel_fails_and_message_round_trips(tmp_path: Path) -> None:
     assert (row.state, row.last_error) == ("failed", "channel 'gone' is not configured")
     with pytest.raises(ValueError, match="idempotency_key"):
         outbox.enqueue(alert(""), now=T0)
+
+
+def test_a_malformed_row_fails_alone(tmp_path: Path, receiver: ChatReceiver,
+                                     make_channel: MakeChannel) -> None:
+    outbox, _ = _outbox(tmp_path, {"ops": make_channel("webhook")})
+    outbox.enqueue(alert("bad"), now=T0)
+    outbox.enqueue(alert("good"), now=T0)
+    outbox.conn.execute("UPDATE outbox SET payload = '{\"no\": \"title\"}' WHERE idempotency_key = 'bad'")
+    assert outbox.deliver_due(T0) == 2
+    assert [(r.idempotency_key, r.state, r.last_error) for r in outbox.rows()] == [
+        ("bad", "failed", "invalid: KeyError: 'title'"), ("good", "sent", None)]
