@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import MutableMapping, Sequence
 from dataclasses import replace
 
 import numpy as np
 import pandas as pd
 
+from analyzer.baseline_tracker import BaselineTracker
 from analyzer.baselines import BaselinePolicy, ChangeWindow, History, compute_baseline
 from analyzer.detectors import BaselineRatio, CounterGrowth, Detection, Detector, Drop, RobustDeviation
 from analyzer.detectors.counter import step_seconds
@@ -23,13 +24,16 @@ _USES_BASELINE = (BaselineRatio, RobustDeviation, Drop, CounterGrowth)
 def evaluate_signal(spec: SignalSpec, frame: SeriesFrame, *, history: History | None = None,
                     traffic: pd.DataFrame | None = None, anomalous: pd.DataFrame | None = None,
                     changes: Sequence[ChangeWindow] = (), policy: BaselinePolicy | None = None,
-                    cumulative: bool = False, step_s: float | None = None) -> list[AnomalyEvent]:
+                    cumulative: bool = False, step_s: float | None = None,
+                    trackers: MutableMapping[str, BaselineTracker] | None = None) -> list[AnomalyEvent]:
     """Every persistent anomaly of ``spec`` in ``frame``.
 
     ``history`` is older data for the seasonal baselines (one frame, or lag_s → same-time
     window; default: the frame itself),
     ``traffic`` the minimum-traffic guard's values (same columns), ``anomalous`` and ``changes``
     are left out of baselines. Several detectors on one series yield one merged event.
+    ``trackers`` (detector name → tracker, kept by the caller between cycles) makes baselines
+    incremental: only rows new since the last cycle are computed.
     """
     values = validate_frame(frame.values)
     step = step_s or step_seconds(pd.DatetimeIndex(values.index))
@@ -45,7 +49,10 @@ def evaluate_signal(spec: SignalSpec, frame: SeriesFrame, *, history: History | 
     for detector in spec.detectors(cumulative=cumulative):
         baseline = None
         if isinstance(detector, _USES_BASELINE):
-            baseline = _baseline(detector, values, history, anomalous, changes, policy)
+            tracker = None
+            if trackers is not None:
+                tracker = trackers.setdefault(detector.name, BaselineTracker(policy))
+            baseline = _baseline(detector, values, history, anomalous, changes, policy, tracker)
         detection = detector.detect(values, baseline)
         if guard is not None:
             detection = _guarded(detection, guard)
@@ -54,9 +61,14 @@ def evaluate_signal(spec: SignalSpec, frame: SeriesFrame, *, history: History | 
     return merge_events(events)
 
 
+def needs_history(spec: SignalSpec) -> bool:
+    """Whether any of the signal's detectors compares with a baseline (so history is worth fetching)."""
+    return any(isinstance(d, _USES_BASELINE) for d in spec.detectors())
+
+
 def _baseline(detector: Detector, values: pd.DataFrame, history: History | None,
               anomalous: pd.DataFrame | None, changes: Sequence[ChangeWindow],
-              policy: BaselinePolicy) -> Baseline:
+              policy: BaselinePolicy, tracker: BaselineTracker | None = None) -> Baseline:
     transformed = detector.transform(values)
     older: History | None
     if history is None:
@@ -65,6 +77,8 @@ def _baseline(detector: Detector, values: pd.DataFrame, history: History | None,
         older = detector.transform(validate_frame(history))
     else:
         older = {lag: detector.transform(validate_frame(win)) for lag, win in history.items()}
+    if tracker is not None and not isinstance(older, pd.DataFrame):
+        return tracker.update(transformed, older or {}, anomalous=anomalous, changes=changes)
     return compute_baseline(transformed, older, anomalous=anomalous, changes=changes, policy=policy)
 
 

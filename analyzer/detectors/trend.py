@@ -1,12 +1,12 @@
 """Trend / leak: a steady rise (process RSS creeping, seed 004 §2–3) with a time-to-full estimate.
 
-Rolling least squares over a trailing window, vectorised by pandas' rolling covariance (numerically
-stable, one pass per column in C). Steadiness is the window's R²: a leak rises every minute, a
-busy hour does not.
+Rolling least squares over a trailing window, vectorised across every series with running sums.
+Steadiness is the window's R²: a leak rises every minute, a busy hour does not.
 """
 
 from __future__ import annotations
 
+import warnings
 from dataclasses import dataclass
 from typing import ClassVar
 
@@ -36,24 +36,19 @@ class Trend(Detector):
     def _detect(self, values: pd.DataFrame, baseline: Baseline | None) -> Detection:
         step = step_seconds(pd.DatetimeIndex(values.index)) or self.window_s
         window = max(3, round(self.window_s / step))
-        y = values.astype(np.float64)
-        t = pd.Series(np.arange(len(y), dtype=np.float64) * step, index=y.index)
-        roll = y.rolling(window, min_periods=window)
-        cov = roll.cov(t).to_numpy()
-        corr = roll.corr(t).to_numpy()
-        var_t = t.rolling(window, min_periods=window).var().to_numpy()[:, None]
-        v = y.to_numpy()
+        v = values.to_numpy(np.float64)
+        slope, r2 = rolling_ols(v, window)
+        slope = slope / step
         with np.errstate(invalid="ignore", divide="ignore"):
-            slope = cov / var_t
             rise_rel = slope * window * step / np.abs(v)
-            flags = (slope > 0) & (corr * corr >= self.min_r2) & (rise_rel >= self.min_rise_rel)
+            flags = (slope > 0) & (r2 >= self.min_r2) & (rise_rel >= self.min_rise_rel)
             if self.capacity is not None:
                 ttf = (self.capacity - v) / slope
                 ttf = np.where(slope > 0, np.fmax(ttf, 0.0), np.inf)
                 flags &= ttf <= self.horizon_s
             else:
                 ttf = np.full(v.shape, np.nan)
-            keep = (slope > 0) & (corr * corr >= self.min_r2 / 2)
+            keep = (slope > 0) & (r2 >= self.min_r2 / 2)
             score = slope * 3600.0 / np.abs(v)
         return Detection(like(values, flags), like(values, score.astype(np.float32)),
                          like(values, ttf.astype(np.float32)), like(values, keep))
@@ -62,3 +57,38 @@ class Trend(Detector):
         """Rising by a share of the level per hour, with time to full when the capacity is known."""
         full = f", full in {reference / 3600:.1f} h" if np.isfinite(reference) else ""
         return f"value {value:.4g} rising steadily, {score:.1%} per hour{full}"
+
+
+def rolling_ols(values: np.ndarray, window: int) -> tuple[np.ndarray, np.ndarray]:
+    """Least-squares slope (per row) and R² over the trailing ``window`` rows of every column at
+    once, from running sums; NaN unless the window is complete. Each column is centred on its
+    mean first so the sums stay small enough for float64 to subtract them exactly."""
+    rows = values.shape[0]
+    with np.errstate(invalid="ignore"), warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)
+        y = values - np.nanmean(values, axis=0, keepdims=True)
+    present = ~np.isnan(y)
+    y = np.where(present, y, 0.0)
+    t = np.arange(rows, dtype=np.float64)[:, None]
+
+    def trailing(a: np.ndarray) -> np.ndarray:
+        c = np.cumsum(a, axis=0)
+        out = c.copy()
+        out[window:] -= c[:-window]
+        return out
+
+    n = trailing(present.astype(np.float64))
+    sy, syy, sty = trailing(y), trailing(y * y), trailing(t * y)
+    # t within the window is start..start+window-1; shift it to 0..window-1.
+    start = np.maximum(t - window + 1, 0)
+    sty = sty - start * sy
+    k = np.arange(window, dtype=np.float64)
+    st, stt = k.sum(), (k * k).sum()
+    with np.errstate(invalid="ignore", divide="ignore"):
+        cov = window * sty - st * sy
+        var_t = window * stt - st * st
+        var_y = window * syy - sy * sy
+        slope = cov / var_t
+        r2 = cov * cov / (var_t * var_y)
+    complete = n == window
+    return np.where(complete, slope, np.nan), np.where(complete, r2, np.nan)

@@ -1,0 +1,89 @@
+"""Incremental baselines for the live loop: a baseline is causal, so a row once computed never
+changes; each cycle computes only the new rows (plus one of overlap) from the live window and the
+cached same-time windows, with the same definitions as :func:`analyzer.baselines.compute_baseline`.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+
+import numpy as np
+import pandas as pd
+
+from analyzer.baselines import IQR_TO_SIGMA, BaselinePolicy, ChangeWindow, combine, exclude
+from analyzer.detectors.counter import step_seconds
+from analyzer.frame import Baseline
+from analyzer.windowstats import window_quantiles
+
+
+class BaselineTracker:
+    """The baseline of one signal's live window, kept up to date cycle by cycle."""
+
+    def __init__(self, policy: BaselinePolicy | None = None, overlap_rows: int = 1) -> None:
+        self.policy = policy or BaselinePolicy()
+        self.overlap_rows = overlap_rows
+        self._center = pd.DataFrame()
+        self._scale = pd.DataFrame()
+        self._recent_center = pd.DataFrame()
+        self._recent_scale = pd.DataFrame()
+
+    def update(self, values: pd.DataFrame, history: Mapping[float, pd.DataFrame], *,
+               anomalous: pd.DataFrame | None = None, changes: Sequence[ChangeWindow] = ()) -> Baseline:
+        """The baseline for every row of ``values`` (a regular grid); only unseen rows, and
+        unseen columns, are computed."""
+        index = pd.DatetimeIndex(values.index)
+        cached = self._center
+        same_columns = not cached.empty and list(cached.columns) == list(values.columns)
+        if same_columns:
+            known = index[index.isin(cached.index)]
+            known = known[: max(0, len(known) - self.overlap_rows)]
+        else:
+            known = index[:0]
+        todo = np.flatnonzero(~index.isin(known))
+        clean = exclude(values, anomalous, changes)
+        windows = {lag: exclude(w, anomalous, changes) for lag, w in history.items()
+                   if lag in self.policy.lags_s}
+        center, scale, rc, rs = self._rows(clean, values, windows, todo, known)
+        self._center = pd.concat([cached.loc[known], center]) if len(known) else center
+        self._scale = pd.concat([self._scale.loc[known], scale]) if len(known) else scale
+        self._recent_center = pd.concat([self._recent_center.loc[known], rc]) if len(known) else rc
+        self._recent_scale = pd.concat([self._recent_scale.loc[known], rs]) if len(known) else rs
+        return Baseline(self._center.reindex(index), self._scale.reindex(index))
+
+    def _rows(self, clean: pd.DataFrame, values: pd.DataFrame, windows: Mapping[float, pd.DataFrame],
+              todo: np.ndarray, known: pd.DatetimeIndex) -> tuple[pd.DataFrame, ...]:
+        index = pd.DatetimeIndex(values.index)
+        rows = index[todo]
+        step = step_seconds(index) or 1.0
+        data = clean.to_numpy(np.float32)
+        # Recent: the window ending one sample before each row (as baselines.recent does).
+        window = max(12, math.ceil(self.policy.recent_window_s / step))
+        med, q25, q75 = window_quantiles(data, todo - window, window, (0.5, 0.25, 0.75),
+                                         max(3, window // 2))
+        rc = pd.DataFrame(med, index=rows, columns=values.columns)
+        rs = pd.DataFrame((q75 - q25) / IQR_TO_SIGMA, index=rows, columns=values.columns)
+        if len(known):
+            # Carry the last good recent baseline through excluded stretches.
+            rc = pd.concat([self._recent_center.loc[known[-1:]], rc]).ffill().iloc[1:]
+            rs = pd.concat([self._recent_scale.loc[known[-1:]], rs]).ffill().iloc[1:]
+        else:
+            rc, rs = rc.ffill(), rs.ffill()
+        candidates = [self._seasonal(win, lag, rows, values.columns) for lag, win in windows.items()
+                      if len(win.index)]
+        starts = [pd.DatetimeIndex(w.index)[0] for w in windows.values() if len(w.index)]
+        base = combine(values.loc[rows], candidates, rc, rs, self.policy, min(starts) if starts else None)
+        return base.center, base.scale, rc, rs
+
+    def _seasonal(self, window: pd.DataFrame, lag_s: float, rows: pd.DatetimeIndex,
+                  columns: pd.Index) -> pd.DataFrame:
+        """Centred ±half-window median of ``window`` around each row − lag (NaN outside it)."""
+        win = window.reindex(columns=columns)
+        w_index = pd.DatetimeIndex(win.index)
+        step = step_seconds(w_index) or 1.0
+        half = max(0, round(self.policy.seasonal_half_window_s / step))
+        targets = rows - pd.Timedelta(seconds=lag_s)
+        centre = np.rint((targets.as_unit("ns").asi8 - w_index[0].as_unit("ns").value) / (step * 1e9))
+        [med] = window_quantiles(win.to_numpy(np.float32), centre.astype(np.int64) - half, 2 * half + 1,
+                                 (0.5,), max(1, half))
+        return pd.DataFrame(med, index=rows, columns=columns)
