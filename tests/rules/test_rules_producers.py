@@ -3,6 +3,7 @@ step), a gateway in front of it and a simulated-GPU exporter are started and scr
 
 from __future__ import annotations
 
+from functools import partial
 from typing import Any
 
 import pytest
@@ -46,7 +47,7 @@ def expositions(tmp_path_factory: pytest.TempPathFactory) -> dict[str, dict[str,
         for proc, (producer, port) in zip(procs, urls.items(), strict=True):
             proc.start()
             url = f"http://127.0.0.1:{port}/metrics"
-            proc.wait_ready(lambda url=url: http_ok(url), timeout_s=60)
+            proc.wait_ready(partial(http_ok, url), timeout_s=60)
             found[producer] = exposed_types(requests.get(url, timeout=10).text)
         return found
     finally:
