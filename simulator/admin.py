@@ -27,8 +27,10 @@ def _json(data: Any, status: int = 200) -> web.Response:
 
 def _refused(request: web.Request, server: SimServer) -> web.Response | None:
     if server.admin_token is None:
-        return _json({"error": f"admin API disabled: start the simulator with {TOKEN_ENV} "
-                               f"(or {TOKEN_ENV}_FILE) set"}, 403)
+        return _json(
+            {"error": f"admin API disabled: start the simulator with {TOKEN_ENV} (or {TOKEN_ENV}_FILE) set"},
+            403,
+        )
     header = request.headers.get("Authorization", "")
     expected = f"Bearer {server.admin_token.get_secret_value()}"
     if not hmac.compare_digest(header.encode(), expected.encode()):
@@ -44,8 +46,13 @@ def add_routes(app: web.Application, server: SimServer) -> None:
         if (refused := _refused(request, server)) is not None:
             return refused
         now = server.now()
-        return _json({"simulation": True, "now": now,
-                      "faults": [{**f.to_json(), "active": f.active(now)} for f in fleet.faults.all()]})
+        return _json(
+            {
+                "simulation": True,
+                "now": now,
+                "faults": [{**f.to_json(), "active": f.active(now)} for f in fleet.faults.all()],
+            }
+        )
 
     async def add_fault(request: web.Request) -> web.Response:
         if (refused := _refused(request, server)) is not None:
@@ -55,7 +62,7 @@ def add_routes(app: web.Application, server: SimServer) -> None:
         except (json.JSONDecodeError, UnicodeDecodeError):
             return _json({"error": "body: invalid JSON"}, 400)
         try:
-            fault = fleet.add_fault(data)
+            fault = fleet.add_fault(data, live=True)
         except FaultError as exc:
             return _json({"error": str(exc)}, 400)
         server.wake_all()
@@ -80,9 +87,17 @@ def add_routes(app: web.Application, server: SimServer) -> None:
         return _json({"released": key, "was_waiting": waiting})
 
     async def fleet_info(_request: web.Request) -> web.Response:
-        return _json({"simulation": True, "model": fleet.model_name, "now": server.now(),
-                      "nodes": [{"node": n, "port": server.port_of(n), "gpus": len(fleet.nodes[n].gpus)}
-                                for n in fleet.nodes]})
+        return _json(
+            {
+                "simulation": True,
+                "model": fleet.model_name,
+                "now": server.now(),
+                "nodes": [
+                    {"node": n, "port": server.port_of(n), "gpus": len(fleet.nodes[n].gpus)}
+                    for n in fleet.nodes
+                ],
+            }
+        )
 
     async def fleet_gpus(request: web.Request) -> web.Response:
         name = request.query.get("node", "")

@@ -29,17 +29,29 @@ _SERVE_FLAGS = {
     "--model": ("model", str, "model name served and reported as model_name"),
     "--seed": ("seed", int, "random seed (GPU identities, noise)"),
     "--prefill-s-per-token": ("prefill_s_per_token", float, "prefill seconds per uncached prompt token"),
-    "--decode-s-per-token": ("decode_s_per_token", float,
-                             "seconds per decode iteration at batch size 1 (max_tokens=20 at 0.1 is ~2 s)"),
-    "--decode-batch-factor": ("decode_batch_factor", float,
-                              "extra decode time per additional running sequence (0 = batch-independent)"),
+    "--decode-s-per-token": (
+        "decode_s_per_token",
+        float,
+        "seconds per decode iteration at batch size 1 (max_tokens=20 at 0.1 is ~2 s)",
+    ),
+    "--decode-batch-factor": (
+        "decode_batch_factor",
+        float,
+        "extra decode time per additional running sequence (0 = batch-independent)",
+    ),
     "--kv-blocks": ("kv_blocks", int, "KV-cache blocks per engine"),
     "--block-tokens": ("block_tokens", int, "tokens per KV block"),
     "--prefix-hit-rate": ("prefix_hit_rate", float, "prefix-cache hit rate when healthy (0-1)"),
-    "--default-output-tokens": ("default_output_tokens", int,
-                                "output length when a request sets no max_tokens"),
-    "--dependency-latency-s": ("dependency_latency_s", float,
-                               "simulated vector-DB latency on a cache miss (0 = no dependency step)"),
+    "--default-output-tokens": (
+        "default_output_tokens",
+        int,
+        "output length when a request sets no max_tokens",
+    ),
+    "--dependency-latency-s": (
+        "dependency_latency_s",
+        float,
+        "simulated vector-DB latency on a cache miss (0 = no dependency step)",
+    ),
 }
 
 
@@ -52,8 +64,13 @@ def configure(parser: argparse.ArgumentParser) -> None:
     serve.set_defaults(func=run_serve)
 
     fault = sub.add_parser("fault", help=f"inject, list or delete faults (token from {TOKEN_ENV})")
-    fault.add_argument("kind", nargs="?", choices=sorted(FAULT_KINDS), metavar="KIND",
-                       help=f"fault kind: {', '.join(FAULT_KINDS)}")
+    fault.add_argument(
+        "kind",
+        nargs="?",
+        choices=sorted(FAULT_KINDS),
+        metavar="KIND",
+        help=f"fault kind: {', '.join(FAULT_KINDS)}",
+    )
     fault.add_argument("--url", required=True, help="any port of the simulator, e.g. http://127.0.0.1:8100")
     fault.add_argument("--node", help="target node, e.g. n1")
     fault.add_argument("--gpu", type=int, default=None, help="target GPU index (GPU faults)")
@@ -70,15 +87,20 @@ def configure(parser: argparse.ArgumentParser) -> None:
     history.add_argument("--days", type=float, default=1.0, help="simulated days")
     history.add_argument("--step", default="15s", help="sample step, e.g. 15s or 1m")
     history.add_argument("--out", required=True, help="output directory")
-    history.add_argument("--end", type=float, default=None,
-                         help="epoch seconds of the last sample (default: now, rounded to the step)")
+    history.add_argument(
+        "--end",
+        type=float,
+        default=None,
+        help="epoch seconds of the last sample (default: now, rounded to the step)",
+    )
     history.set_defaults(func=run_history)
 
 
 def _settings(args: argparse.Namespace) -> SimSettings:
     base = load_config(args.config).sim
-    overrides = {f: getattr(args, flag.lstrip("-").replace("-", "_"))
-                 for flag, (f, _k, _t) in _SERVE_FLAGS.items()}
+    overrides = {
+        f: getattr(args, flag.lstrip("-").replace("-", "_")) for flag, (f, _k, _t) in _SERVE_FLAGS.items()
+    }
     return base.model_copy(update={k: v for k, v in overrides.items() if v is not None})
 
 
@@ -98,21 +120,36 @@ def run_serve(args: argparse.Namespace) -> int:
         return 2
     if token is None:
         logger.warning("{} is not set: the admin API (faults, release) refuses every request", TOKEN_ENV)
-    params = EngineParams(max_num_seqs=settings.max_num_seqs,
-                          prefill_s_per_token=settings.prefill_s_per_token,
-                          decode_s_per_token=settings.decode_s_per_token,
-                          decode_batch_factor=settings.decode_batch_factor, kv_blocks=settings.kv_blocks,
-                          block_tokens=settings.block_tokens, prefix_hit_rate=settings.prefix_hit_rate)
-    fleet = Fleet(RealClock(), nodes=settings.nodes, gpus_per_node=settings.gpus_per_node, params=params,
-                  model_name=settings.model, seed=settings.seed,
-                  dependency_latency_s=settings.dependency_latency_s)
-    server = build_server(fleet, settings.host, settings.port, token, settings.default_output_tokens,
-                          wall_origin_s=time.time())
-    print(f"*** SIMULATION: oximeter sim serve — {settings.nodes} simulated vLLM engines, "
-          f"{settings.gpus_per_node} simulated GPUs each; nothing here is a real engine or GPU ***",
-          file=sys.stderr, flush=True)
+    params = EngineParams(
+        max_num_seqs=settings.max_num_seqs,
+        prefill_s_per_token=settings.prefill_s_per_token,
+        decode_s_per_token=settings.decode_s_per_token,
+        decode_batch_factor=settings.decode_batch_factor,
+        kv_blocks=settings.kv_blocks,
+        block_tokens=settings.block_tokens,
+        prefix_hit_rate=settings.prefix_hit_rate,
+    )
+    fleet = Fleet(
+        RealClock(),
+        nodes=settings.nodes,
+        gpus_per_node=settings.gpus_per_node,
+        params=params,
+        model_name=settings.model,
+        seed=settings.seed,
+        dependency_latency_s=settings.dependency_latency_s,
+    )
+    server = build_server(
+        fleet, settings.host, settings.port, token, settings.default_output_tokens, wall_origin_s=time.time()
+    )
+    print(
+        f"*** SIMULATION: oximeter sim serve — {settings.nodes} simulated vLLM engines, "
+        f"{settings.gpus_per_node} simulated GPUs each; nothing here is a real engine or GPU ***",
+        file=sys.stderr,
+        flush=True,
+    )
     try:
         import uvloop
+
         uvloop.install()
     except ImportError:
         pass
@@ -137,10 +174,21 @@ def run_fault(args: argparse.Namespace) -> int:
             if not args.kind or not args.node:
                 print("oximeter sim fault: KIND and --node are required", file=sys.stderr)
                 return 2
-            body = {"kind": args.kind, "node": args.node, "gpu": args.gpu, "start": args.start,
-                    "duration_s": args.duration, "strength": args.strength, "id": args.id}
-            resp = requests.post(f"{base}/admin/faults", headers=headers, timeout=10,
-                                 json={k: v for k, v in body.items() if v is not None})
+            body = {
+                "kind": args.kind,
+                "node": args.node,
+                "gpu": args.gpu,
+                "start": args.start,
+                "duration_s": args.duration,
+                "strength": args.strength,
+                "id": args.id,
+            }
+            resp = requests.post(
+                f"{base}/admin/faults",
+                headers=headers,
+                timeout=10,
+                json={k: v for k, v in body.items() if v is not None},
+            )
     except requests.RequestException as exc:
         print(f"oximeter sim fault: cannot reach {base}: {exc.__class__.__name__}", file=sys.stderr)
         return 1

@@ -55,13 +55,19 @@ class DependencyModel:
 
     def families(self) -> list[Metric]:
         """``oximeter_dependency_duration_seconds`` and ``oximeter_cache_requests_total``."""
-        hist = HistogramMetricFamily("oximeter_dependency_duration_seconds",
-                                     "Duration of calls to a dependency (simulated vector DB).",
-                                     labels=["node", "dependency"])
-        hist.add_metric([self.node, DEPENDENCY], [(le, float(c)) for le, c in self.duration.cumulative()],
-                        self.duration.total)
-        cache = CounterMetricFamily("oximeter_cache_requests", "Cache lookups by result.",
-                                    labels=["node", "cache", "result"])
+        hist = HistogramMetricFamily(
+            "oximeter_dependency_duration_seconds",
+            "Duration of calls to a dependency (simulated vector DB).",
+            labels=["node", "dependency"],
+        )
+        hist.add_metric(
+            [self.node, DEPENDENCY],
+            [(le, float(c)) for le, c in self.duration.cumulative()],
+            self.duration.total,
+        )
+        cache = CounterMetricFamily(
+            "oximeter_cache_requests", "Cache lookups by result.", labels=["node", "cache", "result"]
+        )
         cache.add_metric([self.node, CACHE, "hit"], self.hits)
         cache.add_metric([self.node, CACHE, "miss"], self.misses)
         return [hist, cache]

@@ -19,6 +19,8 @@ from enum import Enum
 from simulator.stats import ITL_BUCKETS, REQUEST_LATENCY_BUCKETS, TTFT_BUCKETS, Histogram
 
 FINISH_REASONS = ("stop", "length", "abort")
+# SM activity of a decode iteration with a single sequence, relative to a full batch.
+OCCUPANCY_FLOOR = 0.3
 
 
 @dataclass(frozen=True)
@@ -112,8 +114,7 @@ class EngineStats:
 class EngineModel:
     """One engine's scheduler and timing; drive it with ``submit``, ``abort`` and ``advance``."""
 
-    def __init__(self, params: EngineParams,
-                 conditions: Callable[[float], Conditions] | None = None) -> None:
+    def __init__(self, params: EngineParams, conditions: Callable[[float], Conditions] | None = None) -> None:
         self.params = params
         self._conditions = conditions or (lambda _now: NORMAL)
         self._ids = itertools.count(1)
@@ -122,8 +123,13 @@ class EngineModel:
         self.used_blocks = 0
         self.pool_blocks = params.kv_blocks
         self.stats = EngineStats()
-        self.busy_s = 0.0  # total time iterations ran: drives GPU utilisation
+        self.busy_s = 0.0  # total time iterations ran
+        # Busy time weighted by batch occupancy: GPU utilisation as SM activity (DCGM's view), so
+        # a batch of one on an otherwise idle engine reads low, as seed 000 §2.2 describes.
+        self.work_s = 0.0
         self._iter_start = 0.0
+        self._iter_prefill_s = 0.0
+        self._iter_token_s = 0.0
         self._iter_end: float | None = None
         self._iter_tokens: list[tuple[Seq, int]] = []
 
@@ -256,23 +262,28 @@ class EngineModel:
         decode_s = k * p.decode_s_per_token * (1 + p.decode_batch_factor * (len(batch) - 1))
         duration = (prefill_tokens * p.prefill_s_per_token + decode_s) * cond.slowdown
         self._iter_start = t
+        self._iter_prefill_s = prefill_tokens * p.prefill_s_per_token * cond.slowdown
+        self._iter_token_s = decode_s / k * cond.slowdown
         self._iter_end = t + duration
         self._iter_tokens = batch
         self.busy_s += duration
+        self.work_s += duration * (OCCUPANCY_FLOOR + (1 - OCCUPANCY_FLOOR) * len(batch) / p.max_num_seqs)
         return True
 
     def _complete(self, t: float) -> list[Seq]:
         touched: list[Seq] = []
-        span = t - self._iter_start
         k = self.params.tokens_per_iteration
         for seq, n in self._iter_tokens:
             if seq.state is not SeqState.RUNNING:
                 continue  # aborted during the iteration
             if seq.first_token_at is None:
-                seq.first_token_at = t
-                self.stats.ttft.observe(t - seq.arrival)
+                # With coarse iterations (history) the first token is due after the prefill and
+                # one token's decode, not at the end of all k tokens.
+                first = t if k == 1 else min(t, self._iter_start + self._iter_prefill_s + self._iter_token_s)
+                seq.first_token_at = first
+                self.stats.ttft.observe(first - seq.arrival)
                 if n > 1:
-                    self.stats.itl.observe(span / k, n - 1)
+                    self.stats.itl.observe((t - first) / (n - 1), n - 1)
             else:
                 assert seq.last_token_at is not None
                 self.stats.itl.observe((t - seq.last_token_at) / n, n)

@@ -44,39 +44,73 @@ def engine_families(model_name: str, engine: EngineModel, node: str) -> list[Met
         fam.add_metric(lv, value)
         return fam
 
-    success = CounterMetricFamily("vllm:request_success", "Count of successfully processed requests.",
-                                  labels=[*_LABELS, "finished_reason"])
+    success = CounterMetricFamily(
+        "vllm:request_success",
+        "Count of successfully processed requests.",
+        labels=[*_LABELS, "finished_reason"],
+    )
     for reason in FINISH_REASONS:
         success.add_metric([*lv, reason], s.success[reason])
-    info = GaugeMetricFamily("oximeter_simulation_info",
-                             "1: this engine is SIMULATED by oximeter, not a real vLLM.",
-                             labels=["node", "model_name"])
+    info = GaugeMetricFamily(
+        "oximeter_simulation_info",
+        "1: this engine is SIMULATED by oximeter, not a real vLLM.",
+        labels=["node", "model_name"],
+    )
     info.add_metric([node, model_name], 1)
     return [
         info,
-        gauge("vllm:num_requests_running", "Number of requests in model execution batches.",
-              len(engine.running)),
-        gauge("vllm:num_requests_waiting", "Number of requests waiting to be processed.",
-              len(engine.waiting)),
+        gauge(
+            "vllm:num_requests_running", "Number of requests in model execution batches.", len(engine.running)
+        ),
+        gauge(
+            "vllm:num_requests_waiting", "Number of requests waiting to be processed.", len(engine.waiting)
+        ),
         gauge("vllm:kv_cache_usage_perc", "KV-cache usage. 1 means 100 percent usage.", engine.kv_usage),
-        counter("vllm:prefix_cache_queries", "Prefix cache queries, in terms of number of queried tokens.",
-                s.prefix_queries),
-        counter("vllm:prefix_cache_hits", "Prefix cache hits, in terms of number of cached tokens.",
-                s.prefix_hits),
+        counter(
+            "vllm:prefix_cache_queries",
+            "Prefix cache queries, in terms of number of queried tokens.",
+            s.prefix_queries,
+        ),
+        counter(
+            "vllm:prefix_cache_hits", "Prefix cache hits, in terms of number of cached tokens.", s.prefix_hits
+        ),
         counter("vllm:num_preemptions", "Cumulative number of preemption from the engine.", s.preemptions),
         counter("vllm:prompt_tokens", "Number of prefill tokens processed.", s.prompt_tokens),
         counter("vllm:generation_tokens", "Number of generation tokens processed.", s.generation_tokens),
         success,
-        _hist("vllm:time_to_first_token_seconds", "Histogram of time to first token in seconds.",
-              _LABELS, lv, s.ttft),
-        _hist("vllm:inter_token_latency_seconds", "Histogram of inter-token latency in seconds.",
-              _LABELS, lv, s.itl),
-        _hist("vllm:e2e_request_latency_seconds", "Histogram of e2e request latency in seconds.",
-              _LABELS, lv, s.e2e),
-        _hist("vllm:request_queue_time_seconds", "Histogram of time spent in WAITING phase for request.",
-              _LABELS, lv, s.queue_time),
-        counter("oximeter_sim_aborted_requests", "Requests whose client went away (sequence freed at once).",
-                s.aborted),
+        _hist(
+            "vllm:time_to_first_token_seconds",
+            "Histogram of time to first token in seconds.",
+            _LABELS,
+            lv,
+            s.ttft,
+        ),
+        _hist(
+            "vllm:inter_token_latency_seconds",
+            "Histogram of inter-token latency in seconds.",
+            _LABELS,
+            lv,
+            s.itl,
+        ),
+        _hist(
+            "vllm:e2e_request_latency_seconds",
+            "Histogram of e2e request latency in seconds.",
+            _LABELS,
+            lv,
+            s.e2e,
+        ),
+        _hist(
+            "vllm:request_queue_time_seconds",
+            "Histogram of time spent in WAITING phase for request.",
+            _LABELS,
+            lv,
+            s.queue_time,
+        ),
+        counter(
+            "oximeter_sim_aborted_requests",
+            "Requests whose client went away (sequence freed at once).",
+            s.aborted,
+        ),
     ]
 
 

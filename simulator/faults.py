@@ -28,6 +28,9 @@ class FaultKind:
     default_strength: float
     strength_means: str
     per_gpu: bool = False
+    # Kinds about traffic or scraping that only ``sim history`` can play (live traffic and
+    # scraping belong to other processes).
+    history_only: bool = False
 
 
 FAULT_KINDS: dict[str, FaultKind] = {
@@ -50,10 +53,19 @@ FAULT_KINDS: dict[str, FaultKind] = {
     # Dependency (vector DB) in front of the engine.
     "dependency_slow": FaultKind("dependency", 10.0, "vector-DB latency multiplier"),
     "cache_hit_drop": FaultKind("dependency", 0.6, "response-cache hit rate while active (0-1)"),
+    # Gateway and traffic (history scenarios).
+    "admission_limit": FaultKind(
+        "scheduling", 1.0, "gateway max_concurrency while active", history_only=True
+    ),
+    "ingress_errors": FaultKind(
+        "ingress", 0.05, "share of requests cut with 504 at the edge", history_only=True
+    ),
+    "traffic_spike": FaultKind("scheduling", 3.0, "request-rate multiplier", history_only=True),
+    "scrape_gap": FaultKind("platform", 1.0, "unused: the node's targets are not scraped", history_only=True),
 }
 
 # Strength bounds that make a fault meaningless when crossed.
-_FRACTION_KINDS = {"kv_shrink", "prefix_cache_drop", "thermal_throttle", "cache_hit_drop"}
+_FRACTION_KINDS = {"kv_shrink", "prefix_cache_drop", "thermal_throttle", "cache_hit_drop", "ingress_errors"}
 _FIELDS = ("kind", "node", "gpu", "start", "duration_s", "strength", "id")
 _ids = itertools.count(1)
 
@@ -93,8 +105,14 @@ def _number(data: Mapping[str, Any], key: str, default: float | None) -> float |
     return float(value)
 
 
-def parse_fault(data: Any, *, now: float, nodes: Iterable[str] | None = None,
-                gpus_per_node: int | None = None) -> Fault:
+def parse_fault(
+    data: Any,
+    *,
+    now: float,
+    nodes: Iterable[str] | None = None,
+    gpus_per_node: int | None = None,
+    live: bool = False,
+) -> Fault:
     """Validate a JSON/YAML mapping into a Fault; FaultError names the key and the problem."""
     if not isinstance(data, Mapping):
         raise FaultError(f"expected a JSON object, got {type(data).__name__}")
@@ -105,6 +123,8 @@ def parse_fault(data: Any, *, now: float, nodes: Iterable[str] | None = None,
     if kind_name not in FAULT_KINDS:
         raise FaultError(f"kind: unknown fault kind {kind_name!r} (known: {', '.join(FAULT_KINDS)})")
     kind = FAULT_KINDS[kind_name]
+    if live and kind.history_only:
+        raise FaultError(f"kind: {kind_name} is only simulated by `oximeter sim history` scenarios")
     node = data.get("node")
     if not isinstance(node, str) or not node:
         raise FaultError("node: required, a node name such as 'n1'")
@@ -134,8 +154,9 @@ def parse_fault(data: Any, *, now: float, nodes: Iterable[str] | None = None,
     fault_id = data.get("id") or f"f{next(_ids)}"
     if not isinstance(fault_id, str):
         raise FaultError(f"id: expected a string, got {fault_id!r}")
-    return Fault(kind=kind_name, node=node, gpu=gpu, start=start, duration_s=duration,
-                 strength=strength, id=fault_id)
+    return Fault(
+        kind=kind_name, node=node, gpu=gpu, start=start, duration_s=duration, strength=strength, id=fault_id
+    )
 
 
 class FaultBook:
@@ -143,17 +164,26 @@ class FaultBook:
 
     def __init__(self) -> None:
         self._faults: dict[str, Fault] = {}
+        # Bumped on every change, so derived caches (engine conditions) know to recompute.
+        self.version = 0
 
     def add(self, fault: Fault) -> Fault:
         """Store ``fault``; an existing id is an error (delete it first)."""
         if fault.id in self._faults:
             raise FaultError(f"id: a fault with id {fault.id!r} already exists")
         self._faults[fault.id] = fault
+        self.version += 1
         return fault
 
     def remove(self, fault_id: str) -> Fault | None:
         """Delete by id; returns the fault or None when unknown."""
+        self.version += 1
         return self._faults.pop(fault_id, None)
+
+    def next_change(self, now: float, node: str) -> float:
+        """The first start or end of one of ``node``'s faults after ``now`` (inf when none)."""
+        times = [t for f in self._faults.values() if f.node == node for t in (f.start, f.end) if t > now]
+        return min(times, default=math.inf)
 
     def all(self) -> list[Fault]:
         """Every fault, in start order."""
@@ -161,9 +191,14 @@ class FaultBook:
 
     def active(self, now: float, node: str, kind: str | None = None, gpu: int | None = None) -> list[Fault]:
         """Faults active at ``now`` on ``node`` (optionally one kind, one GPU)."""
-        return [f for f in self._faults.values()
-                if f.node == node and f.active(now) and (kind is None or f.kind == kind)
-                and (gpu is None or f.gpu is None or f.gpu == gpu)]
+        return [
+            f
+            for f in self._faults.values()
+            if f.node == node
+            and f.active(now)
+            and (kind is None or f.kind == kind)
+            and (gpu is None or f.gpu is None or f.gpu == gpu)
+        ]
 
     def strongest(self, now: float, node: str, kind: str, gpu: int | None = None) -> Fault | None:
         """The active fault of ``kind`` with the largest effect (ties: the latest started)."""

@@ -36,15 +36,25 @@ class Node:
 class Fleet:
     """Every node of one simulation, sharing ``clock`` and ``faults``."""
 
-    def __init__(self, clock: Clock, *, nodes: int, gpus_per_node: int, params: EngineParams,
-                 model_name: str, gpu_spec: GpuSpec | None = None, seed: int = 0,
-                 dependency_latency_s: float = 0.0) -> None:
+    def __init__(
+        self,
+        clock: Clock,
+        *,
+        nodes: int,
+        gpus_per_node: int,
+        params: EngineParams,
+        model_name: str,
+        gpu_spec: GpuSpec | None = None,
+        seed: int = 0,
+        dependency_latency_s: float = 0.0,
+    ) -> None:
         self.clock = clock
         self.faults = FaultBook()
         self.model_name = model_name
         self.gpus_per_node = gpus_per_node
         spec = gpu_spec or GpuSpec()
         self.nodes: dict[str, Node] = {}
+        self._cache: dict[str, tuple[int, float, float, float, Conditions]] = {}
         for i in range(1, nodes + 1):
             name = f"n{i}"
             gpus = [GpuModel(spec, name, g, seed=seed) for g in range(gpus_per_node)]
@@ -57,18 +67,40 @@ class Fleet:
         """The node called ``name`` (KeyError when unknown)."""
         return self.nodes[name]
 
-    def add_fault(self, data: object) -> Fault:
-        """Validate and store a fault (FaultError on bad input)."""
-        fault = parse_fault(data, now=self.clock.now(), nodes=self.nodes, gpus_per_node=self.gpus_per_node)
+    def add_fault(self, data: object, *, live: bool = False) -> Fault:
+        """Validate and store a fault (FaultError on bad input; ``live`` refuses history-only kinds)."""
+        fault = parse_fault(
+            data, now=self.clock.now(), nodes=self.nodes, gpus_per_node=self.gpus_per_node, live=live
+        )
         return self.faults.add(fault)
 
     def _conditions_for(self, name: str) -> Callable[[float], Conditions]:
         def conditions(now: float) -> Conditions:
             return self.conditions(name, now)
+
         return conditions
 
     def conditions(self, name: str, now: float) -> Conditions:
-        """Faults and GPU health of ``name`` as seen by its engine at ``now``."""
+        """Faults and GPU health of ``name`` as seen by its engine at ``now``.
+
+        Conditions only change at a fault's start or end (or a restart's end), so they are cached
+        until the next such time: the engine asks once per iteration, millions of times in history.
+        """
+        node = self.nodes[name]
+        cached = self._cache.get(name)
+        if cached is not None:
+            version, valid_from, valid_until, down_until, cond = cached
+            if (version == self.faults.version and valid_from <= now < valid_until
+                    and down_until == node.down_until):
+                return cond
+        cond = self._compute_conditions(name, now)
+        until = self.faults.next_change(now, name)
+        if now < node.down_until:
+            until = min(until, node.down_until)
+        self._cache[name] = (self.faults.version, now, until, node.down_until, cond)
+        return cond
+
+    def _compute_conditions(self, name: str, now: float) -> Conditions:
         book = self.faults
         node = self.nodes[name]
         slowdown = 1.0
@@ -77,19 +109,24 @@ class Fleet:
             slowdown *= decode.strength
         # Tensor parallel: the engine runs at the pace of its slowest GPU.
         slowdown *= max((g.compute_slowdown(now, book) for g in node.gpus), default=1.0)
-        stalled = (book.strongest(now, name, "engine_stall") is not None
-                   or now < node.down_until
-                   or any(g.lost(now, book) for g in node.gpus))
+        stalled = (
+            book.strongest(now, name, "engine_stall") is not None
+            or now < node.down_until
+            or any(g.lost(now, book) for g in node.gpus)
+        )
         kv = book.strongest(now, name, "kv_shrink")
         prefix = book.strongest(now, name, "prefix_cache_drop")
-        return Conditions(slowdown=slowdown, stalled=stalled,
-                          kv_fraction=1.0 if kv is None else kv.strength,
-                          prefix_hit_rate=None if prefix is None else prefix.strength)
+        return Conditions(
+            slowdown=slowdown,
+            stalled=stalled,
+            kv_fraction=1.0 if kv is None else kv.strength,
+            prefix_hit_rate=None if prefix is None else prefix.strength,
+        )
 
-    def apply_restarts(self, now: float) -> list[Seq]:
+    def apply_restarts(self, now: float, only: str | None = None) -> list[Seq]:
         """Fire engine_restart faults that have started: counters reset, in-flight work dropped."""
         dropped: list[Seq] = []
-        for node in self.nodes.values():
+        for node in self.nodes.values() if only is None else [self.nodes[only]]:
             for fault in self.faults.active(now, node.name, "engine_restart"):
                 if fault.id in node.restarts_seen:
                     continue
@@ -112,7 +149,8 @@ class Fleet:
         """``GET /fleet/gpus?node=NAME``: the exporter sim backend's contract."""
         node = self.nodes[name]
         return {
-            "simulation": True, "node": name,
+            "simulation": True,
+            "node": name,
             "gpus": [g.to_json(now, self.faults, wall_origin_s, node.pid) for g in node.gpus],
             "processes": [{"name": "vllm", "pid": node.pid, "rss_bytes": self.rss_bytes(name, now)}],
         }

@@ -134,14 +134,19 @@ class GpuModel:
     def to_json(self, now: float, book: FaultBook, wall_origin_s: float, engine_pid: int) -> dict[str, Any]:
         """This GPU in the fleet API's shape (``GET /fleet/gpus``); a lost GPU reads as nulls."""
         spec = self.spec
-        base: dict[str, Any] = {"index": self.index, "uuid": self.uuid, "name": spec.name,
-                                "pci_bus_id": self.pci_bus_id}
+        base: dict[str, Any] = {
+            "index": self.index,
+            "uuid": self.uuid,
+            "name": spec.name,
+            "pci_bus_id": self.pci_bus_id,
+        }
         if self.lost(now, book):
             return {**base, "lost": True, **dict.fromkeys(_READINGS)}
         used = int(spec.memory_total_bytes * spec.preallocated_ratio)
         noise = self._rng.uniform(-0.4, 0.4)
         return {
-            **base, "lost": False,
+            **base,
+            "lost": False,
             "utilization_ratio": round(self.utilization, 4),
             "memory_used_bytes": used + 512 * MIB,
             "memory_total_bytes": spec.memory_total_bytes,
@@ -169,8 +174,23 @@ class GpuModel:
         return round(self.spec.sm_clock_max_hertz * ratio / 1e6) * 1e6
 
 
-_READINGS = ("utilization_ratio", "memory_used_bytes", "memory_total_bytes", "temperature_celsius",
-             "power_watts", "power_limit_watts", "sm_clock_hertz", "sm_clock_max_hertz",
-             "clock_event_reasons", "ecc_corrected_total", "ecc_uncorrected_total",
-             "remapped_rows_correctable", "remapped_rows_uncorrectable", "row_remap_pending",
-             "row_remap_failure", "pcie_replay_total", "xid_events", "processes")
+_READINGS = (
+    "utilization_ratio",
+    "memory_used_bytes",
+    "memory_total_bytes",
+    "temperature_celsius",
+    "power_watts",
+    "power_limit_watts",
+    "sm_clock_hertz",
+    "sm_clock_max_hertz",
+    "clock_event_reasons",
+    "ecc_corrected_total",
+    "ecc_uncorrected_total",
+    "remapped_rows_correctable",
+    "remapped_rows_uncorrectable",
+    "row_remap_pending",
+    "row_remap_failure",
+    "pcie_replay_total",
+    "xid_events",
+    "processes",
+)

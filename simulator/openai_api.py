@@ -10,8 +10,27 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-_WORDS = ("lorem", "ipsum", "dolor", "sit", "amet", "consectetur", "adipiscing", "elit", "sed", "do",
-          "eiusmod", "tempor", "incididunt", "ut", "labore", "et", "dolore", "magna", "aliqua")
+_WORDS = (
+    "lorem",
+    "ipsum",
+    "dolor",
+    "sit",
+    "amet",
+    "consectetur",
+    "adipiscing",
+    "elit",
+    "sed",
+    "do",
+    "eiusmod",
+    "tempor",
+    "incididunt",
+    "ut",
+    "labore",
+    "et",
+    "dolore",
+    "magna",
+    "aliqua",
+)
 
 
 # vLLM's default max_tokens is "the rest of the context"; any large bound behaves the same here.
@@ -91,7 +110,10 @@ def parse_request(body: Any, *, chat: bool, default_output_tokens: int) -> GenRe
     if hold_after is not None and hold_key is None:
         raise RequestError("sim_hold_after_chunks needs sim_hold_key")
     return GenRequest(
-        chat=chat, model=model, stream=stream, prompt_tokens=prompt,
+        chat=chat,
+        model=model,
+        stream=stream,
+        prompt_tokens=prompt,
         # Without max_tokens the "model" ends naturally (finish_reason "stop").
         max_tokens=max_tokens if max_tokens is not None else max(UNLIMITED_TOKENS, default_output_tokens),
         stop_tokens=None if max_tokens is not None else default_output_tokens,
@@ -108,8 +130,11 @@ def token_text(i: int) -> str:
 
 def usage(prompt_tokens: int, completion_tokens: int) -> dict[str, int]:
     """OpenAI's usage object."""
-    return {"prompt_tokens": prompt_tokens, "completion_tokens": completion_tokens,
-            "total_tokens": prompt_tokens + completion_tokens}
+    return {
+        "prompt_tokens": prompt_tokens,
+        "completion_tokens": completion_tokens,
+        "total_tokens": prompt_tokens + completion_tokens,
+    }
 
 
 def response_id(req: GenRequest, seq_id: int, node: str) -> str:
@@ -117,23 +142,35 @@ def response_id(req: GenRequest, seq_id: int, node: str) -> str:
     return f"{'chatcmpl' if req.chat else 'cmpl'}-sim{node}x{seq_id}"
 
 
-def full_response(req: GenRequest, rid: str, text: str, finish_reason: str,
-                  completion_tokens: int) -> dict[str, Any]:
+def full_response(
+    req: GenRequest, rid: str, text: str, finish_reason: str, completion_tokens: int
+) -> dict[str, Any]:
     """A non-streaming response body."""
     created = int(time.time())
     if req.chat:
-        choice: dict[str, Any] = {"index": 0, "message": {"role": "assistant", "content": text},
-                                  "logprobs": None, "finish_reason": finish_reason}
+        choice: dict[str, Any] = {
+            "index": 0,
+            "message": {"role": "assistant", "content": text},
+            "logprobs": None,
+            "finish_reason": finish_reason,
+        }
         obj = "chat.completion"
     else:
         choice = {"index": 0, "text": text, "logprobs": None, "finish_reason": finish_reason}
         obj = "text_completion"
-    return {"id": rid, "object": obj, "created": created, "model": req.model, "choices": [choice],
-            "usage": usage(req.prompt_tokens, completion_tokens)}
+    return {
+        "id": rid,
+        "object": obj,
+        "created": created,
+        "model": req.model,
+        "choices": [choice],
+        "usage": usage(req.prompt_tokens, completion_tokens),
+    }
 
 
-def chunk(req: GenRequest, rid: str, text: str | None, finish_reason: str | None, *,
-          first: bool) -> dict[str, Any]:
+def chunk(
+    req: GenRequest, rid: str, text: str | None, finish_reason: str | None, *, first: bool
+) -> dict[str, Any]:
     """One streaming chunk: a token (``text``) or the final one (``finish_reason``)."""
     created = int(time.time())
     if req.chat:
@@ -142,8 +179,12 @@ def chunk(req: GenRequest, rid: str, text: str | None, finish_reason: str | None
             delta["role"] = "assistant"
         if text is not None:
             delta["content"] = text
-        choice: dict[str, Any] = {"index": 0, "delta": delta, "logprobs": None,
-                                  "finish_reason": finish_reason}
+        choice: dict[str, Any] = {
+            "index": 0,
+            "delta": delta,
+            "logprobs": None,
+            "finish_reason": finish_reason,
+        }
         obj = "chat.completion.chunk"
     else:
         choice = {"index": 0, "text": text or "", "logprobs": None, "finish_reason": finish_reason}
@@ -154,19 +195,42 @@ def chunk(req: GenRequest, rid: str, text: str | None, finish_reason: str | None
 def usage_chunk(req: GenRequest, rid: str, completion_tokens: int) -> dict[str, Any]:
     """The last chunk: no choices, usage filled (OpenAI's ``stream_options.include_usage`` shape)."""
     obj = "chat.completion.chunk" if req.chat else "text_completion"
-    return {"id": rid, "object": obj, "created": int(time.time()), "model": req.model, "choices": [],
-            "usage": usage(req.prompt_tokens, completion_tokens)}
+    return {
+        "id": rid,
+        "object": obj,
+        "created": int(time.time()),
+        "model": req.model,
+        "choices": [],
+        "usage": usage(req.prompt_tokens, completion_tokens),
+    }
 
 
 def models_list(model: str, max_model_len: int) -> dict[str, Any]:
     """``GET /v1/models``."""
-    return {"object": "list", "data": [{"id": model, "object": "model", "created": int(time.time()),
-                                        "owned_by": "oximeter-simulator", "root": model, "parent": None,
-                                        "max_model_len": max_model_len}]}
+    return {
+        "object": "list",
+        "data": [
+            {
+                "id": model,
+                "object": "model",
+                "created": int(time.time()),
+                "owned_by": "oximeter-simulator",
+                "root": model,
+                "parent": None,
+                "max_model_len": max_model_len,
+            }
+        ],
+    }
 
 
 def error_body(message: str, status: int) -> dict[str, Any]:
     """OpenAI's error shape."""
     kind = {400: "BadRequestError", 404: "NotFoundError", 503: "ServiceUnavailableError"}.get(status, "Error")
-    return {"object": "error", "message": message, "type": kind, "param": None, "code": status,
-            "error": {"message": message, "type": kind, "code": status}}
+    return {
+        "object": "error",
+        "message": message,
+        "type": kind,
+        "param": None,
+        "code": status,
+        "error": {"message": message, "type": kind, "code": status},
+    }

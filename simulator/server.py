@@ -120,7 +120,7 @@ class SimServer:
             dropped = self.fleet.apply_restarts(now)
             for rt in self.runtimes.values():
                 self.notify([s for s in dropped if s.id in rt.waiters], rt)
-                busy = rt.node.engine.busy_s
+                busy = rt.node.engine.work_s
                 util = (busy - rt.last_busy_s) / dt
                 rt.last_busy_s = busy
                 for gpu in rt.node.gpus:
@@ -199,8 +199,9 @@ def engine_app(server: SimServer, rt: NodeRuntime) -> web.Application:
             if req.hold_key is not None:
                 server.holds.pop(req.hold_key, None)
 
-    async def _stream(request: web.Request, req: GenRequest, seq: Seq,
-                      event: asyncio.Event) -> web.StreamResponse:
+    async def _stream(
+        request: web.Request, req: GenRequest, seq: Seq, event: asyncio.Event
+    ) -> web.StreamResponse:
         resp = web.StreamResponse(headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"})
         rid = response_id(req, seq.id, name)
         sent = 0
@@ -221,8 +222,11 @@ def engine_app(server: SimServer, rt: NodeRuntime) -> web.Application:
         if not resp.prepared:
             await resp.prepare(request)
         if seq.state is SeqState.ABORTED:
-            await resp.write(_sse({"error": {"message": "engine restarted", "type": "ServiceUnavailableError",
-                                             "code": 503}}))
+            await resp.write(
+                _sse(
+                    {"error": {"message": "engine restarted", "type": "ServiceUnavailableError", "code": 503}}
+                )
+            )
         else:
             await resp.write(_sse(chunk(req, rid, None, seq.finish_reason, first=False)))
             await resp.write(_sse(usage_chunk(req, rid, seq.generated)))
@@ -247,8 +251,14 @@ def engine_app(server: SimServer, rt: NodeRuntime) -> web.Application:
     return app
 
 
-def build_server(fleet: Fleet, host: str, port: int, admin_token: SecretStr | None,
-                 default_output_tokens: int, wall_origin_s: float) -> SimServer:
+def build_server(
+    fleet: Fleet,
+    host: str,
+    port: int,
+    admin_token: SecretStr | None,
+    default_output_tokens: int,
+    wall_origin_s: float,
+) -> SimServer:
     """Wire a registry and runtime per node (no global registry)."""
     server = SimServer(fleet, host, port, admin_token, default_output_tokens, wall_origin_s=wall_origin_s)
     for node in fleet.nodes.values():
@@ -277,11 +287,19 @@ async def serve(server: SimServer) -> None:
             runners.append(runner)
             port = server.port_of(node_name)
             await web.TCPSite(runner, server.host, port, reuse_address=True).start()
-            logger.info("SIMULATION engine {} ({}) listening on http://{}:{}", node_name,
-                        server.fleet.model_name, server.host, port)
-        logger.warning("SIMULATION: {} simulated vLLM engines x {} simulated GPUs, pid {}. "
-                       "Not a real engine.",
-                       len(server.runtimes), server.fleet.gpus_per_node, os.getpid())
+            logger.info(
+                "SIMULATION engine {} ({}) listening on http://{}:{}",
+                node_name,
+                server.fleet.model_name,
+                server.host,
+                port,
+            )
+        logger.warning(
+            "SIMULATION: {} simulated vLLM engines x {} simulated GPUs, pid {}. Not a real engine.",
+            len(server.runtimes),
+            server.fleet.gpus_per_node,
+            os.getpid(),
+        )
         await stop.wait()
     finally:
         for task in tasks:

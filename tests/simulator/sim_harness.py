@@ -47,6 +47,7 @@ class Sim:
 
 
 StartSim = Callable[..., Sim]
+StartProcess = Callable[..., ManagedProcess]
 
 
 def start_sim_process(

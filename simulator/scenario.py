@@ -1,0 +1,161 @@
+"""Scenario files: a fleet, its traffic, its faults and the true root cause (``scenarios/*.yaml``).
+
+Fault times are durations such as ``90m``, ``1d6h`` or seconds; a negative start counts back
+from the end of the history, so one scenario works for any ``--days``. The truth names the
+layer, entity and rule of ARCHITECTURE.md's ordered diagnosis table that an analyzer should
+report (``rule: none`` for fault-free scenarios).
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Any
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+from oximeter.errors import ConfigError
+
+LAYERS = ("infrastructure", "platform", "engine", "dependency", "scheduling", "ingress", "none")
+RULES = (
+    "xid_critical",
+    "ecc_uncorrectable",
+    "ecc_storm",
+    "thermal_throttle",
+    "peer_outlier",
+    "telemetry_lost",
+    "dependency_degraded",
+    "engine_leak",
+    "kv_pressure",
+    "prefix_cache_collapse",
+    "capacity_exhausted",
+    "scheduling_bottleneck",
+    "ingress_errors",
+    "unclassified",
+    "none",
+)
+_NUM = r"(\d+(?:\.\d+)?)"
+_DURATION = re.compile(rf"^(-)?(?:{_NUM}d)?(?:{_NUM}h)?(?:{_NUM}m)?(?:{_NUM}s)?$")
+
+
+def parse_duration_s(value: Any) -> float:
+    """``90``, ``"90s"``, ``"15m"``, ``"1d6h"``, ``"-2h"`` → seconds."""
+    if isinstance(value, bool):
+        raise ValueError(f"expected a duration, got {value!r}")
+    if isinstance(value, int | float):
+        return float(value)
+    match = _DURATION.match(str(value).strip()) if isinstance(value, str) and value.strip() else None
+    if match is None or not any(match.groups()[1:]):
+        raise ValueError(f"expected a duration such as 90s, 15m, 2h or 1d6h, got {value!r}")
+    sign = -1.0 if match.group(1) else 1.0
+    days, hours, minutes, seconds = (float(g) if g else 0.0 for g in match.groups()[1:])
+    return sign * (days * 86400 + hours * 3600 + minutes * 60 + seconds)
+
+
+class Truth(BaseModel):
+    """The root cause an analyzer should name."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    layer: str
+    entity: dict[str, str] = Field(default_factory=dict)
+    rule: str
+
+    @field_validator("layer")
+    @classmethod
+    def _layer(cls, value: str) -> str:
+        if value not in LAYERS:
+            raise ValueError(f"unknown layer {value!r} (known: {', '.join(LAYERS)})")
+        return value
+
+    @field_validator("rule")
+    @classmethod
+    def _rule(cls, value: str) -> str:
+        if value not in RULES:
+            raise ValueError(f"unknown rule {value!r} (known: {', '.join(RULES)})")
+        return value
+
+
+class ScenarioFault(BaseModel):
+    """One fault as written in a scenario (times as durations; see ``simulator/faults.py``)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    kind: str
+    node: str
+    gpu: int | None = None
+    start: float
+    duration: float | None = None
+    strength: float | None = None
+    id: str | None = None
+
+    @field_validator("start", "duration", mode="before")
+    @classmethod
+    def _duration(cls, value: Any) -> float | None:
+        return None if value is None else parse_duration_s(value)
+
+
+class GatewayLimits(BaseModel):
+    """The gateway in front of each engine (same knobs as ``oximeter gateway``)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    max_concurrency: int = Field(12, ge=1)
+    max_queue: int = Field(64, ge=0)
+    max_queue_wait_s: float = Field(10.0, gt=0)
+    first_byte_timeout_s: float = Field(30.0, gt=0)
+
+
+class EngineOverrides(BaseModel):
+    """Engine knobs a scenario may change (defaults: ``SimSettings``)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    max_num_seqs: int = Field(16, ge=1)
+    prefill_s_per_token: float = Field(0.0001, ge=0)
+    decode_s_per_token: float = Field(0.02, ge=0)
+    decode_batch_factor: float = Field(0.02, ge=0)
+    kv_blocks: int = Field(1024, ge=1)
+    block_tokens: int = Field(16, ge=1)
+    prefix_hit_rate: float = Field(0.5, ge=0, le=1)
+    dependency_latency_s: float = Field(0.03, ge=0)
+    # History runs coarse iterations (several tokens each) so days simulate in seconds.
+    tokens_per_iteration: int = Field(8, ge=1)
+
+
+class Scenario(BaseModel):
+    """A whole scenario file."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    name: str
+    description: str = ""
+    nodes: int = Field(2, ge=1)
+    gpus_per_node: int = Field(4, ge=1)
+    model: str = "sim-llama-3-8b"
+    service: str = "chat"
+    seed: int = 0
+    base_rps: float = Field(1.0, gt=0, description="daily mean requests per second, per node")
+    weekend_factor: float = Field(1.0, gt=0, description="traffic multiplier on Saturdays and Sundays")
+    engine: EngineOverrides = EngineOverrides()
+    gateway: GatewayLimits = GatewayLimits()
+    faults: list[ScenarioFault] = Field(default_factory=list)
+    truth: Truth
+
+
+def load_scenario(path: str | Path) -> Scenario:
+    """Read and validate a scenario file; ConfigError names the file and key."""
+    path = Path(path)
+    try:
+        data = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except OSError as exc:
+        raise ConfigError([f"cannot read file: {exc.strerror}"], str(path)) from None
+    except yaml.YAMLError as exc:
+        raise ConfigError([f"invalid YAML: {exc}"], str(path)) from None
+    try:
+        return Scenario.model_validate(data)
+    except ValidationError as exc:
+        raise ConfigError(
+            [f"{'.'.join(str(p) for p in e['loc']) or '<root>'}: {e['msg']}" for e in exc.errors()], str(path)
+        ) from None

@@ -1,0 +1,181 @@
+"""A columnar store of sampled metric families, written as OpenMetrics and Parquet.
+
+The history generator collects the same metric families the live processes expose, once per
+step, into one float array per series (NaN = not scraped). OpenMetrics backfill wants every
+family in one contiguous block, so nothing can be streamed out before the last step.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from array import array
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+from prometheus_client.core import Metric
+
+NAN = math.nan
+# prometheus_client adds ``_created`` samples to counters and histograms; a backfill does not want
+# them (they would be series of their own that never change).
+_SKIP_SUFFIXES = ("_created",)
+
+
+@dataclass
+class _Family:
+    kind: str
+    help: str
+    series: dict[tuple[str, tuple[tuple[str, str], ...]], array] = field(default_factory=dict)
+
+
+class SeriesStore:
+    """Samples of many series at shared step timestamps (epoch seconds)."""
+
+    def __init__(self, timestamps: list[float]) -> None:
+        self.timestamps = timestamps
+        self._families: dict[str, _Family] = {}
+        self._lookup: dict[tuple[object, ...], array] = {}
+
+    def add(
+        self, step: int, families: Iterable[Metric], extra_labels: Mapping[str, str] | None = None
+    ) -> None:
+        """Record every sample of ``families`` at step index ``step``."""
+        extra = tuple(sorted((extra_labels or {}).items()))
+        cache = self._lookup
+        for fam in families:
+            entry = self._families.get(fam.name)
+            if entry is None:
+                entry = self._families[fam.name] = _Family(fam.type, fam.documentation)
+            for sample in fam.samples:
+                # Fast path: the same (family, sample, labels, extra) seen at an earlier step.
+                fast_key = (fam.name, sample.name, tuple(sample.labels.items()), extra)
+                values = cache.get(fast_key)
+                if values is None:
+                    if sample.name.endswith(_SKIP_SUFFIXES):
+                        continue
+                    labels = dict(sample.labels)
+                    for label, value in extra:
+                        labels.setdefault(label, value)
+                    series_key = (sample.name, tuple(sorted(labels.items())))
+                    values = entry.series.get(series_key)
+                    if values is None:
+                        values = entry.series[series_key] = array("d", [NAN]) * len(self.timestamps)
+                    cache[fast_key] = values
+                values[step] = sample.value
+
+    @property
+    def sample_count(self) -> int:
+        """Samples stored (not NaN)."""
+        return sum(
+            sum(1 for v in values if v == v)
+            for fam in self._families.values()
+            for values in fam.series.values()
+        )
+
+    def write_openmetrics(self, path: Path) -> int:
+        """One OpenMetrics text file for ``promtool tsdb create-blocks-from openmetrics``."""
+        written = 0
+        ts_text = [_fmt_ts(t) for t in self.timestamps]
+        with path.open("w", encoding="utf-8") as out:
+            for name in sorted(self._families):
+                fam = self._families[name]
+                kind = fam.kind if fam.kind in ("counter", "gauge", "histogram") else "unknown"
+                out.write(f"# TYPE {name} {kind}\n# HELP {name} {_escape_help(fam.help)}\n")
+                # Histogram series in (labels, le) order so each bucket set reads together.
+                for (sample_name, labels), values in sorted(fam.series.items(), key=_series_order):
+                    head = sample_name + _labels_text(labels)
+                    lines = [f"{head} {_fmt_value(v)} {ts_text[i]}\n" for i, v in enumerate(values) if v == v]
+                    out.writelines(lines)
+                    written += len(lines)
+            out.write("# EOF\n")
+        return written
+
+    def write_parquet(self, directory: Path) -> None:
+        """``series.parquet`` (id, family, name, type, labels) and ``samples.parquet`` (long form)."""
+        ids: list[int] = []
+        families: list[str] = []
+        names: list[str] = []
+        kinds: list[str] = []
+        label_json: list[str] = []
+        nodes: list[str | None] = []
+        gpus: list[str | None] = []
+        sample_ts: list[float] = []
+        sample_id: list[int] = []
+        sample_value: list[float] = []
+        next_id = 0
+        for fam_name, fam in sorted(self._families.items()):
+            for (sample_name, labels), values in sorted(fam.series.items(), key=_series_order):
+                label_map = dict(labels)
+                ids.append(next_id)
+                families.append(fam_name)
+                names.append(sample_name)
+                kinds.append(fam.kind)
+                label_json.append(json.dumps(label_map, sort_keys=True))
+                nodes.append(label_map.get("node"))
+                gpus.append(label_map.get("gpu"))
+                for i, v in enumerate(values):
+                    if v == v:
+                        sample_ts.append(self.timestamps[i])
+                        sample_id.append(next_id)
+                        sample_value.append(v)
+                next_id += 1
+        pq.write_table(
+            pa.table(
+                {
+                    "series_id": pa.array(ids, pa.int32()),
+                    "family": families,
+                    "name": names,
+                    "type": kinds,
+                    "labels": label_json,
+                    "node": nodes,
+                    "gpu": gpus,
+                }
+            ),
+            directory / "series.parquet",
+        )
+        pq.write_table(
+            pa.table(
+                {
+                    "timestamp": pa.array([int(t * 1000) for t in sample_ts], pa.timestamp("ms", tz="UTC")),
+                    "series_id": pa.array(sample_id, pa.int32()),
+                    "value": pa.array(sample_value, pa.float64()),
+                }
+            ),
+            directory / "samples.parquet",
+        )
+
+
+def _series_order(item: tuple[tuple[str, tuple[tuple[str, str], ...]], array]) -> tuple[object, ...]:
+    (name, labels), _values = item
+    rest = tuple((k, v) for k, v in labels if k != "le")
+    le = dict(labels).get("le")
+    suffix_rank = 0 if name.endswith("_bucket") else 1
+    return (rest, suffix_rank, float(le) if le is not None else 0.0, name)
+
+
+def _labels_text(labels: tuple[tuple[str, str], ...]) -> str:
+    if not labels:
+        return ""
+    inner = ",".join(f'{k}="{_escape_value(v)}"' for k, v in labels)
+    return "{" + inner + "}"
+
+
+def _escape_value(value: str) -> str:
+    return value.replace("\\", "\\\\").replace("\n", "\\n").replace('"', '\\"')
+
+
+def _escape_help(text: str) -> str:
+    return text.replace("\\", "\\\\").replace("\n", "\\n")
+
+
+def _fmt_value(value: float) -> str:
+    if value == int(value) and abs(value) < 1e15:
+        return str(int(value))
+    return repr(value)
+
+
+def _fmt_ts(t: float) -> str:
+    return str(int(t)) if t == int(t) else f"{t:.3f}"
