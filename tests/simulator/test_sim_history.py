@@ -125,7 +125,9 @@ def test_two_days_backfill_and_promql(tmp_path: Path, start_process: StartProces
     prom.wait_ready(lambda: http_ok(f"{base}/-/ready"), timeout_s=60)
 
     def query(expr: str, at: float = end) -> dict[tuple[tuple[str, str], ...], float]:
-        resp = requests.get(f"{base}/api/v1/query", params={"query": expr, "time": at}, timeout=30).json()
+        resp = requests.get(
+            f"{base}/api/v1/query", params={"query": expr, "time": str(at)}, timeout=30
+        ).json()
         assert resp["status"] == "success", resp
         return {tuple(sorted(r["metric"].items())): float(r["value"][1]) for r in resp["data"]["result"]}
 
