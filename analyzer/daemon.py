@@ -39,7 +39,8 @@ from analyzer.frame import SeriesFrame
 from analyzer.incident_store import IncidentStore
 from analyzer.incidents import Change, Incident, IncidentSettings, IncidentTracker, findings
 from analyzer.signals import SignalSpec
-from analyzer.sources.base import LiveWindow, Source
+from analyzer.sources import recipes
+from analyzer.sources.base import LiveWindow, ReplayClock, Source
 from analyzer.topology import Topology
 from oximeter.config import OximeterConfig, load_config
 from oximeter.errors import OximeterError
@@ -58,6 +59,13 @@ CONTEXT: dict[str, SignalSpec] = {s.name: s for s in (
     SignalSpec(name=TARGET_INFO, layer="platform", kind="gauge", entity_labels=("service", "model", "node"),
                promql="oximeter_target_info"),
 )}
+# The same context for replay frames (analyzer/sources/recipes.py operations).
+CONTEXT_RECIPES: dict[str, recipes.Recipe] = {
+    THERMAL_REASON: recipes.Gauge("oximeter_gpu_clock_event_active", {"reason": "~hw_thermal|sw_thermal"},
+                          drop=("reason",)),
+    THROTTLE_REASON: recipes.Gauge("oximeter_gpu_clock_event_active", {"reason": "!idle"}, drop=("reason",)),
+    TARGET_INFO: recipes.Gauge("oximeter_target_info"),
+}
 SOURCE_ERRORS = (OximeterError, OSError, requests.RequestException)
 
 
@@ -271,12 +279,22 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.set_defaults(func=run)
 
 
+def replay_source(directory: str, *, speed: float = 60.0, start: datetime | None = None) -> Source:
+    """``oximeter sim history`` output as a source, context series included."""
+    from analyzer.sources.frames import FrameSource
+    from analyzer.sources.raw import RawStore
+
+    raw = RawStore.from_history(directory)
+    clock = ReplayClock(start or raw.index[0].to_pydatetime(), speed).now
+    return FrameSource(raw=raw, clock=clock, recipes={**recipes.RECIPES, **CONTEXT_RECIPES})
+
+
 def _source(args: argparse.Namespace, config: OximeterConfig) -> Source:
     from analyzer.sources.frames import FrameSource
 
     start = parse_iso(args.replay_start) if args.replay_start else None
     if args.replay:
-        return FrameSource.from_history(args.replay, speed=args.speed, start=start)
+        return replay_source(args.replay, speed=args.speed, start=start)
     if args.signals:
         return FrameSource.from_signal_file(args.signals, speed=args.speed, start=start)
     try:

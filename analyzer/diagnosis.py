@@ -32,6 +32,7 @@ QUEUE_UP = ("queue_wait_p99", "queue_length", "queue_limit_ratio")
 LATENCY_UP = ("queue_wait_p99", "ttft_p99", "request_p99", "engine_ttft_p99", "engine_itl_peer")
 TTFT_UP = ("ttft_p99", "engine_ttft_p99")
 RUNBOOK = "docs/runbook.md#{rule}"
+DESCRIPTIVE_LABELS = frozenset({"uuid", "pci_bus_id", "gpu_model"})
 
 
 @dataclass(frozen=True)
@@ -82,8 +83,8 @@ class RootCause:
 
     @property
     def entity(self) -> str:
-        """``node=n1,gpu=3`` for humans."""
-        return ",".join(f"{k}={v}" for k, v in self.labels)
+        """``gpu=3,node=n1`` for humans (identifying labels only: no uuid, PCI id or GPU model)."""
+        return ",".join(f"{k}={v}" for k, v in self.labels if k not in DESCRIPTIVE_LABELS)
 
 
 @dataclass(frozen=True)
@@ -208,7 +209,12 @@ def thermal_throttle(case: Case) -> Diagnosis | None:
     if not hot:
         return None
     node, gpu = hot[0]
-    cause = RootCause("gpu_temperature", (("gpu", gpu), ("node", node)))
+    # The series' own labels (uuid, model, ...), so the root cause is the same one the
+    # gpu_temperature event names and does not "change" when the rule starts to match.
+    labels = next((k for k in case.context("gpu_temperature")
+                   if (dict(k).get("node"), dict(k).get("gpu")) == (node, gpu)),
+                  (("gpu", gpu), ("node", node)))
+    cause = RootCause("gpu_temperature", labels)
     return _verdict(case, "thermal_throttle", "infrastructure", cause,
                     f"GPU {cause.entity} at {temps[hot[0]]:.0f} °C, "
                     f"SM clock {clocks[hot[0]] * 100:.0f} % of max with a thermal reason, "
@@ -344,8 +350,11 @@ RULE_IDS: tuple[str, ...] = (*(r.__name__ for r in RULES), "unclassified")
 
 def unclassified(case: Case) -> Diagnosis:
     """No pattern matched: the lowest layer, then the earliest onset, is the likeliest cause."""
+    # Ties (same layer, same onset) go to the catalogue's order, which lists causes before
+    # consequences (temperature before clock), so the root does not flip as evidence arrives.
+    order = {name: i for i, name in enumerate(CATALOGUE)}
     e = min(case.events, key=lambda x: (LAYER_ORDER.index(x.layer) if x.layer in LAYER_ORDER else 99,
-                                        x.onset, x.signal))
+                                        x.onset, order.get(x.signal, len(order)), x.signal))
     sev: Severity = "warning" if len(case.events) > 1 else "info"
     return _verdict(case, "unclassified", e.layer, RootCause(e.signal, e.labels),
                     f"{describe(e)} on {RootCause(e.signal, e.labels).entity}, earliest lowest-layer anomaly"

@@ -163,3 +163,30 @@ def test_incident_round_trips_through_json() -> None:
     (inc,) = tracker.incidents
     assert Incident.from_dict(inc.to_dict()) == inc
     assert inc.first_onset == T0 and inc.opened_at == T0 + timedelta(minutes=5)
+
+
+THERMAL_CTX: Snapshot = {"gpu_temperature": {gpu(): 92.0}, "gpu_sm_clock_ratio": {gpu(): 0.45},
+                         "gpu_clock_thermal": {gpu(): 1.0}, "gpu_utilization_p95": {gpu(): 0.3}}
+COOL: Snapshot = {"gpu_temperature": {gpu(): 60.0}, "gpu_sm_clock_ratio": {gpu(): 1.0},
+                  "gpu_clock_thermal": {gpu(): 0.0}, "gpu_utilization_p95": {gpu(): 0.3}}
+
+
+def test_recovery_does_not_rejudge_the_diagnosis() -> None:
+    """Seed 003 §4.1 replayed: temperature first, then the queue; the GPU cools before the queue drains."""
+    tracker = IncidentTracker(SETTINGS)
+    temp = ev("gpu_temperature", 92, 80, node="node-0", gpu="0")
+    clock = ev("gpu_sm_clock_ratio", 0.45, 1.0, node="node-0", gpu="0")
+    queue = ev("queue_wait_p99", 0.9, 0.3, onset=4, node="node-0", service="chat")
+    assert _step(tracker, [temp, clock], 2, THERMAL_CTX) == [("opened", 1, "warning")]
+    assert tracker.incidents[0].root_cause.signal == "gpu_temperature"  # the catalogue orders the tie
+    # The queue joins: the rule names the same root cause, so no root_cause_changed is sent.
+    assert _step(tracker, [temp, clock, queue], 6, THERMAL_CTX) == []
+    assert tracker.incidents[0].rule == "thermal_throttle"
+    cooled = [replace(temp, cleared_at=at(20)), replace(clock, cleared_at=at(20))]
+    assert _step(tracker, [*cooled, queue], 21, COOL) == []  # queue still draining, GPU cool
+    assert _step(tracker, [*cooled, replace(queue, cleared_at=at(24))], 25, COOL) == []  # 1 min quiet
+    drained = [*cooled, replace(queue, cleared_at=at(24))]
+    assert _step(tracker, drained, 30, COOL) == [("resolved", 2, "warning")]
+    assert tracker.incidents[0].rule == "thermal_throttle"
+    assert [t.kind for t in tracker.incidents[0].timeline] == [
+        "opened", "evidence", "diagnosis", "resolved"]
