@@ -47,6 +47,8 @@ def test_every_job_gets_a_stable_instance_name() -> None:
     for job in PROMETHEUS["scrape_configs"]:
         assert any(r.get("target_label") == "instance" for r in job["relabel_configs"]), job["job_name"]
     vllm = next(j for j in PROMETHEUS["scrape_configs"] if j["job_name"] == "vllm")
+    # The simulator's dependency series carry their own node; the target's must not rename it.
+    assert vllm["honor_labels"] is True
     assert {r.get("replacement") for r in vllm["relabel_configs"] if r.get("target_label") == "node"} == {
         "gpu-node-1", "n1", "n2"}
 
