@@ -26,6 +26,33 @@ class ChannelSettings(BaseModel):
     timeout_s: float = Field(10.0, gt=0)
 
 
+class RouteSettings(BaseModel):
+    """One routing rule: messages whose labels all match go to ``channels``."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    # Keys severity, layer, service; a value may be one string or a list of alternatives.
+    match: dict[Literal["severity", "layer", "service"], str | list[str]] = Field(default_factory=dict)
+    channels: list[str] = Field(min_length=1)
+
+
+class DigestSettings(BaseModel):
+    """The daily health digest (seed 000 §4.4) and the numbers it colours."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    prometheus_url: str = "http://127.0.0.1:9090"
+    time: str = Field("08:00", pattern=r"^([01][0-9]|2[0-3]):[0-5][0-9]$")  # local send time
+    timezone: str | None = None  # IANA name; None = the host's local zone
+    channels: list[str] | None = None  # None = every channel
+    queue_length_red: float = Field(50.0, ge=0)  # yesterday's max queue length above this is red
+    gpu_spread_yellow: float = Field(0.30, ge=0)  # fleet GPU-utilisation stddev above this is yellow
+    slo_ttft_p99_s: float = Field(1.0, gt=0)
+    slo_availability: float = Field(0.999, gt=0, lt=1)
+    query_timeout_s: float = Field(30.0, gt=0)
+    top_signals: int = Field(5, ge=1)
+
+
 class ReporterSettings(BaseModel):
     """Channels and the persistent outbox."""
 
@@ -43,3 +70,9 @@ class ReporterSettings(BaseModel):
     deliver_interval_s: float = Field(1.0, gt=0)
     # A row claimed by a process that is gone (same host) is retried at once; otherwise after this.
     claim_lease_s: float = Field(120.0, gt=0)
+    # Incident alerts: routing (first-class default: every channel), links and the SIMULATION mark.
+    routes: list[RouteSettings] = Field(default_factory=list)
+    grafana_url: str | None = None  # e.g. https://grafana.example.com (dashboard links)
+    api_url: str = "http://127.0.0.1:9471"  # the analyzer API as chat readers reach it
+    simulated: bool = False  # the whole source is the simulator: mark every message SIMULATION
+    digest: DigestSettings = Field(default_factory=DigestSettings)

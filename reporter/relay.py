@@ -1,0 +1,337 @@
+"""The Alertmanager relay: ``POST /api/alertmanager`` (webhook payload version 4, bearer token).
+
+Each alert is recorded once per (fingerprint, status, startsAt) — Alertmanager re-sends a group
+on every repeat and retries 5xx, so duplicates are normal. An alert whose ``layer`` label equals an
+open incident's layer and whose ``node`` or ``service`` is one of that incident's becomes evidence
+of it (a change event the analyzer attaches to the incident, kind ``alert``) and sends no message:
+the incident already spoke. The rest are forwarded, one message per Alertmanager group. The
+always-firing ``Watchdog`` is a heartbeat: recorded, never forwarded.
+
+Answer 2xx once everything is recorded or queued, 400 (with the reason) for a payload that
+cannot be read, which Alertmanager drops, and 5xx only when the store failed, which it retries;
+the message's idempotency key is derived from the new alerts, so a retry queues nothing twice.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import hmac
+import json
+import sqlite3
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+from aiohttp import web
+from loguru import logger
+from pydantic import SecretStr
+
+from analyzer.events import parse_iso
+from analyzer.incident_store import IncidentQuery, IncidentStore
+from analyzer.incidents import ChangeEvent, Incident
+from oximeter.errors import OximeterError
+from oximeter.store import lock_for, migrate
+from reporter.message import SIMULATION_MARKER, Link, Message, Section, Severity
+from reporter.outbox import Outbox
+from reporter.routing import Router
+from reporter.settings import ReporterSettings
+
+COMPONENT = "reporter_relay"
+MIGRATIONS = [
+    """
+    CREATE TABLE relay_alerts (
+        fingerprint TEXT NOT NULL, status TEXT NOT NULL, starts_at TEXT NOT NULL,
+        alertname TEXT NOT NULL, labels TEXT NOT NULL, annotations TEXT NOT NULL,
+        group_key TEXT NOT NULL, disposition TEXT NOT NULL, incident_id TEXT,
+        message_key TEXT, received_at REAL NOT NULL,
+        PRIMARY KEY (fingerprint, status, starts_at)
+    );
+    CREATE INDEX relay_alerts_incident ON relay_alerts (incident_id);
+    """,
+]
+PATH = "/api/alertmanager"
+WATCHDOG = "Watchdog"
+_SEVERITIES = {"critical": Severity.CRITICAL, "warning": Severity.WARNING, "info": Severity.INFO}
+_RANK = {Severity.INFO: 0, Severity.WARNING: 1, Severity.CRITICAL: 2}
+
+
+class PayloadError(ValueError):
+    """The webhook body is not a version-4 payload; the message says which field."""
+
+
+def _str_map(value: Any, where: str) -> dict[str, str]:
+    if value is None:
+        return {}
+    if not isinstance(value, dict) or not all(isinstance(k, str) and isinstance(v, str)
+                                              for k, v in value.items()):
+        raise PayloadError(f"{where}: expected an object of strings")
+    return dict(value)
+
+
+@dataclass(frozen=True)
+class Alert:
+    """One alert of a webhook payload (unknown fields ignored)."""
+
+    fingerprint: str
+    status: str
+    labels: dict[str, str]
+    annotations: dict[str, str]
+    starts_at: str
+    ends_at: str
+    generator_url: str
+
+    @property
+    def name(self) -> str:
+        """``alertname`` (or ``unnamed``)."""
+        return self.labels.get("alertname", "unnamed")
+
+    @property
+    def severity(self) -> Severity:
+        """The rule's ``severity`` label; warning when absent or unknown."""
+        return _SEVERITIES.get(self.labels.get("severity", ""), Severity.WARNING)
+
+    @classmethod
+    def parse(cls, data: Any, where: str) -> Alert:
+        """Validate one alert object."""
+        if not isinstance(data, dict):
+            raise PayloadError(f"{where}: expected an object")
+        status = data.get("status")
+        if status not in ("firing", "resolved"):
+            raise PayloadError(f"{where}.status: expected 'firing' or 'resolved'")
+        labels = _str_map(data.get("labels"), f"{where}.labels")
+        fingerprint = data.get("fingerprint")
+        if not isinstance(fingerprint, str) or not fingerprint:
+            raise PayloadError(f"{where}.fingerprint: expected a non-empty string")
+        starts_at = data.get("startsAt", "")
+        if not isinstance(starts_at, str) or (starts_at and parse_iso(starts_at) is None):
+            raise PayloadError(f"{where}.startsAt: expected an RFC 3339 time")
+        ends_at, url = data.get("endsAt", ""), data.get("generatorURL", "")
+        if not isinstance(ends_at, str) or not isinstance(url, str):
+            raise PayloadError(f"{where}: endsAt and generatorURL must be strings")
+        return cls(fingerprint, status, labels, _str_map(data.get("annotations"), f"{where}.annotations"),
+                   starts_at, ends_at, url)
+
+
+@dataclass(frozen=True)
+class Payload:
+    """A version-4 webhook payload: one Alertmanager group."""
+
+    group_key: str
+    status: str
+    group_labels: dict[str, str]
+    common_labels: dict[str, str]
+    external_url: str
+    alerts: tuple[Alert, ...]
+
+    @classmethod
+    def parse(cls, data: Any) -> Payload:
+        """Validate the body; raise :class:`PayloadError` naming the first bad field."""
+        if not isinstance(data, dict):
+            raise PayloadError("body: expected a JSON object")
+        if str(data.get("version")) != "4":
+            raise PayloadError("version: expected \"4\" (Alertmanager webhook payload version 4)")
+        alerts = data.get("alerts")
+        if not isinstance(alerts, list):
+            raise PayloadError("alerts: expected a list")
+        group_key = data.get("groupKey", "")
+        if not isinstance(group_key, str):
+            raise PayloadError("groupKey: expected a string")
+        url = data.get("externalURL", "")
+        return cls(group_key, str(data.get("status", "")), _str_map(data.get("groupLabels"), "groupLabels"),
+                   _str_map(data.get("commonLabels"), "commonLabels"), url if isinstance(url, str) else "",
+                   tuple(Alert.parse(a, f"alerts[{i}]") for i, a in enumerate(alerts)))
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """What one delivery of a payload did."""
+
+    evidence: tuple[tuple[str, str], ...]  # (fingerprint, incident id)
+    forwarded: tuple[str, ...]
+    duplicates: int
+    heartbeats: int
+    message_key: str | None
+
+    def to_dict(self) -> dict[str, Any]:
+        """The JSON answer."""
+        return {"evidence": [{"fingerprint": f, "incident": i} for f, i in self.evidence],
+                "forwarded": list(self.forwarded), "duplicates": self.duplicates,
+                "heartbeats": self.heartbeats, "message_key": self.message_key}
+
+
+def matching_incident(alert: Alert, incidents: Sequence[Incident]) -> Incident | None:
+    """The open incident of the alert's layer that shares its node or service (oldest first)."""
+    layer, node, service = alert.labels.get("layer"), alert.labels.get("node"), alert.labels.get("service")
+    if not layer or not (node or service):
+        return None
+    for incident in sorted(incidents, key=lambda i: (i.first_onset, i.id)):
+        if incident.state == "open" and incident.layer == layer and (
+                (node and node in incident.nodes) or (service and service in incident.services)):
+            return incident
+    return None
+
+
+def _message_key(payload: Payload, alerts: Sequence[Alert]) -> str:
+    group = hashlib.sha1(payload.group_key.encode()).hexdigest()[:12]
+    members = "|".join(sorted(f"{a.fingerprint}:{a.status}:{a.starts_at}" for a in alerts))
+    return f"alertmanager:{group}:{hashlib.sha1(members.encode()).hexdigest()[:12]}"
+
+
+class Relay:
+    """Records alerts, attaches them to open incidents, forwards the rest through the outbox."""
+
+    def __init__(self, store: IncidentStore, outbox: Outbox, settings: ReporterSettings,
+                 token: SecretStr | None, router: Router | None = None,
+                 clock: Callable[[], float] = time.time) -> None:
+        self.store, self.outbox, self.settings, self.token, self.clock = store, outbox, settings, token, clock
+        self.router = router or Router.from_settings(settings.routes, outbox.channels)
+        self.conn = store.conn
+        with lock_for(self.conn):
+            migrate(self.conn, COMPONENT, MIGRATIONS)
+
+    def _known(self, alerts: Sequence[Alert]) -> set[tuple[str, str, str]]:
+        with lock_for(self.conn):
+            return {(a.fingerprint, a.status, a.starts_at) for a in alerts if self.conn.execute(
+                "SELECT 1 FROM relay_alerts WHERE fingerprint = ? AND status = ? AND starts_at = ?",
+                (a.fingerprint, a.status, a.starts_at)).fetchone()}
+
+    def receive(self, payload: Payload) -> Outcome:
+        """Record one payload; raises ``sqlite3.Error``/``OximeterError`` when the store fails."""
+        now = self.clock()
+        moment = datetime.fromtimestamp(now, UTC)
+        known = self._known(payload.alerts)
+        seen: set[tuple[str, str, str]] = set()
+        fresh = []
+        for a in payload.alerts:
+            key = (a.fingerprint, a.status, a.starts_at)
+            if key not in known and key not in seen:
+                seen.add(key)
+                fresh.append(a)
+        open_incidents = self.store.query(IncidentQuery(state="open", limit=10000), moment)
+        heartbeats = [a for a in fresh if a.name == WATCHDOG]
+        attached = [(a, inc) for a in fresh if a.name != WATCHDOG
+                    and (inc := matching_incident(a, open_incidents)) is not None]
+        attached_ids = {id(a) for a, _ in attached}
+        forward = [a for a in fresh if a.name != WATCHDOG and id(a) not in attached_ids]
+        message_key = _message_key(payload, forward) if forward else None
+        # Queue first, then record: a crash in between re-sends the same key, which the outbox ignores.
+        if forward and message_key is not None:
+            message = self.render(payload, forward, message_key)
+            layer = payload.common_labels.get("layer", "")
+            services = sorted({a.labels["service"] for a in forward if "service" in a.labels})
+            self.outbox.enqueue(message, self.router.channels_for(
+                severity=message.severity.value, layer=layer, services=services), now=now)
+        for alert, incident in attached:
+            labels = tuple(sorted((k, alert.labels[k]) for k in ("node", "service", "layer")
+                                  if k in alert.labels))
+            summary = alert.annotations.get("summary", "")
+            self.store.record_change_event(ChangeEvent(
+                parse_iso(alert.starts_at) or moment if alert.status == "firing" else moment, "alert",
+                f"Alertmanager {alert.name} {alert.status} (incident {incident.id})"
+                + (f": {summary}" if summary else ""), labels, "alertmanager"), moment)
+        rows = [(a, incident.id if incident else None, disposition)
+                for a, incident, disposition in (
+                    *((a, inc, "evidence") for a, inc in attached),
+                    *((a, None, "forwarded") for a in forward),
+                    *((a, None, "heartbeat") for a in heartbeats))]
+        with lock_for(self.conn):
+            self.conn.execute("BEGIN IMMEDIATE")
+            try:
+                self.conn.executemany(
+                    "INSERT OR IGNORE INTO relay_alerts (fingerprint, status, starts_at, alertname, labels,"
+                    " annotations, group_key, disposition, incident_id, message_key, received_at)"
+                    " VALUES (?,?,?,?,?,?,?,?,?,?,?)",
+                    [(a.fingerprint, a.status, a.starts_at, a.name, json.dumps(a.labels, sort_keys=True),
+                      json.dumps(a.annotations, sort_keys=True), payload.group_key, disposition, incident_id,
+                      message_key if disposition == "forwarded" else None, now)
+                     for a, incident_id, disposition in rows])
+            except BaseException:
+                self.conn.execute("ROLLBACK")
+                raise
+            self.conn.execute("COMMIT")
+        return Outcome(tuple((a.fingerprint, inc.id) for a, inc in attached),
+                       tuple(a.fingerprint for a in forward), len(payload.alerts) - len(fresh),
+                       len(heartbeats), message_key)
+
+    def render(self, payload: Payload, alerts: Sequence[Alert], key: str) -> Message:
+        """One message for the group's new alerts."""
+        firing = [a for a in alerts if a.status == "firing"]
+        status = "FIRING" if firing else "RESOLVED"
+        severity = max((a.severity for a in alerts), key=_RANK.__getitem__)
+        group = ", ".join(f"{k}={v}" for k, v in sorted(payload.group_labels.items())) or "all"
+        names = sorted({a.name for a in alerts})
+        sections = []
+        for a in alerts:
+            shown = {k: v for k, v in sorted(a.labels.items()) if k != "alertname"}
+            ended = f", ended {a.ends_at}" if a.status == "resolved" else ""
+            lines = [f"{a.status} since {a.starts_at}{ended}",
+                     ", ".join(f"{k}={v}" for k, v in shown.items())]
+            lines += [a.annotations[k] for k in ("summary", "description") if a.annotations.get(k)]
+            if a.annotations.get("runbook_url"):
+                lines.append(f"runbook: {a.annotations['runbook_url']}")
+            sections.append(Section(f"{a.name} ({a.status})", "\n".join(lines)))
+        links = [Link(f"{a.name} source", a.generator_url) for a in alerts[:3] if a.generator_url]
+        if payload.external_url:
+            links.append(Link("Alertmanager", payload.external_url))
+        simulated = self.settings.simulated or any(
+            a.labels.get(k, "").lower() in ("1", "true", "yes") for a in alerts
+            for k in ("simulation", "simulated", SIMULATION_MARKER.lower()))
+        return Message(f"[{status}:{len(firing) or len(alerts)}] {', '.join(names)} ({group})", severity,
+                       tuple(sections), (("Status", status.lower()), ("Group", group),
+                                         ("Layer", payload.common_labels.get("layer", "-"))),
+                       tuple(links), simulation=simulated, idempotency_key=key)
+
+    def evidence_of(self, incident_id: str) -> list[dict[str, Any]]:
+        """Alerts recorded as evidence of one incident, oldest first."""
+        with lock_for(self.conn):
+            rows = self.conn.execute(
+                "SELECT fingerprint, status, starts_at, alertname, labels, received_at FROM relay_alerts"
+                " WHERE incident_id = ? ORDER BY received_at, fingerprint", (incident_id,)).fetchall()
+        return [{"fingerprint": r[0], "status": r[1], "starts_at": r[2], "alertname": r[3],
+                 "labels": json.loads(r[4]), "received_at": r[5]} for r in rows]
+
+    def records(self) -> list[dict[str, Any]]:
+        """Every recorded alert (for tests and the CLI)."""
+        with lock_for(self.conn):
+            rows = self.conn.execute(
+                "SELECT fingerprint, status, alertname, disposition, incident_id, message_key"
+                " FROM relay_alerts ORDER BY received_at, fingerprint, status").fetchall()
+        return [dict(zip(("fingerprint", "status", "alertname", "disposition", "incident_id", "message_key"),
+                         r, strict=True)) for r in rows]
+
+    def authorized(self, headers: Mapping[str, str]) -> web.Response | None:
+        """None when the bearer token matches; otherwise the 401/403 answer."""
+        if self.token is None:
+            return web.json_response({"error": "relay disabled: no API token is configured"}, status=403)
+        header = headers.get("Authorization", "")
+        given = header[7:] if header.startswith("Bearer ") else ""
+        if not given or not hmac.compare_digest(given.encode(), self.token.get_secret_value().encode()):
+            return web.json_response({"error": "missing or wrong bearer token"}, status=401,
+                                     headers={"WWW-Authenticate": "Bearer"})
+        return None
+
+    async def handle(self, request: web.Request) -> web.Response:
+        """``POST /api/alertmanager``."""
+        refused = self.authorized(request.headers)
+        if refused is not None:
+            return refused
+        try:
+            payload = Payload.parse(json.loads(await request.read()))
+        except (json.JSONDecodeError, UnicodeDecodeError):
+            return web.json_response({"error": "body: expected a JSON object"}, status=400)
+        except PayloadError as exc:
+            return web.json_response({"error": str(exc)}, status=400)
+        try:
+            outcome = await asyncio.to_thread(self.receive, payload)
+        except (sqlite3.Error, OximeterError) as exc:
+            logger.error("relay: could not record group {}: {}", payload.group_key[:80], exc)
+            return web.json_response({"error": "store error; retry"}, status=503)
+        return web.json_response(outcome.to_dict())
+
+
+def mount(app: web.Application, relay: Relay) -> None:
+    """Add ``POST /api/alertmanager`` to an aiohttp app (the analyzer's API in production)."""
+    app.router.add_post(PATH, relay.handle)

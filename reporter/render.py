@@ -1,0 +1,147 @@
+"""Incident change → chat message, and the notifier the analyzer daemon hands its changes to.
+
+One message per change record (opened, severity up, root cause changed, resolved), keyed by the
+record's idempotency key, so a change is announced once per channel however often it is flushed.
+The message says which layer and why (the diagnosis sentence with its numbers), shows each
+member signal against its baseline, the impact, the runbook hint and links: the layer's Grafana
+dashboard over the incident's time range with its node and service variables, and the incident
+in the analyzer API. Messages about simulated entities are marked SIMULATION.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Callable, Sequence
+from datetime import datetime, timedelta
+from urllib.parse import urlencode
+
+from analyzer.incidents import Change, Incident
+from reporter.message import Link, Message, Section, Severity
+from reporter.outbox import Outbox
+from reporter.routing import Router
+from reporter.settings import ReporterSettings
+
+# The dashboard that shows each layer best (dashboards/*.dashboard.py uids).
+LAYER_DASHBOARD = {
+    "infrastructure": "oximeter-gpu-fleet",
+    "platform": "oximeter-overview",
+    "engine": "oximeter-vllm-engine",
+    "dependency": "oximeter-dependencies",
+    "scheduling": "oximeter-scheduling",
+    "ingress": "oximeter-overview",
+}
+OVERVIEW_UID = "oximeter-overview"
+# Context either side of the incident on the dashboard, so the onset is not at the edge.
+MARGIN = timedelta(minutes=15)
+_VERB = {"opened": "OPENED", "severity_up": "SEVERITY UP", "root_cause_changed": "ROOT CAUSE CHANGED",
+         "resolved": "RESOLVED"}
+_SIM_LABELS = ("simulation", "simulated")
+
+
+def fmt_number(value: float | None) -> str:
+    """Four significant digits, no exponent for everyday magnitudes; ``-`` for missing."""
+    if value is None or not math.isfinite(value):
+        return "-"
+    if value != 0 and (abs(value) >= 1e7 or abs(value) < 1e-3):
+        return f"{value:.3e}"
+    return f"{value:.4g}"
+
+
+def _ms(moment: datetime) -> int:
+    return int(moment.timestamp() * 1000)
+
+
+def dashboard_url(base: str, uid: str, start: datetime, end: datetime, *,
+                  nodes: Sequence[str] = (), services: Sequence[str] = ()) -> str:
+    """A Grafana ``/d/<uid>`` link over ``[start, end]`` (epoch ms) with node/service variables."""
+    params: list[tuple[str, str | int]] = [("from", _ms(start)), ("to", _ms(end))]
+    params += [("var-node", n) for n in nodes] + [("var-service", s) for s in services]
+    return f"{base.rstrip('/')}/d/{uid}?{urlencode(params)}"
+
+
+def is_simulated(incident: Incident, configured: bool = False) -> bool:
+    """True when the config says the source is simulated or a member's labels say so."""
+    if configured:
+        return True
+    label_sets = [incident.root_cause.labels, *(e.labels for e in incident.evidence)]
+    return any(k in _SIM_LABELS and str(v).lower() in ("1", "true", "yes") for labels in label_sets
+               for k, v in labels)
+
+
+def _entity(labels: Sequence[tuple[str, str]]) -> str:
+    shown = [f"{k}={v}" for k, v in labels if k not in ("uuid", "pci_bus_id", "gpu_model")]
+    return ",".join(shown) or "-"
+
+
+def _evidence_table(incident: Incident) -> tuple[tuple[str, ...], ...]:
+    rows: list[tuple[str, ...]] = [("role", "signal", "entity", "value", "baseline", "× baseline", "onset")]
+    for e in sorted(incident.evidence, key=lambda e: (e.role != "cause", e.onset, e.signal)):
+        ratio = e.value / e.baseline if e.baseline not in (None, 0) else None
+        rows.append((e.role, e.signal, _entity(e.labels), fmt_number(e.value), fmt_number(e.baseline),
+                     fmt_number(ratio), f"{e.onset:%H:%M:%S}"))
+    return tuple(rows)
+
+
+def render_change(change: Change, incident: Incident, settings: ReporterSettings,
+                  now: datetime | None = None) -> Message:
+    """The chat message announcing ``change`` of ``incident``."""
+    end = incident.resolved_at or now or change.at
+    sections = [
+        Section("Diagnosis", f"{incident.sentence}\n{change.text}"),
+        Section("Evidence against baseline", table=_evidence_table(incident)),
+        Section("Impact", f"signals: {', '.join(incident.impact_signals) or '-'}; "
+                          f"services: {', '.join(incident.services) or '-'}"),
+        Section("Runbook", incident.runbook),
+    ]
+    if incident.changes:
+        sections.append(Section("Declared changes nearby", "\n".join(
+            f"{c.at:%Y-%m-%d %H:%M:%S}Z {c.kind}: {c.description}" for c in incident.changes[-5:])))
+    fields = [("Layer", incident.layer), ("Rule", incident.rule),
+              ("Root cause", f"{incident.root_cause.signal} on {incident.root_cause.entity or '-'}"),
+              ("Severity", Severity(change.severity).priority),
+              ("Nodes", ", ".join(incident.nodes) or "-"), ("Services", ", ".join(incident.services) or "-"),
+              ("Onset", f"{incident.first_onset:%Y-%m-%d %H:%M:%S}Z")]
+    if incident.resolved_at is not None:
+        minutes = (incident.resolved_at - incident.first_onset).total_seconds() / 60
+        fields.append(("Duration", f"{minutes:.0f} min"))
+    links = []
+    if settings.grafana_url:
+        uid = LAYER_DASHBOARD.get(incident.layer, OVERVIEW_UID)
+        links.append(Link("Dashboard", dashboard_url(settings.grafana_url, uid, incident.first_onset - MARGIN,
+                                                      end + MARGIN, nodes=incident.nodes,
+                                                      services=incident.services)))
+    links.append(Link("Incident", f"{settings.api_url.rstrip('/')}/api/incidents/{incident.id}"))
+    return Message(
+        title=f"{_VERB[change.kind]}: {incident.title}", severity=Severity(change.severity),
+        sections=tuple(sections), fields=tuple(fields), links=tuple(links),
+        simulation=is_simulated(incident, settings.simulated), idempotency_key=change.key)
+
+
+class OutboxNotifier:
+    """The analyzer daemon's ``Notifier``: render, route, queue in the outbox (delivery is the worker's)."""
+
+    def __init__(self, outbox: Outbox, settings: ReporterSettings, router: Router | None = None,
+                 clock: Callable[[], float] = time.time) -> None:
+        self.outbox, self.settings, self.clock = outbox, settings, clock
+        self.router = router or Router.from_settings(settings.routes, outbox.channels)
+
+    def notify(self, change: Change, incident: Incident | None) -> None:
+        """Queue the change's message on the routed channels (idempotent on ``change.key``)."""
+        if incident is None:  # the record outlived its incident row: say what we know
+            message = Message(f"{_VERB[change.kind]}: incident {change.incident_id}",
+                              Severity(change.severity), (Section("Change", change.text),),
+                              simulation=self.settings.simulated, idempotency_key=change.key)
+            channels = self.router.channels_for(severity=change.severity)
+        else:
+            message = render_change(change, incident, self.settings)
+            channels = self.router.channels_for(severity=change.severity, layer=incident.layer,
+                                                services=incident.services)
+        self.outbox.enqueue(message, channels, now=self.clock())
+
+    def notice(self, key: str, text: str) -> None:
+        """An operational notice (e.g. "analyzer cannot see") to every channel, as a warning."""
+        message = Message("Oximeter notice", Severity.WARNING, (Section("Notice", text),),
+                          simulation=self.settings.simulated, idempotency_key=key)
+        self.outbox.enqueue(message, self.router.channels_for(severity="warning", layer="platform"),
+                            now=self.clock())
