@@ -226,7 +226,9 @@ class EngineModel:
             seq = self.waiting[0]
             first_tokens = min(k, seq.target_tokens - seq.generated)
             need = self._blocks_for(seq.prompt_tokens + seq.generated + first_tokens)
-            if self.used_blocks + need > self.pool_blocks:
+            # A prompt larger than the whole (shrunk) pool still runs alone, over-committed,
+            # rather than blocking the queue forever.
+            if self.used_blocks + need > self.pool_blocks and self.running:
                 break
             self.waiting.popleft()
             seq.blocks = need
@@ -248,7 +250,7 @@ class EngineModel:
                 continue  # preempted below by an earlier sequence's growth
             n = min(k, seq.target_tokens - seq.generated)
             need = self._blocks_for(seq.prompt_tokens + seq.generated + n) - seq.blocks
-            while need > self.pool_blocks - self.used_blocks:
+            while need > self.pool_blocks - self.used_blocks and len(self.running) > 1:
                 victim = self.running[-1]
                 self._preempt(victim)
                 if victim is seq:

@@ -136,6 +136,15 @@ class Fleet:
                 node.down_until = now + fault.strength
         return dropped
 
+    def step_gpus(self, name: str, now: float, utilization: float, wall_origin_s: float) -> None:
+        """Advance ``name``'s GPUs; in tensor parallel the slowest GPU is busy while its peers
+        wait for it at every sync, so the peers' utilisation drops by the slowdown ratio."""
+        node = self.nodes[name]
+        slowdowns = [g.compute_slowdown(now, self.faults) for g in node.gpus]
+        slowest = max(slowdowns, default=1.0)
+        for gpu, slowdown in zip(node.gpus, slowdowns, strict=True):
+            gpu.step(now, utilization * slowdown / slowest, self.faults, wall_origin_s)
+
     def rss_bytes(self, name: str, now: float) -> int:
         """The engine process's RSS: flat when healthy, growing linearly under rss_leak."""
         leaked = 0.0

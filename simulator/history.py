@@ -308,8 +308,7 @@ class NodeHistory:
         work = self.engine.work_s
         util = (work - self._last_work) / self.step_s
         self._last_work = work
-        for gpu in self.node.gpus:
-            gpu.step(t, util, self.fleet.faults, self.wall_origin_s)
+        self.fleet.step_gpus(self.name, t, util, self.wall_origin_s)
         if self.fleet.faults.strongest(t, self.name, "scrape_gap") is not None:
             return  # nothing scraped: every series of the node has a hole
         engine_up = t >= self.node.down_until
@@ -421,6 +420,7 @@ def write_truth(sc: Scenario, fleet: Fleet, origin_s: float, out: Path) -> None:
                 "scenario": sc.name,
                 "simulation": True,
                 "truth": sc.truth.model_dump(),
+                "also": [t.model_dump() for t in sc.also],
                 "faults": [
                     {
                         **f.to_json(),

@@ -142,6 +142,8 @@ class Scenario(BaseModel):
     gateway: GatewayLimits = GatewayLimits()
     faults: list[ScenarioFault] = Field(default_factory=list)
     truth: Truth
+    # Further independent root causes in the same scenario (confounders), ranked after ``truth``.
+    also: list[Truth] = Field(default_factory=list)
 
 
 def load_scenario(path: str | Path) -> Scenario:

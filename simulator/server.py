@@ -123,8 +123,7 @@ class SimServer:
                 busy = rt.node.engine.work_s
                 util = (busy - rt.last_busy_s) / dt
                 rt.last_busy_s = busy
-                for gpu in rt.node.gpus:
-                    gpu.step(now, util, self.fleet.faults, self.wall_origin_s)
+                self.fleet.step_gpus(rt.node.name, now, util, self.wall_origin_s)
                 rt.wake.set()
 
 

@@ -6,6 +6,7 @@ import json
 import subprocess
 import sys
 import threading
+from typing import Any
 
 import openai
 import pytest
@@ -317,3 +318,39 @@ def test_fault_cli_injects_and_lists(start_sim: StartSim) -> None:
     assert json.loads(out.stdout)["id"] == "cli1"
     listed = sim.admin("GET", "/admin/faults").json()["faults"]
     assert [(f["kind"], f["duration_s"], f["strength"]) for f in listed] == [("decode_slowdown", 60.0, 3.0)]
+
+
+def test_thermal_fault_couples_gpu_and_engine_live(start_sim: StartSim) -> None:
+    sim = start_sim("--decode-s-per-token", "0.02", "--decode-batch-factor", "0", "--gpus-per-node", "2")
+    added = sim.admin(
+        "POST",
+        "/admin/faults",
+        json={"kind": "thermal_throttle", "node": "n1", "gpu": 1, "strength": 0.5, "duration_s": 600},
+    )
+    assert added.status_code == 201
+
+    def gpus(node: str) -> list[dict[str, Any]]:
+        doc: dict[str, Any] = requests.get(
+            sim.url() + "/fleet/gpus", params={"node": node}, timeout=10
+        ).json()
+        return list(doc["gpus"])
+
+    wait_until(lambda: gpus("n1")[1]["temperature_celsius"] > 85, 30, what="n1 GPU 1 hot")
+    n1, n2 = gpus("n1"), gpus("n2")
+    assert (n1[1]["sm_clock_hertz"], n1[1]["clock_event_reasons"]) == (990e6, ["hw_thermal", "sw_thermal"])
+    assert all(g["temperature_celsius"] < 85 and "hw_thermal" not in g["clock_event_reasons"] for g in n2)
+    for node in (1, 2):
+        client(sim, node).completions.create(model=MODEL, prompt="x", max_tokens=11)
+    itl = "vllm:inter_token_latency_seconds_bucket"
+    # n1's whole engine runs at its throttled GPU's half clock: 40 ms per token; n2 keeps 20 ms.
+    assert (sim.value(itl, 1, le="0.025"), sim.value(itl, 1, le="0.05")) == (0, 10)
+    assert (sim.value(itl, 2, le="0.025"), sim.value(itl, 2, le="0.05")) == (10, 10)
+
+
+def test_history_only_fault_kinds_are_refused_live(start_sim: StartSim) -> None:
+    sim = start_sim(*FAST, nodes=1)
+    resp = sim.admin("POST", "/admin/faults", json={"kind": "traffic_spike", "node": "n1"})
+    assert (resp.status_code, resp.json()["error"]) == (
+        400,
+        "kind: traffic_spike is only simulated by `oximeter sim history` scenarios",
+    )
