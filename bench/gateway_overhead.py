@@ -4,7 +4,7 @@ Prints, for non-streaming and streaming requests at a fixed concurrency, the thr
 (gateway / direct) and the added p50/p99 latency. Direct and gateway rounds alternate so drift on
 a shared machine hits both. Targets (issue 2): ratio ≥ 0.9, added p50 ≤ 1 ms.
 
-    .venv/bin/python bench/gateway_overhead.py [--requests 2000] [--concurrency 32] [--rounds 3]
+    .venv/bin/python bench/gateway_overhead.py [--requests 1000] [--concurrency 32] [--rounds 3]
 """
 
 from __future__ import annotations
@@ -19,8 +19,10 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from oximeter.procs import ManagedProcess, free_port, http_ok, oximeter_argv  # noqa: E402
-from simulator.traffic import RequestBuilder, RequestMix, Result, closed_loop  # noqa: E402
+import psutil
+
+from oximeter.procs import ManagedProcess, free_port, http_ok, oximeter_argv
+from simulator.traffic import RequestBuilder, RequestMix, Result, closed_loop
 
 MODEL = "bench-model"
 
@@ -47,7 +49,9 @@ def measure(url: str, stream: bool, args: argparse.Namespace) -> Run:
     builder = RequestBuilder(RequestMix(model=MODEL, shared_prefix_ratio=0.0), seed=1)
 
     def make() -> object:
-        return builder.build(stream=stream, output_tokens=args.output_tokens, prompt_tokens=args.prompt_tokens)
+        return builder.build(
+            stream=stream, output_tokens=args.output_tokens, prompt_tokens=args.prompt_tokens
+        )
 
     results, wall_s = asyncio.run(closed_loop(url, make, args.concurrency, args.requests))  # type: ignore[arg-type]
     return summarise(results, wall_s)
@@ -55,53 +59,124 @@ def measure(url: str, stream: bool, args: argparse.Namespace) -> Run:
 
 def median_run(runs: list[Run]) -> Run:
     """Element-wise median over rounds."""
-    return Run(statistics.median(r.rps for r in runs), statistics.median(r.p50_ms for r in runs),
-               statistics.median(r.p99_ms for r in runs), sum(r.errors for r in runs))
+    return Run(
+        statistics.median(r.rps for r in runs),
+        statistics.median(r.p50_ms for r in runs),
+        statistics.median(r.p99_ms for r in runs),
+        sum(r.errors for r in runs),
+    )
+
+
+def cpu_s(proc: ManagedProcess) -> float:
+    """User + system CPU seconds used so far by ``proc``."""
+    assert proc.proc is not None
+    times = psutil.Process(proc.proc.pid).cpu_times()
+    return float(times.user + times.system)
+
+
+def scenario(decode_s: float, args: argparse.Namespace, tmp: Path) -> None:
+    """One simulator + gateway pair; alternating direct/gateway rounds; one table row per mode."""
+    sim_port, gw_port = free_port(), free_port()
+    sim_url, gw_url = f"http://127.0.0.1:{sim_port}", f"http://127.0.0.1:{gw_port}"
+    sim = ManagedProcess(
+        f"simulator-{decode_s}",
+        oximeter_argv(
+            "--log-level",
+            "WARNING",
+            "sim",
+            "serve",
+            "--port",
+            str(sim_port),
+            "--nodes",
+            "1",
+            "--model",
+            MODEL,
+            "--max-num-seqs",
+            str(4 * args.concurrency),
+            "--decode-s-per-token",
+            str(decode_s),
+            "--decode-batch-factor",
+            "0",
+            "--prefill-s-per-token",
+            "0",
+        ),
+        tmp,
+    )
+    gateway = ManagedProcess(
+        f"gateway-{decode_s}",
+        oximeter_argv(
+            "--log-level",
+            args.gateway_log_level,
+            "gateway",
+            "--upstream",
+            sim_url,
+            "--port",
+            str(gw_port),
+            "--max-concurrency",
+            str(2 * args.concurrency),
+            "--max-queue",
+            str(8 * args.concurrency),
+        ),
+        tmp,
+    )
+    with sim, gateway:
+        sim.wait_ready(lambda: http_ok(f"{sim_url}/health"))
+        gateway.wait_ready(lambda: http_ok(f"{gw_url}/health/ready"))
+        for stream in (False, True):
+            warm = argparse.Namespace(**{**vars(args), "requests": args.concurrency * 4})
+            for url in (sim_url, gw_url):  # open connections and warm caches once per mode
+                measure(url, stream, warm)
+            direct_runs: list[Run] = []
+            gateway_runs: list[Run] = []
+            gateway_cpu_s = 0.0
+            for _ in range(args.rounds):
+                direct_runs.append(measure(sim_url, stream, args))
+                before = cpu_s(gateway)
+                gateway_runs.append(measure(gw_url, stream, args))
+                gateway_cpu_s += cpu_s(gateway) - before
+            d, g = median_run(direct_runs), median_run(gateway_runs)
+            cpu_us = gateway_cpu_s / (args.rounds * args.requests) * 1e6
+            print(
+                f"| {decode_s * 1e3:g} ms | {'streaming' if stream else 'non-streaming'} | {d.rps:.0f} "
+                f"| {g.rps:.0f} | {g.rps / d.rps:.3f} | {d.p50_ms:.2f} | {g.p50_ms - d.p50_ms:+.2f} "
+                f"| {d.p99_ms:.2f} | {g.p99_ms - d.p99_ms:+.2f} | {cpu_us:.0f} | {d.errors + g.errors} |",
+                flush=True,
+            )
 
 
 def main() -> int:
-    """Start simulator + gateway, alternate direct and gateway rounds, print the comparison."""
+    """Print the comparison table for each engine pace."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--requests", type=int, default=2000, help="requests per round and mode")
+    parser.add_argument("--requests", type=int, default=1000, help="requests per round, mode and target")
     parser.add_argument("--concurrency", type=int, default=32)
     parser.add_argument("--rounds", type=int, default=3, help="alternating direct/gateway rounds (median)")
     parser.add_argument("--output-tokens", type=int, default=16)
     parser.add_argument("--prompt-tokens", type=int, default=64)
-    parser.add_argument("--decode-s-per-token", type=float, default=0.002,
-                        help="simulated decode time per token (0 makes the engine answer at once)")
-    parser.add_argument("--gateway-log-level", default="INFO", help="the gateway's log level (INFO logs 4 lines a request)")
+    parser.add_argument(
+        "--decode-s-per-token",
+        type=float,
+        action="append",
+        default=None,
+        help="simulated decode seconds per token, repeatable (default: 0.01 and 0, "
+        "i.e. an engine-paced run and an instant engine that makes the run CPU-bound)",
+    )
+    parser.add_argument(
+        "--gateway-log-level", default="INFO", help="INFO logs 4 lines a request, as deployed"
+    )
     args = parser.parse_args()
-
+    paces = args.decode_s_per_token or [0.01, 0.0]
+    print(
+        f"# concurrency {args.concurrency}, {args.requests} requests x {args.rounds} rounds per cell "
+        f"(median), {args.output_tokens} output tokens, gateway log level {args.gateway_log_level}"
+    )
+    print(
+        "| decode/token | mode | direct rps | gateway rps | ratio | direct p50 ms | added p50 ms "
+        "| direct p99 ms | added p99 ms | gateway CPU µs/req | errors |"
+    )
+    print("|---|---|---|---|---|---|---|---|---|---|---|")
     with tempfile.TemporaryDirectory() as tmp:
-        sim_port, gw_port = free_port(), free_port()
-        sim_url, gw_url = f"http://127.0.0.1:{sim_port}", f"http://127.0.0.1:{gw_port}"
-        sim = ManagedProcess("simulator", oximeter_argv(
-            "--log-level", "WARNING", "sim", "serve", "--port", str(sim_port), "--nodes", "1", "--model", MODEL,
-            "--max-num-seqs", str(4 * args.concurrency), "--decode-s-per-token", str(args.decode_s_per_token),
-            "--decode-batch-factor", "0", "--prefill-s-per-token", "0"), Path(tmp))
-        gateway = ManagedProcess("gateway", oximeter_argv(
-            "--log-level", args.gateway_log_level, "gateway", "--upstream", sim_url, "--port", str(gw_port),
-            "--max-concurrency", str(2 * args.concurrency), "--max-queue", str(8 * args.concurrency)), Path(tmp))
-        with sim, gateway:
-            sim.wait_ready(lambda: http_ok(f"{sim_url}/health"))
-            gateway.wait_ready(lambda: http_ok(f"{gw_url}/health/ready"))
-            print(f"# concurrency {args.concurrency}, {args.requests} requests x {args.rounds} rounds per cell, "
-                  f"{args.output_tokens} output tokens, decode {args.decode_s_per_token * 1e3:g} ms/token")
-            print("| mode | direct rps | gateway rps | ratio | direct p50 ms | added p50 ms "
-                  "| direct p99 ms | added p99 ms | errors |")
-            print("|---|---|---|---|---|---|---|---|---|")
-            for stream in (False, True):
-                for url in (sim_url, gw_url):  # warm connections and caches once per mode
-                    measure(url, stream, argparse.Namespace(**{**vars(args), "requests": args.concurrency * 4}))
-                direct_runs: list[Run] = []
-                gateway_runs: list[Run] = []
-                for _ in range(args.rounds):
-                    direct_runs.append(measure(sim_url, stream, args))
-                    gateway_runs.append(measure(gw_url, stream, args))
-                d, g = median_run(direct_runs), median_run(gateway_runs)
-                print(f"| {'streaming' if stream else 'non-streaming'} | {d.rps:.0f} | {g.rps:.0f} "
-                      f"| {g.rps / d.rps:.3f} | {d.p50_ms:.2f} | {g.p50_ms - d.p50_ms:+.2f} "
-                      f"| {d.p99_ms:.2f} | {g.p99_ms - d.p99_ms:+.2f} | {d.errors + g.errors} |", flush=True)
+        for pace in paces:
+            scenario(pace, args, Path(tmp))
     return 0
 
 

@@ -23,6 +23,7 @@ from loguru import logger
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from gateway.admission import AdmissionController, AdmissionLimits, Outcome, Ticket
+from gateway.logsink import RequestLog
 from gateway.metrics import GatewayMetrics, ModelSeries, route_label
 from gateway.settings import GatewaySettings
 from gateway.waiting import AsyncAdmission
@@ -138,8 +139,9 @@ class _RequestContext:
 class Gateway:
     """State of one gateway process; ``build_app()`` returns the aiohttp application."""
 
-    def __init__(self, settings: GatewaySettings) -> None:
+    def __init__(self, settings: GatewaySettings, request_log: RequestLog | None = None) -> None:
         self.settings = settings
+        self._log = request_log or RequestLog()
         self.upstream = settings.upstream.rstrip("/")
         limits = AdmissionLimits(settings.max_concurrency, settings.max_queue, settings.max_queue_wait_s)
         self.controller = AdmissionController(limits, clock=time.monotonic)
@@ -262,7 +264,7 @@ class Gateway:
         """Count the answer and write the "finished" log line (seed 000 §3.1, point 4)."""
         total_s = time.monotonic() - ctx.arrived
         self.metrics.series(ctx.model).answered(ctx.route, code, total_s)
-        logger.info(
+        self._log(
             "request finished",
             request_id=ctx.request_id,
             status=code,
@@ -296,7 +298,7 @@ class Gateway:
             body = await request.read()
         except web.HTTPRequestEntityTooLarge:
             return self._refuse(ctx, 413, "body_too_large", f"request body over {limit} bytes")
-        logger.info("request received", request_id=ctx.request_id, route=ctx.route, body_bytes=len(body))
+        self._log("request received", request_id=ctx.request_id, route=ctx.route, body_bytes=len(body))
         try:
             payload: Any = json.loads(body)
         except ValueError as exc:
@@ -318,7 +320,7 @@ class Gateway:
         ticket = decision.ticket
         assert ticket is not None
         if decision.outcome is Outcome.QUEUED:
-            logger.info("request enqueued", request_id=ctx.request_id, queue_length=decision.queue_position)
+            self._log("request enqueued", request_id=ctx.request_id, queue_length=decision.queue_position)
             try:
                 await self.admission.wait(ticket)
             except asyncio.CancelledError:
@@ -327,7 +329,7 @@ class Gateway:
         series = self.metrics.series(ctx.model)
         series.queue_length_at_enqueue.observe(decision.queue_position)
         series.queue_wait.observe(ticket.wait_s())
-        logger.info("request started", request_id=ctx.request_id, wait_ms=round(ticket.wait_s() * 1e3, 2))
+        self._log("request started", request_id=ctx.request_id, wait_ms=round(ticket.wait_s() * 1e3, 2))
         return await self._forward(request, body, ctx, ticket)
 
     async def _forward(

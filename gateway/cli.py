@@ -13,7 +13,7 @@ from loguru import logger
 from pydantic import ValidationError
 
 from gateway.app import Gateway
-from gateway.logsink import setup_gateway_logging
+from gateway.logsink import RequestLog, setup_gateway_logging
 from gateway.settings import GatewaySettings
 from oximeter.config import load_config
 from oximeter.errors import ConfigError
@@ -74,9 +74,9 @@ def resolve_settings(args: argparse.Namespace) -> GatewaySettings:
         raise ConfigError(problems, "<command line>") from None
 
 
-async def serve(settings: GatewaySettings) -> None:
+async def serve(settings: GatewaySettings, request_log: RequestLog | None = None) -> None:
     """Serve until SIGTERM or SIGINT, then close the listener and the upstream pool."""
-    gateway = Gateway(settings)
+    gateway = Gateway(settings, request_log)
     # handler_cancellation: a client that disconnects cancels its handler, which is how a queued
     # request leaves the queue and a streaming one aborts its upstream.
     runner = web.AppRunner(gateway.build_app(), handler_cancellation=True, access_log=None)
@@ -119,10 +119,10 @@ def run(args: argparse.Namespace) -> int:
     except ConfigError as exc:
         print(str(exc), file=sys.stderr)
         return 2
-    sink = setup_gateway_logging(args.log_level)
+    sink, request_log = setup_gateway_logging(args.log_level)
     try:
         with asyncio.Runner(loop_factory=_new_loop) as runner:
-            runner.run(serve(settings))
+            runner.run(serve(settings, request_log))
     finally:
         sink.stop()
     return 0
