@@ -27,6 +27,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "demo": ("oximeter.demo", "run the whole stack on localhost with a simulated fleet"),
     "incidents": ("analyzer.incidents_cli", "list, show and summarise incidents"),
     "analyze": ("analyzer.daemon", "run the analyzer daemon: detect, correlate, store, notify"),
+    "report": ("reporter.digest_cli", "send or preview the daily health digest"),
 }
 
 

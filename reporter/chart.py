@@ -1,0 +1,48 @@
+"""The digest's PNG: queue_wait p99, 504 ratio and GPU utilisation over the day (matplotlib, Agg)."""
+
+from __future__ import annotations
+
+import io
+from collections.abc import Mapping, Sequence
+from datetime import UTC, datetime, tzinfo
+
+import matplotlib
+
+matplotlib.use("Agg")  # no display: render to bytes only (must precede pyplot's import)
+
+import matplotlib.dates as mdates
+import matplotlib.pyplot as plt
+
+PANELS = (
+    ("queue_wait_p99_s", "queue wait p99 (s)", 1.0),
+    ("ratio_504", "504 ratio", 0.01),
+    ("gpu_utilization", "GPU utilisation (fleet mean)", None),
+)
+WIDTH_PX, HEIGHT_PX, DPI = 1000, 750, 100  # well under WeCom's 2 MB image limit
+
+
+def render_chart(series: Mapping[str, Sequence[tuple[float, float]]], title: str,
+                 tz: tzinfo = UTC) -> bytes:
+    """PNG bytes: one panel per series, with the seed's threshold drawn where it has one."""
+    fig, axes = plt.subplots(len(PANELS), 1, figsize=(WIDTH_PX / DPI, HEIGHT_PX / DPI), dpi=DPI,
+                             sharex=True)
+    try:
+        for ax, (key, label, threshold) in zip(axes, PANELS, strict=True):
+            points = series.get(key, ())
+            if points:
+                ax.plot([datetime.fromtimestamp(t, tz) for t, _ in points], [v for _, v in points],
+                        linewidth=1.2)
+            else:
+                ax.text(0.5, 0.5, "no data", transform=ax.transAxes, ha="center", va="center")
+            if threshold is not None:
+                ax.axhline(threshold, color="red", linestyle="--", linewidth=0.8)
+            ax.set_ylabel(label, fontsize=8)
+            ax.grid(True, alpha=0.3)
+        axes[-1].xaxis.set_major_formatter(mdates.DateFormatter("%H:%M", tz=tz))
+        fig.suptitle(title)
+        fig.tight_layout()
+        buffer = io.BytesIO()
+        fig.savefig(buffer, format="png", dpi=DPI)
+        return buffer.getvalue()
+    finally:
+        plt.close(fig)

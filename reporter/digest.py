@@ -1,0 +1,251 @@
+"""The daily health digest (seed 000 §4.4): yesterday's numbers, collected from Prometheus, never by hand.
+
+The seed's three numbers with their colours (ARCHITECTURE "Thresholds"): the largest queue length
+(red over 50), the top-3 routes by 504, and the spread of GPU utilisation across the fleet,
+``avg_over_time(stddev(oximeter_gpu_utilization_ratio)[1d:1m])`` (yellow over 0.30). Then
+incidents by layer and rule with MTTD/MTTR from the store, SLO attainment and error budget left
+(TTFT p99 and availability), the most frequent anomalous signals, GPU health by node and a chart.
+
+Counter totals are exact: the day's samples are fetched at a one-minute step and their increase
+summed in Python (a reset counts from zero), rather than ``increase()``, which extrapolates to the
+window's edges and would not match the day's ground truth.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import defaultdict
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from datetime import date, datetime, time, timedelta, tzinfo
+from zoneinfo import ZoneInfo
+
+from analyzer.incident_store import IncidentQuery, IncidentStore
+from analyzer.incidents import Incident
+from reporter.prom import PromQuery, Series, counter_increase
+from reporter.settings import DigestSettings
+
+STEP_S = 60.0  # the contract's 1m resolution
+CHART_STEP_S = 300.0
+THROTTLE_REASONS = 'reason!="idle"'
+
+
+def zone(name: str | None) -> tzinfo:
+    """The configured IANA zone, or the host's local zone."""
+    if name:
+        return ZoneInfo(name)
+    local = datetime.now().astimezone().tzinfo
+    assert local is not None
+    return local
+
+
+def day_bounds(day: date, tz: tzinfo) -> tuple[datetime, datetime]:
+    """Local midnight to the next local midnight (23 or 25 hours on DST days)."""
+    start = datetime.combine(day, time(0), tzinfo=tz)
+    end = datetime.combine(day + timedelta(days=1), time(0), tzinfo=tz)
+    if isinstance(tz, ZoneInfo):
+        return start, end
+    return start.astimezone(), end.astimezone()
+
+
+def colour(value: float | None, threshold: float, over: str) -> str:
+    """``over`` (red/yellow) when ``value`` exceeds ``threshold``, ``green`` below, ``none`` unknown."""
+    if value is None or not math.isfinite(value):
+        return "none"
+    return over if value > threshold else "green"
+
+
+def histogram_quantile(q: float, buckets: Sequence[tuple[float, float]]) -> float | None:
+    """Prometheus's ``histogram_quantile`` over cumulative ``(le, count)`` pairs."""
+    buckets = sorted(buckets)
+    if not buckets or buckets[-1][0] != math.inf or buckets[-1][1] <= 0:
+        return None
+    rank = q * buckets[-1][1]
+    prev_le, prev_count = 0.0, 0.0
+    for i, (le, count) in enumerate(buckets):
+        if count >= rank:
+            if le == math.inf:
+                return buckets[i - 1][0] if i > 0 else None
+            if i == 0 and le <= 0:
+                return le
+            return prev_le + (le - prev_le) * ((rank - prev_count) / (count - prev_count))
+        prev_le, prev_count = le, count
+    return None
+
+
+def share_below(limit: float, buckets: Sequence[tuple[float, float]]) -> float | None:
+    """The fraction of observations ``<= limit``, interpolated inside a bucket as the quantile is."""
+    buckets = sorted(buckets)
+    if not buckets or buckets[-1][1] <= 0:
+        return None
+    prev_le, prev_count = 0.0, 0.0
+    for le, count in buckets:
+        if limit <= le:
+            if le == math.inf:
+                return prev_count / buckets[-1][1]
+            part = prev_count + (count - prev_count) * (limit - prev_le) / (le - prev_le)
+            return part / buckets[-1][1]
+        prev_le, prev_count = le, count
+    return 1.0
+
+
+@dataclass(frozen=True)
+class SloRow:
+    """One service's day against its objectives; budgets left are fractions (negative when overspent)."""
+
+    service: str
+    requests: float
+    ttft_p99_s: float | None
+    ttft_share_ok: float | None
+    ttft_budget_left: float | None
+    availability: float | None
+    availability_budget_left: float | None
+
+
+@dataclass(frozen=True)
+class GpuHealth:
+    """One node's GPUs over the day."""
+
+    node: str
+    ecc_corrected: float
+    ecc_uncorrected: float
+    xid: tuple[tuple[str, float], ...]
+    throttled_minutes: float
+
+
+@dataclass(frozen=True)
+class Digest:
+    """Everything the digest shows, as numbers (rendered by ``to_markdown`` and ``to_message``)."""
+
+    day: date
+    start: datetime
+    end: datetime
+    max_queue_length: float | None
+    max_queue_where: str
+    queue_colour: str
+    top_504_routes: tuple[tuple[str, float], ...]
+    gpu_spread: float | None
+    spread_colour: str
+    incidents: int
+    by_layer: tuple[tuple[str, int], ...]
+    by_rule: tuple[tuple[str, int], ...]
+    mttd_s: float | None
+    mttr_s: float | None
+    slo: tuple[SloRow, ...]
+    top_signals: tuple[tuple[str, int, float | None], ...]
+    gpu_health: tuple[GpuHealth, ...]
+    chart: dict[str, list[tuple[float, float]]] = field(default_factory=dict, compare=False)
+
+
+def increases(series: Iterable[Series]) -> list[tuple[dict[str, str], float]]:
+    """Each series' exact increase over its points."""
+    return [(dict(s.labels), counter_increase([v for _, v in s.points])) for s in series]
+
+
+def _sum_by(rows: Iterable[tuple[dict[str, str], float]], *keys: str) -> dict[tuple[str, ...], float]:
+    out: dict[tuple[str, ...], float] = defaultdict(float)
+    for labels, value in rows:
+        out[tuple(labels.get(k, "") for k in keys)] += value
+    return dict(out)
+
+
+def _slo(requests: list[tuple[dict[str, str], float]], ttft: list[tuple[dict[str, str], float]],
+         settings: DigestSettings) -> tuple[SloRow, ...]:
+    services = sorted({labels.get("service", "") for labels, _ in requests})
+    ttft_budget = 0.01  # a p99 objective allows 1 % of requests over it
+    avail_budget = 1.0 - settings.slo_availability
+    rows = []
+    for service in services:
+        mine = [(labels, v) for labels, v in requests if labels.get("service", "") == service]
+        total = sum(v for _, v in mine)
+        good = sum(v for labels, v in mine if labels.get("code", "").startswith("2"))
+        eligible = sum(v for labels, v in mine if not labels.get("code", "").startswith("4"))
+        availability = good / eligible if eligible > 0 else None
+        buckets = _sum_by(((labels, v) for labels, v in ttft if labels.get("service", "") == service), "le")
+        pairs = [(float(le[0]), count) for le, count in buckets.items()]
+        share = share_below(settings.slo_ttft_p99_s, pairs)
+        rows.append(SloRow(
+            service, total, histogram_quantile(0.99, pairs), share,
+            None if share is None else 1.0 - (1.0 - share) / ttft_budget,
+            availability, None if availability is None else 1.0 - (1.0 - availability) / avail_budget))
+    return tuple(rows)
+
+
+def _incidents(store: IncidentStore | None, start: datetime, end: datetime
+               ) -> list[Incident]:
+    if store is None:
+        return []
+    since = max(end, datetime.now(start.tzinfo)) - start
+    found = store.query(IncidentQuery(since=since, limit=10_000), max(end, datetime.now(start.tzinfo)))
+    return [i for i in found if i.first_onset < end and (i.resolved_at is None or i.resolved_at >= start)]
+
+
+def _gpu_health(prom: PromQuery, start: datetime, end: datetime) -> tuple[GpuHealth, ...]:
+    ecc = _sum_by(increases(prom.range("oximeter_gpu_ecc_errors_total", start, end, STEP_S)), "node", "kind")
+    xid = _sum_by(increases(prom.range("oximeter_gpu_xid_errors_total", start, end, STEP_S)), "node", "xid")
+    throttled = prom.range(f"max by (node, gpu) (oximeter_gpu_clock_event_active{{{THROTTLE_REASONS}}})",
+                           start, end, STEP_S)
+    minutes: dict[str, float] = defaultdict(float)
+    for s in throttled:
+        minutes[s.label("node")] += sum(STEP_S / 60 for _, v in s.points if v >= 1)
+    nodes = sorted({k[0] for k in ecc} | {k[0] for k in xid} | set(minutes))
+    return tuple(GpuHealth(
+        node, ecc.get((node, "corrected"), 0.0), ecc.get((node, "uncorrected"), 0.0),
+        tuple(sorted(((x, v) for (n, x), v in xid.items() if n == node and v > 0), key=lambda p: int(p[0])
+                     if p[0].isdigit() else 0)),
+        minutes.get(node, 0.0)) for node in nodes)
+
+
+def _chart(prom: PromQuery, start: datetime, end: datetime) -> dict[str, list[tuple[float, float]]]:
+    exprs = {
+        "queue_wait_p99_s": "histogram_quantile(0.99, sum by (le) "
+                            "(rate(oximeter_queue_wait_seconds_bucket[5m])))",
+        "ratio_504": 'sum(rate(oximeter_requests_total{code="504"}[5m]))'
+                     " / sum(rate(oximeter_requests_total[5m]))",
+        "gpu_utilization": "avg(oximeter_gpu_utilization_ratio)",
+    }
+    out = {}
+    for name, expr in exprs.items():
+        result = prom.range(expr, start, end, CHART_STEP_S)
+        out[name] = [(t, v) for t, v in (result[0].points if result else ()) if math.isfinite(v)]
+    return out
+
+
+def collect(prom: PromQuery, store: IncidentStore | None, day: date, settings: DigestSettings,
+            *, with_chart: bool = True) -> Digest:
+    """Query yesterday (``day``) from Prometheus and the store."""
+    start, end = day_bounds(day, zone(settings.timezone))
+    span = f"{int((end - start).total_seconds())}s"
+    queue = prom.instant(f"max by (service, node) (max_over_time(oximeter_queue_length[{span}]))", end)
+    top_queue = max(queue, key=lambda s: s.last, default=None)
+    max_queue = top_queue.last if top_queue is not None else None
+    where = ",".join(f"{k}={v}" for k, v in top_queue.labels) if top_queue is not None else "-"
+    spread_result = prom.instant(f"avg_over_time(stddev(oximeter_gpu_utilization_ratio)[{span}:1m])", end)
+    spread = spread_result[0].last if spread_result else None
+    requests = increases(prom.range("oximeter_requests_total", start, end, STEP_S))
+    routes = _sum_by(((labels, v) for labels, v in requests if labels.get("code") == "504"), "route")
+    top_routes = sorted(((k[0], v) for k, v in routes.items() if v > 0), key=lambda p: (-p[1], p[0]))[:3]
+    ttft = increases(prom.range("oximeter_time_to_first_token_seconds_bucket", start, end, STEP_S))
+    incidents = _incidents(store, start, end)
+    by_layer = _sum_by((({"layer": i.layer}, 1.0) for i in incidents), "layer")
+    by_rule = _sum_by((({"rule": i.rule}, 1.0) for i in incidents), "rule")
+    detect = [(i.opened_at - i.first_onset).total_seconds() for i in incidents]
+    repair = [(i.resolved_at - i.first_onset).total_seconds() for i in incidents if i.resolved_at]
+    signals: dict[str, list[float | None]] = defaultdict(list)
+    for inc in incidents:
+        for e in inc.evidence:
+            signals[e.signal].append(e.value / e.baseline if e.baseline else None)
+    top_signals = sorted(((name, len(r), max((x for x in r if x is not None), default=None))
+                          for name, r in signals.items()), key=lambda t: (-t[1], t[0]))[:settings.top_signals]
+    return Digest(
+        day=day, start=start, end=end, max_queue_length=max_queue, max_queue_where=where,
+        queue_colour=colour(max_queue, settings.queue_length_red, "red"),
+        top_504_routes=tuple(top_routes), gpu_spread=spread,
+        spread_colour=colour(spread, settings.gpu_spread_yellow, "yellow"),
+        incidents=len(incidents), by_layer=tuple((k[0], int(v)) for k, v in sorted(by_layer.items())),
+        by_rule=tuple((k[0], int(v)) for k, v in sorted(by_rule.items())),
+        mttd_s=sum(detect) / len(detect) if detect else None,
+        mttr_s=sum(repair) / len(repair) if repair else None,
+        slo=_slo(requests, ttft, settings), top_signals=tuple(top_signals),
+        gpu_health=_gpu_health(prom, start, end),
+        chart=_chart(prom, start, end) if with_chart else {})

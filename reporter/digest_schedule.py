@@ -1,0 +1,101 @@
+"""Build and send the digest, and the once-a-day scheduler the analyzer daemon runs.
+
+The scheduler sends yesterday's digest at the configured local time (default 08:00, host zone),
+once per day: the outbox key ``digest:<date>`` is unique per channel, and a restarted daemon sees
+the row and does not query Prometheus again.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import sqlite3
+import time as _time
+from collections.abc import Callable, Iterable
+from datetime import UTC, date, datetime, time, timedelta
+
+from loguru import logger
+
+from analyzer.incident_store import IncidentStore
+from oximeter.errors import OximeterError
+from oximeter.store import lock_for
+from reporter.chart import render_chart
+from reporter.digest import Digest, collect, zone
+from reporter.digest_render import to_message
+from reporter.message import Message
+from reporter.outbox import Outbox
+from reporter.prom import PromQuery
+from reporter.settings import ReporterSettings
+
+
+def build(prom: PromQuery, store: IncidentStore | None, day: date,
+          settings: ReporterSettings) -> tuple[Digest, Message]:
+    """Collect ``day`` and render the message with its chart."""
+    digest = collect(prom, store, day, settings.digest)
+    png = render_chart(digest.chart, f"Oximeter {day.isoformat()}", zone(settings.digest.timezone))
+    return digest, to_message(digest, settings, png)
+
+
+def already_queued(outbox: Outbox, day: date) -> bool:
+    """Whether some channel already has this day's digest in the outbox."""
+    with lock_for(outbox.conn):
+        row = outbox.conn.execute("SELECT 1 FROM outbox WHERE idempotency_key = ? LIMIT 1",
+                                  (f"digest:{day.isoformat()}",)).fetchone()
+    return row is not None
+
+
+def send(prom: PromQuery, store: IncidentStore | None, outbox: Outbox, day: date, settings: ReporterSettings,
+         channels: Iterable[str] | None = None, now: float | None = None) -> Message:
+    """Queue ``day``'s digest on ``channels`` (default: ``digest.channels``, else every channel)."""
+    _, message = build(prom, store, day, settings)
+    chosen = list(channels) if channels is not None else settings.digest.channels
+    outbox.enqueue(message, chosen, now=_time.time() if now is None else now)
+    return message
+
+
+class DigestScheduler:
+    """Calls ``send_day(yesterday)`` once per local day, at or after the configured time."""
+
+    def __init__(self, settings: ReporterSettings, send_day: Callable[[date], None],
+                 sent: Callable[[date], bool] = lambda _day: False) -> None:
+        self.tz = zone(settings.digest.timezone)
+        hours, minutes = (int(part) for part in settings.digest.time.split(":"))
+        self.at = time(hours, minutes)
+        self.send_day, self.sent = send_day, sent
+        self.last: date | None = None
+
+    def due(self, now: datetime) -> date | None:
+        """The day to report on now, or None (too early, or already sent)."""
+        local = now.astimezone(self.tz)
+        if local.time() < self.at:
+            return None
+        day = local.date() - timedelta(days=1)
+        if day == self.last:
+            return None
+        if self.sent(day):
+            self.last = day
+            return None
+        return day
+
+    def tick(self, now: datetime) -> date | None:
+        """Send when due; a failure (Prometheus down) is logged and retried on the next tick."""
+        day = self.due(now)
+        if day is None:
+            return None
+        try:
+            self.send_day(day)
+        except (OximeterError, OSError, sqlite3.Error) as exc:
+            logger.error("digest for {} not sent, will retry: {}", day, exc)
+            return None
+        self.last = day
+        logger.info("digest for {} queued", day)
+        return day
+
+
+async def digest_forever(scheduler: DigestScheduler, stop: asyncio.Event, interval_s: float = 60.0,
+                         clock: Callable[[], datetime] = lambda: datetime.now(UTC)) -> None:
+    """The daemon's loop: one tick per interval, in a worker thread (it queries over HTTP)."""
+    while not stop.is_set():
+        await asyncio.to_thread(scheduler.tick, clock())
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(stop.wait(), timeout=interval_s)
