@@ -105,7 +105,7 @@ def alertmanager(tmp_path: Path, relay: tuple[str, list[Any]],
     config = yaml.safe_load((DEPLOY / "alertmanager.yml").read_text())
     webhook = config["receivers"][0]["webhook_configs"][0]
     webhook["url"] = relay[0]
-    token = tmp_path / "relay_token"
+    token = tmp_path / "api_token"
     token.write_text("s3cret-relay-token\n")
     webhook["http_config"]["authorization"]["credentials_file"] = str(token)
     path = tmp_path / "alertmanager.yml"
