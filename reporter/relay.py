@@ -71,6 +71,14 @@ def _str_map(value: Any, where: str) -> dict[str, str]:
     return dict(value)
 
 
+def _moment(text: str) -> datetime | None:
+    """RFC 3339 (Alertmanager writes nanoseconds; Python keeps microseconds), None when unreadable."""
+    try:
+        return parse_iso(text)
+    except ValueError:
+        return None
+
+
 @dataclass(frozen=True)
 class Alert:
     """One alert of a webhook payload (unknown fields ignored)."""
@@ -106,7 +114,7 @@ class Alert:
         if not isinstance(fingerprint, str) or not fingerprint:
             raise PayloadError(f"{where}.fingerprint: expected a non-empty string")
         starts_at = data.get("startsAt", "")
-        if not isinstance(starts_at, str) or (starts_at and parse_iso(starts_at) is None):
+        if not isinstance(starts_at, str) or (starts_at and _moment(starts_at) is None):
             raise PayloadError(f"{where}.startsAt: expected an RFC 3339 time")
         ends_at, url = data.get("endsAt", ""), data.get("generatorURL", "")
         if not isinstance(ends_at, str) or not isinstance(url, str):
@@ -229,7 +237,7 @@ class Relay:
                                   if k in alert.labels))
             summary = alert.annotations.get("summary", "")
             self.store.record_change_event(ChangeEvent(
-                parse_iso(alert.starts_at) or moment if alert.status == "firing" else moment, "alert",
+                _moment(alert.starts_at) or moment if alert.status == "firing" else moment, "alert",
                 f"Alertmanager {alert.name} {alert.status} (incident {incident.id})"
                 + (f": {summary}" if summary else ""), labels, "alertmanager"), moment)
         rows = [(a, incident.id if incident else None, disposition)
