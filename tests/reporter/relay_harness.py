@@ -20,12 +20,14 @@ def sample_incident(now: datetime, *, layer: str = "infrastructure", node: str =
     onset = now - timedelta(minutes=6)
     gpu = (("gpu", "2"), ("node", node), *((("simulation", "true"),) if simulated else ()))
     evidence = (
-        Evidence("gpu_temperature", gpu, layer, 91.0, 62.0, onset, onset + timedelta(minutes=2), None, "cause"),
+        Evidence("gpu_temperature", gpu, layer, 91.0, 62.0, onset, onset + timedelta(minutes=2), None,
+                 "cause"),
         Evidence("queue_wait_p99", (("node", node), ("service", service)), "scheduling", 2.4, 0.12,
                  onset + timedelta(minutes=1), onset + timedelta(minutes=3), None, "impact"),
     )
     return Incident(
-        id="inc-20251130T120000-abc123", title=f"[{layer}] thermal_throttle: gpu_temperature on gpu=2,node={node}",
+        id="inc-20251130T120000-abc123",
+        title=f"[{layer}] thermal_throttle: gpu_temperature on gpu=2,node={node}",
         state="open", severity="warning", layer=layer, rule="thermal_throttle",
         root_cause=RootCause("gpu_temperature", gpu),
         sentence="GPU 2 on n1 at 91 °C (baseline 62 °C), SM clock 45 % of max with hw_thermal",
