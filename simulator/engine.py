@@ -19,8 +19,10 @@ from enum import Enum
 from simulator.stats import ITL_BUCKETS, REQUEST_LATENCY_BUCKETS, TTFT_BUCKETS, Histogram
 
 FINISH_REASONS = ("stop", "length", "abort")
-# SM activity of a decode iteration with a single sequence, relative to a full batch.
-OCCUPANCY_FLOOR = 0.3
+# SM activity of a decode iteration with an almost empty batch, relative to a saturating one; decode
+# is memory-bound, so SMs saturate once the batch reaches about half of max_num_seqs.
+OCCUPANCY_FLOOR = 0.15
+SATURATING_BATCH_SHARE = 0.5
 
 
 @dataclass(frozen=True)
@@ -269,7 +271,8 @@ class EngineModel:
         self._iter_end = t + duration
         self._iter_tokens = batch
         self.busy_s += duration
-        self.work_s += duration * (OCCUPANCY_FLOOR + (1 - OCCUPANCY_FLOOR) * len(batch) / p.max_num_seqs)
+        occupancy = min(1.0, len(batch) / max(1.0, p.max_num_seqs * SATURATING_BATCH_SHARE))
+        self.work_s += duration * (OCCUPANCY_FLOOR + (1 - OCCUPANCY_FLOOR) * occupancy)
         return True
 
     def _complete(self, t: float) -> list[Seq]:

@@ -176,3 +176,16 @@ def test_coarse_iterations_emit_several_tokens() -> None:
     assert run_until_idle(engine) == pytest.approx(1.2)  # 3 iterations of 4 × 0.1 s
     assert seq.generated == 10 and engine.stats.generation_tokens == 10
     assert engine.stats.itl.count == 9
+
+
+@pytest.mark.parametrize(
+    ("batch", "work_share"), [(1, 0.15 + 0.85 / 8), (4, 0.15 + 0.85 / 2), (8, 1.0), (16, 1.0)]
+)
+def test_utilisation_weights_busy_time_by_batch(batch: int, work_share: float) -> None:
+    params = EngineParams(**{**BASE.__dict__, "max_num_seqs": 16, "prefill_s_per_token": 0.0})
+    engine = EngineModel(params)
+    for _ in range(batch):
+        engine.submit(prompt_tokens=4, max_tokens=3, now=0.0)
+    run_until_idle(engine)
+    assert engine.busy_s == pytest.approx(0.3)
+    assert engine.work_s == pytest.approx(0.3 * work_share)
