@@ -20,9 +20,13 @@ from analyzer.windowstats import window_quantiles
 class BaselineTracker:
     """The baseline of one signal's live window, kept up to date cycle by cycle."""
 
-    def __init__(self, policy: BaselinePolicy | None = None, overlap_rows: int = 1) -> None:
+    def __init__(self, policy: BaselinePolicy | None = None, overlap_rows: int = 1,
+                 max_new_rows: int | None = None) -> None:
         self.policy = policy or BaselinePolicy()
         self.overlap_rows = overlap_rows
+        # A cold start computes at most this many of the newest rows (older ones stay NaN, so
+        # detection there falls back to static thresholds): a restart costs seconds, not minutes.
+        self.max_new_rows = max_new_rows
         self._center = pd.DataFrame()
         self._scale = pd.DataFrame()
         self._recent_center = pd.DataFrame()
@@ -41,15 +45,20 @@ class BaselineTracker:
         else:
             known = index[:0]
         todo = np.flatnonzero(~index.isin(known))
+        if self.max_new_rows is not None and len(todo) > self.max_new_rows:
+            todo = todo[-self.max_new_rows:]
         clean = exclude(values, anomalous, changes)
         windows = {lag: exclude(w, anomalous, changes) for lag, w in history.items()
                    if lag in self.policy.lags_s}
         center, scale, rc, rs = self._rows(clean, values, windows, todo, known)
-        self._center = pd.concat([cached.loc[known], center]) if len(known) else center
-        self._scale = pd.concat([self._scale.loc[known], scale]) if len(known) else scale
-        self._recent_center = pd.concat([self._recent_center.loc[known], rc]) if len(known) else rc
-        self._recent_scale = pd.concat([self._recent_scale.loc[known], rs]) if len(known) else rs
-        return Baseline(self._center.reindex(index), self._scale.reindex(index))
+        # Reindexed to the window, so rows skipped by max_new_rows are remembered as NaN.
+        self._center = (pd.concat([cached.loc[known], center]) if len(known) else center).reindex(index)
+        self._scale = (pd.concat([self._scale.loc[known], scale]) if len(known) else scale).reindex(index)
+        self._recent_center = (pd.concat([self._recent_center.loc[known], rc]) if len(known) else rc
+                               ).reindex(index)
+        self._recent_scale = (pd.concat([self._recent_scale.loc[known], rs]) if len(known) else rs
+                              ).reindex(index)
+        return Baseline(self._center, self._scale)
 
     def _rows(self, clean: pd.DataFrame, values: pd.DataFrame, windows: Mapping[float, pd.DataFrame],
               todo: np.ndarray, known: pd.DatetimeIndex) -> tuple[pd.DataFrame, ...]:

@@ -25,7 +25,8 @@ def evaluate_signal(spec: SignalSpec, frame: SeriesFrame, *, history: History | 
                     traffic: pd.DataFrame | None = None, anomalous: pd.DataFrame | None = None,
                     changes: Sequence[ChangeWindow] = (), policy: BaselinePolicy | None = None,
                     cumulative: bool = False, step_s: float | None = None,
-                    trackers: MutableMapping[str, BaselineTracker] | None = None) -> list[AnomalyEvent]:
+                    trackers: MutableMapping[str, BaselineTracker] | None = None,
+                    cold_rows: int | None = None) -> list[AnomalyEvent]:
     """Every persistent anomaly of ``spec`` in ``frame``.
 
     ``history`` is older data for the seasonal baselines (one frame, or lag_s → same-time
@@ -33,7 +34,8 @@ def evaluate_signal(spec: SignalSpec, frame: SeriesFrame, *, history: History | 
     ``traffic`` the minimum-traffic guard's values (same columns), ``anomalous`` and ``changes``
     are left out of baselines. Several detectors on one series yield one merged event.
     ``trackers`` (detector name → tracker, kept by the caller between cycles) makes baselines
-    incremental: only rows new since the last cycle are computed.
+    incremental: only rows new since the last cycle are computed (at most ``cold_rows`` on the
+    first cycle).
     """
     values = validate_frame(frame.values)
     step = step_s or step_seconds(pd.DatetimeIndex(values.index))
@@ -51,7 +53,9 @@ def evaluate_signal(spec: SignalSpec, frame: SeriesFrame, *, history: History | 
         if isinstance(detector, _USES_BASELINE):
             tracker = None
             if trackers is not None:
-                tracker = trackers.setdefault(detector.name, BaselineTracker(policy))
+                tracker = trackers.get(detector.name)
+                if tracker is None:
+                    tracker = trackers[detector.name] = BaselineTracker(policy, max_new_rows=cold_rows)
             baseline = _baseline(detector, values, history, anomalous, changes, policy, tracker)
         detection = detector.detect(values, baseline)
         if guard is not None:

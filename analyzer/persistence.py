@@ -77,12 +77,15 @@ class Persistence:
         if flags.ndim == 1:
             flags = flags[:, None]
             keep = None if keep is None else np.asarray(keep)[:, None]
-        act = self.active(flags, keep)
+        # Only columns with a flag can open an event: in a healthy fleet that is almost none.
+        hot = np.flatnonzero(flags.any(axis=0))
+        act = self.active(flags[:, hot], None if keep is None else np.asarray(keep, dtype=bool)[:, hot])
         padded = np.vstack([np.zeros((1, act.shape[1]), bool), act, np.zeros((1, act.shape[1]), bool)])
         edges = np.diff(padded.astype(np.int8), axis=0)
         # Transposed so that nonzero() walks column by column: starts and ends pair up in order.
-        start_col, start_row = np.nonzero(edges.T == 1)
+        start_hot, start_row = np.nonzero(edges.T == 1)
         _, end_row = np.nonzero(edges.T == -1)
+        start_col = hot[start_hot]
         rows = flags.shape[0]
         out: list[Episode] = []
         for col, det, end in zip(start_col.tolist(), start_row.tolist(), end_row.tolist(), strict=True):
@@ -104,19 +107,26 @@ def to_events(detection: Detection, detector: Detector, persistence: Persistence
     (the value is what the detector compared, e.g. a counter's increase)."""
     flags = detection.flags.to_numpy(dtype=bool)
     keep = None if detection.keep is None else detection.keep.to_numpy(dtype=bool)
-    score = np.abs(detection.score.to_numpy(dtype=np.float64))
-    ref = detection.reference.to_numpy(dtype=np.float64)
+    episodes = persistence.episodes(flags, keep)
+    if not episodes:
+        return []
+    # Only the columns with an event are read (a healthy fleet has almost none).
+    hot = sorted({ep.column for ep in episodes})
+    where = {col: i for i, col in enumerate(hot)}
+    score = np.abs(detection.score.iloc[:, hot].to_numpy(dtype=np.float64))
+    ref = detection.reference.iloc[:, hot].to_numpy(dtype=np.float64)
     compared = detection.values if detection.values is not None else detection.reference
-    shown = compared.to_numpy(dtype=np.float64)
+    shown = compared.iloc[:, hot].to_numpy(dtype=np.float64)
     index = pd.DatetimeIndex(detection.flags.index)
-    columns = [str(c) for c in detection.flags.columns]
+    columns = detection.flags.columns
     events: list[AnomalyEvent] = []
-    for ep in persistence.episodes(flags, keep):
+    for ep in episodes:
         stop = len(index) if ep.end is None else ep.end
-        span = np.where(flags[ep.detected:stop, ep.column], score[ep.detected:stop, ep.column], -np.inf)
+        c = where[ep.column]
+        span = np.where(flags[ep.detected:stop, ep.column], score[ep.detected:stop, c], -np.inf)
         peak = ep.detected + int(np.argmax(np.nan_to_num(span, nan=-np.inf)))
-        value, reference, peak_score = shown[peak, ep.column], ref[peak, ep.column], score[peak, ep.column]
-        col = columns[ep.column]
+        value, reference, peak_score = shown[peak, c], ref[peak, c], score[peak, c]
+        col = str(columns[ep.column])
         entity = (labels or {}).get(col) or parse_key(col)
         events.append(AnomalyEvent(
             signal=signal,

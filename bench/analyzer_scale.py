@@ -43,6 +43,7 @@ STEP_S = 15.0
 LIVE_S = 3600.0
 HALF_S = 1800.0
 NOW = datetime(2026, 12, 1, 14, 0, tzinfo=UTC)
+COLD_ROWS = 40  # a cold start forms baselines for the newest 10 minutes (the longest persistence)
 
 # name -> (level, daily amplitude, noise): healthy fleet-like values, float32.
 SHAPES = {
@@ -117,7 +118,7 @@ class Analyzer:
                            for lag, win in self.same_time[spec.name].items()}
             fetch_s += time.perf_counter() - t0
             events += len(evaluate_signal(spec, frame, history=history, policy=self.policy, step_s=STEP_S,
-                                          trackers=self.trackers[spec.name]))
+                                          trackers=self.trackers[spec.name], cold_rows=COLD_ROWS))
         return events, fetch_s
 
 
@@ -125,14 +126,15 @@ def run_one(gpus: int, cycles: int) -> dict[str, float]:
     """Measure one fleet size in this process."""
     source = build_source(gpus, cycles)
     analyzer = Analyzer(source)
-    t0 = time.perf_counter()
+    t0, c0 = time.perf_counter(), time.process_time()
     cold_events, cold_fetch = analyzer.cycle(NOW)
-    cold = time.perf_counter() - t0
-    steady, fetches, events = [], [], []
+    cold, cold_cpu = time.perf_counter() - t0, time.process_time() - c0
+    steady, steady_cpu, fetches, events = [], [], [], []
     for k in range(1, cycles + 1):
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), time.process_time()
         found, fetched = analyzer.cycle(NOW + timedelta(seconds=k * STEP_S))
         steady.append(time.perf_counter() - t0)
+        steady_cpu.append(time.process_time() - c0)
         fetches.append(fetched)
         events.append(found)
     live = [w.values for w in analyzer.live.values()]
@@ -142,8 +144,9 @@ def run_one(gpus: int, cycles: int) -> dict[str, float]:
     copy_s = time.perf_counter() - t0
     series = sum(f.shape[1] for f in live)
     return {
-        "gpus": gpus, "series": series, "cold_s": cold, "cold_fetch_s": cold_fetch,
-        "steady_s": float(np.median(steady)), "steady_fetch_s": float(np.median(fetches)),
+        "gpus": gpus, "series": series, "cold_s": cold, "cold_cpu_s": cold_cpu, "cold_fetch_s": cold_fetch,
+        "steady_s": float(np.median(steady)), "steady_cpu_s": float(np.median(steady_cpu)),
+        "steady_fetch_s": float(np.median(fetches)),
         "copy_s": copy_s, "peak_rss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
         "events": max([*events, cold_events]),
     }
@@ -161,14 +164,15 @@ def main() -> int:
         return 0
     print(f"signals: {len(GPU_SIGNALS)} per GPU + {len(NODE_SIGNALS)} per node ({GPUS_PER_NODE} GPUs/node), "
           f"step {STEP_S:g} s, live {LIVE_S / 3600:g} h, same-time ±{HALF_S / 60:g} min at 1 d and 7 d")
-    print("| GPUs | series | cold cycle s | steady cycle s | of which fetch s | steady / copy "
-          "| peak RSS MiB | events |")
+    print("| GPUs | series | cold cycle s (CPU s) | steady cycle s (CPU s) | of which fetch s "
+          "| steady / copy | peak RSS MiB | events |")
     print("|---:|---:|---:|---:|---:|---:|---:|---:|")
     for gpus in args.gpus:
         out = subprocess.run([sys.executable, __file__, "--one", str(gpus), "--cycles", str(args.cycles)],
                              capture_output=True, text=True, check=True)
         r = json.loads(out.stdout.strip().splitlines()[-1])
-        print(f"| {r['gpus']} | {r['series']} | {r['cold_s']:.2f} | {r['steady_s']:.2f} | "
+        print(f"| {r['gpus']} | {r['series']} | {r['cold_s']:.2f} ({r['cold_cpu_s']:.2f}) | "
+              f"{r['steady_s']:.2f} ({r['steady_cpu_s']:.2f}) | "
               f"{r['steady_fetch_s']:.2f} | {r['steady_s'] / r['copy_s']:.0f} | {r['peak_rss_mib']:.0f} | "
               f"{r['events']} |", flush=True)
     return 0

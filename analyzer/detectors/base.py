@@ -77,7 +77,10 @@ def signed(values: np.ndarray, direction: Direction) -> np.ndarray:
 
 def trailing_sum(data: np.ndarray, window: int) -> np.ndarray:
     """Sum of the last ``window`` rows (current included) along time, NaN counted as 0."""
-    filled = np.nan_to_num(data.astype(np.float64, copy=False), nan=0.0)
+    if data.dtype == np.bool_:
+        filled: np.ndarray = data.astype(np.int32)
+    else:
+        filled = np.nan_to_num(data.astype(np.float64, copy=False), nan=0.0)
     csum = np.cumsum(filled, axis=0)
     out = csum.copy()
     out[window:] -= csum[:-window]

@@ -77,6 +77,8 @@ class LiveWindow:
     step_s: float
     values: pd.DataFrame = field(default_factory=pd.DataFrame)
     labels: dict[str, dict[str, str]] = field(default_factory=dict)
+    # The last label mapping merged: a source that returns the same mapping each cycle is not re-read.
+    _seen_labels: object = field(default=None, init=False, repr=False)
 
     def update(self, source: Source, now: datetime) -> SeriesFrame:
         """The window ending at ``now`` (aligned), fetching only new steps."""
@@ -86,7 +88,9 @@ class LiveWindow:
             last = pd.Timestamp(self.values.index[-1]).to_pydatetime()
             start = max(start, last - timedelta(seconds=self.step_s))
         fresh = source.fetch(self.spec, start, end, self.step_s)
-        self.labels.update({k: dict(v) for k, v in fresh.labels.items()})
+        if fresh.labels is not self._seen_labels:
+            self.labels.update({k: dict(v) for k, v in fresh.labels.items() if k not in self.labels})
+            self._seen_labels = fresh.labels
         if self.values.empty:
             combined = fresh.values
         else:

@@ -103,8 +103,8 @@ class FrameSource:
         window = window.ffill(limit=limit)
         sampled = window.reindex(grid, method="ffill", tolerance=pd.Timedelta(seconds=LOOKBACK_S))
         sampled = sampled.dropna(axis=1, how="all").astype(np.float32)
-        labels = {str(c): dict(frame.labels_of(str(c))) for c in sampled.columns}
-        return SeriesFrame(sampled, labels)
+        # The recorded frame's labels cover every column (keys not in it parse themselves).
+        return SeriesFrame(sampled, frame.labels)
 
 
 def write_signal_file(frames: Mapping[str, SeriesFrame], path: str | Path) -> None:

@@ -143,3 +143,14 @@ def test_tracker_incremental_equals_the_batch_baseline() -> None:
         want = compute_baseline(seen, values, policy=policy)
         pd.testing.assert_frame_equal(got.center, want.center.iloc[-live_rows:], rtol=1e-5, check_freq=False)
         pd.testing.assert_frame_equal(got.scale, want.scale.iloc[-live_rows:], rtol=1e-4, check_freq=False)
+
+
+def test_tracker_cold_start_limit_computes_only_the_newest_rows() -> None:
+    from analyzer.baseline_tracker import BaselineTracker
+
+    values = frame({"a": daily(2)}, STEP)
+    tracker = BaselineTracker(BaselinePolicy(recent_alone=True), max_new_rows=5)
+    first = tracker.update(values.iloc[:100], {})
+    assert first.center["a"].iloc[:95].isna().all() and first.center["a"].iloc[95:].notna().all()
+    second = tracker.update(values.iloc[1:101], {})
+    assert second.center["a"].iloc[:94].isna().all() and second.center["a"].iloc[94:].notna().all()
