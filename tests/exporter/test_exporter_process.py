@@ -145,12 +145,14 @@ def test_config_section_is_read_and_checked(tmp_path: Path, start_process: Start
     assert f"{bad}: exporter.backend: must be one of nvml, sim, got 'tpu'" in result.stderr
 
 
-def test_host_process_rss_is_read_with_psutil(start_process: StartProcess) -> None:
-    argv = [sys.executable, "-c", "import time; time.sleep(120)", "oximeter-rss-probe"]
-    child = start_process("probe", argv)
+def test_host_process_rss_is_read_with_psutil(start_process: StartProcess, tmp_path: Path) -> None:
+    # The probe says when its interpreter has finished starting, so its RSS no longer moves.
+    ready = tmp_path / "ready"
+    code = f"import pathlib, time; pathlib.Path({str(ready)!r}).touch(); time.sleep(120)"
+    child = start_process("probe", [sys.executable, "-c", code, "oximeter-rss-probe"])
     assert child.proc is not None
     pid = child.proc.pid
-    wait_until(lambda: "oximeter-rss-probe" in " ".join(psutil.Process(pid).cmdline()), 30, what="probe up")
+    wait_until(ready.exists, 30, what="probe up")
     found, errors = ProcessMemory(["oximeter-rss-probe", "no-such-process"]).read()
     assert errors == []
     assert [(p.name, p.rss_bytes) for p in found] == [
