@@ -42,7 +42,8 @@ _FLAGS: tuple[tuple[str, str, type, str], ...] = (
 def configure(parser: argparse.ArgumentParser) -> None:
     """Add the gateway's flags."""
     for flag, field, kind, help_text in _FLAGS:
-        parser.add_argument(flag, dest=field, type=kind, default=None, help=help_text)
+        metavar = {float: "SECONDS", int: "N"}.get(kind, flag.lstrip("-").upper())
+        parser.add_argument(flag, dest=field, type=kind, default=None, metavar=metavar, help=help_text)
     parser.add_argument(
         "--model",
         dest="models",
