@@ -1,0 +1,165 @@
+"""The Prometheus source: range queries over the Prometheus HTTP API, for Prometheus, Thanos,
+Mimir or VictoriaMetrics alike.
+
+One query per signal returns the whole metric family (never one query per series), on a
+step-aligned grid, split so that no request asks for 11,000 points per series or more. A signal's
+recording rule is tried first; when the store has no such series (no rule engine, or a fresh
+Prometheus), its raw PromQL is used and remembered. Connection errors and 5xx answers are retried
+with exponential back-off; the bearer token is never logged or put into an error.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import numpy as np
+import pandas as pd
+import requests
+from pydantic import SecretStr
+from tenacity import Retrying, retry_if_exception_type, stop_after_attempt, wait_exponential
+
+from analyzer.frame import SeriesFrame, series_key
+from analyzer.signals import SignalSpec
+from analyzer.sources.base import align, grid_index
+from oximeter.errors import DependencyError
+
+MAX_POINTS = 11_000  # Prometheus refuses range queries of more points per series
+
+
+class _RetryableError(Exception):
+    """A failure worth retrying (connection, timeout, 5xx, 429)."""
+
+
+class PrometheusSource:
+    """Signals from any Prometheus-HTTP-API store."""
+
+    def __init__(self, url: str, *, timeout_s: float = 30.0, retries: int = 3,
+                 token: SecretStr | None = None, verify: bool | str = True,
+                 use_recording_rules: bool = True, max_points: int = MAX_POINTS,
+                 session: requests.Session | None = None, backoff_s: float = 0.5) -> None:
+        self.url = url.rstrip("/")
+        self.timeout_s = timeout_s
+        self.retries = retries
+        self.verify = verify
+        self.use_recording_rules = use_recording_rules
+        self.max_points = max_points
+        self.backoff_s = backoff_s
+        self.session = session or requests.Session()
+        self._headers = {"Authorization": f"Bearer {token.get_secret_value()}"} if token else {}
+        # signal name → the query that answered (rule or raw), so a fallback is found once.
+        self.chosen: dict[str, str] = {}
+
+    @property
+    def where(self) -> str:
+        """The URL without any ``user:password@`` part, for messages."""
+        scheme, _, rest = self.url.partition("://")
+        return f"{scheme}://{rest.rsplit('@', 1)[-1]}" if rest else self.url
+
+    def now(self) -> datetime:
+        """Wall-clock time."""
+        return datetime.now(UTC)
+
+    def fetch(self, spec: SignalSpec, start: datetime, end: datetime, step_s: float) -> SeriesFrame:
+        """``spec`` on the aligned grid [start, end], one family-wide query per chunk."""
+        grid = grid_index(start, end, step_s)
+        known = self.chosen.get(spec.name)
+        if known is not None:
+            return self._frame(known, grid, step_s)
+        candidates = [spec.record] if (self.use_recording_rules and spec.record) else []
+        candidates.append(spec.promql)
+        frame = SeriesFrame(pd.DataFrame(index=grid, dtype=np.float32), {})
+        for query in candidates:
+            assert query is not None
+            frame = self._frame(query, grid, step_s)
+            if not frame.values.columns.empty:
+                self.chosen[spec.name] = query
+                break
+        return frame
+
+    def _frame(self, query: str, grid: pd.DatetimeIndex, step_s: float) -> SeriesFrame:
+        if len(grid) == 0:
+            return SeriesFrame(pd.DataFrame(index=grid, dtype=np.float32), {})
+        columns: dict[str, np.ndarray] = {}
+        labels: dict[str, dict[str, str]] = {}
+        origin = grid[0].value
+        per_chunk = self.max_points - 1
+        for lo in range(0, len(grid), per_chunk):
+            chunk = grid[lo:lo + per_chunk]
+            for result in self._query_range(query, chunk[0], chunk[-1], step_s):
+                metric = {k: v for k, v in result.get("metric", {}).items() if k != "__name__"}
+                key = series_key(metric)
+                points = np.asarray(result.get("values", []), dtype=object)
+                if key not in columns:
+                    columns[key] = np.full(len(grid), np.nan, dtype=np.float32)
+                    labels[key] = metric
+                if len(points) == 0:
+                    continue
+                stamps = points[:, 0].astype(np.float64)
+                rows = np.rint((stamps * 1e9 - origin) / (step_s * 1e9)).astype(np.int64)
+                ok = (rows >= 0) & (rows < len(grid))
+                # Prometheus writes NaN, +Inf and -Inf as strings; float() reads them all.
+                columns[key][rows[ok]] = points[ok, 1].astype(np.float64)
+        values = pd.DataFrame(columns, index=grid, dtype=np.float32) if columns else \
+            pd.DataFrame(index=grid, dtype=np.float32)
+        return SeriesFrame(values, labels)
+
+    def _query_range(self, query: str, start: pd.Timestamp, end: pd.Timestamp, step_s: float) -> list[Any]:
+        form = {"query": query, "start": f"{start.timestamp():.3f}", "end": f"{end.timestamp():.3f}",
+                "step": f"{step_s:g}"}
+        data = self._post("/api/v1/query_range", form)
+        if data.get("resultType") != "matrix":
+            kind = data.get("resultType")
+            raise DependencyError(f"prometheus: expected a matrix for {query!r}, got {kind}")
+        return list(data.get("result", []))
+
+    def _post(self, path: str, form: Mapping[str, str]) -> dict[str, Any]:
+        retrying = Retrying(
+            stop=stop_after_attempt(self.retries + 1),
+            wait=wait_exponential(multiplier=self.backoff_s, max=30),
+            retry=retry_if_exception_type(_RetryableError),
+            reraise=True,
+        )
+        try:
+            for attempt in retrying:
+                with attempt:
+                    return self._post_once(path, form)
+        except _RetryableError as exc:
+            tries = self.retries + 1
+            raise DependencyError(f"prometheus at {self.where} failed after {tries} tries: {exc}") from None
+        raise AssertionError("unreachable")
+
+    def _post_once(self, path: str, form: Mapping[str, str]) -> dict[str, Any]:
+        try:
+            resp = self.session.post(f"{self.url}{path}", data=form, headers=self._headers,
+                                     timeout=self.timeout_s, verify=self.verify)
+        except (requests.ConnectionError, requests.Timeout) as exc:
+            raise _RetryableError(type(exc).__name__) from None
+        if resp.status_code >= 500 or resp.status_code == 429:
+            raise _RetryableError(f"HTTP {resp.status_code}")
+        try:
+            body = resp.json()
+        except ValueError:
+            raise DependencyError(f"prometheus at {self.where}{path}: HTTP {resp.status_code}, not JSON") \
+                from None
+        if resp.status_code != 200 or body.get("status") != "success":
+            error = str(body.get("error", ""))[:200]
+            raise DependencyError(f"prometheus at {self.where}{path}: HTTP {resp.status_code}: {error}")
+        return dict(body.get("data", {}))
+
+
+def same_time_window(lag_s: float, live_start: datetime, live_end: datetime, half_s: float,
+                     step_s: float) -> tuple[datetime, datetime]:
+    """The [start, end] to fetch ``lag_s`` back for a live window, widened by ``half_s`` both
+    ways and step-aligned (what a seasonal baseline needs, and no more)."""
+    lag = timedelta(seconds=lag_s)
+    start = align(live_start - lag - timedelta(seconds=half_s), step_s)
+    end = align(live_end - lag + timedelta(seconds=half_s) + timedelta(seconds=step_s - 1e-6), step_s)
+    return start, end
+
+
+def points_per_series(start: datetime, end: datetime, step_s: float) -> int:
+    """How many points a range query over [start, end] returns per series."""
+    return math.floor((end - start).total_seconds() / step_s) + 1
