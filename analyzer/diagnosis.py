@@ -164,7 +164,12 @@ def xid_critical(case: Case) -> Diagnosis | None:
     e = _first(case, "xid_paging")
     if e is None:
         return None
+    # Xid 48 is the driver reporting a double-bit ECC error: with the uncorrectable ECC counter
+    # rising on the same GPU, the ECC error is the cause and ecc_uncorrectable names it.
     xid = e.entity.get("xid", "?")
+    gpu = (e.entity.get("node"), e.entity.get("gpu"))
+    if any((x.entity.get("node"), x.entity.get("gpu")) == gpu for x in case.of("ecc_uncorrected_increase")):
+        return None
     return _verdict(case, "xid_critical", "infrastructure", RootCause(e.signal, e.labels),
                     f"paging Xid {xid} on {RootCause(e.signal, e.labels).entity}: isolate the GPU"
                     + _impact_text(case, ["xid_paging"]), "critical", ["xid_paging"])

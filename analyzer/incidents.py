@@ -383,18 +383,18 @@ class IncidentTracker:
                 quiet: bool = False) -> tuple[Incident, list[Change]]:
         d = finding.diagnosis
         evidence = self._evidence(finding, incident.evidence)
-        sticky = (d.rule == "unclassified" and incident.rule != "unclassified"
-                  and d.root_cause == incident.root_cause)
+        new_signals = sorted({e.key for e in evidence} - incident.members)
+        sticky = d.rule == "unclassified" and incident.rule != "unclassified" and not new_signals
         if not finding.group.active or sticky:
             # Recovering: the context that made the diagnosis (a hot GPU, a full KV cache) is back to
             # normal while the cleared events are still in the window; keep the verdict, not re-judge.
-            # Likewise a rule that stops matching for the same root cause keeps its name.
+            # Likewise when a rule stops matching with no new evidence (the GPUs cooled, the
+            # utilisation fell as the queue drains): that is recovery, not a new root cause.
             d = replace(d, rule=incident.rule, layer=incident.layer, root_cause=incident.root_cause,
                         sentence=incident.sentence, runbook=incident.runbook, severity=incident.severity,
                         cause_signals=tuple(e.signal for e in incident.evidence if e.role == "cause"))
             finding = replace(finding, diagnosis=d)
             evidence = self._evidence(finding, incident.evidence)
-        new_signals = sorted({e.key for e in evidence} - incident.members)
         up = SEVERITY_RANK[d.severity] > SEVERITY_RANK[incident.severity]
         root_changed = d.root_cause != incident.root_cause
         updated = replace(

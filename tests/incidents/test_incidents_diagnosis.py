@@ -54,6 +54,13 @@ ROWS = [
         (ev("xid_paging", 1, 0, node="node-0", gpu="0", xid="79"), Q), root="xid_paging", severity="critical",
         sentence="paging Xid 79 on gpu=0,node=node-0,xid=79: isolate the GPU; "
                  "impact: queue_wait p99 4.8 s = 6.1 × baseline"),
+    Row("xid 48 reporting an uncorrectable ECC error on the same GPU", dx.xid_critical,
+        (ev("xid_paging", 1, 0, node="node-0", gpu="1", xid="48"),
+         ev("ecc_uncorrected_increase", 1, 0, node="node-0", gpu="1")), fires=False,
+        winner="ecc_uncorrectable", root="ecc_uncorrected_increase"),
+    Row("xid on another GPU than the ECC error", dx.xid_critical,
+        (ev("xid_paging", 1, 0, node="node-0", gpu="2", xid="79"),
+         ev("ecc_uncorrected_increase", 1, 0, node="node-0", gpu="1")), root="xid_paging"),
     Row("xid needs a paging xid event", dx.xid_critical, (Q,), UTIL_LOW, fires=False,
         winner="scheduling_bottleneck"),
     Row("uncorrectable ecc", dx.ecc_uncorrectable,

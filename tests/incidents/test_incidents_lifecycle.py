@@ -190,3 +190,16 @@ def test_recovery_does_not_rejudge_the_diagnosis() -> None:
     assert tracker.incidents[0].rule == "thermal_throttle"
     assert [t.kind for t in tracker.incidents[0].timeline] == [
         "opened", "evidence", "diagnosis", "resolved"]
+
+
+def test_draining_queue_after_a_spike_keeps_capacity_exhausted() -> None:
+    tracker = IncidentTracker(SETTINGS)
+    queue = ev("queue_wait_p99", 19.8, 1.0, node="node-0", service="chat")
+    util = ev("gpu_utilization_p95", 1.0, 0.95, onset=1, node="node-0", gpu="0")
+    busy: Snapshot = {"gpu_utilization_p95": {gpu(): 1.0}}
+    assert _step(tracker, [queue, util], 3, busy) == [("opened", 1, "critical")]
+    assert tracker.incidents[0].rule == "capacity_exhausted"
+    # Traffic back to normal: utilisation falls while the queue drains; no rule matches any more.
+    assert _step(tracker, [queue, util], 30, {"gpu_utilization_p95": {gpu(): 0.6}}) == []
+    assert (tracker.incidents[0].rule, tracker.incidents[0].root_cause.signal) == (
+        "capacity_exhausted", "queue_wait_p99")
