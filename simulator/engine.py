@@ -132,6 +132,7 @@ class EngineModel:
         self._iter_start = 0.0
         self._iter_prefill_s = 0.0
         self._iter_token_s = 0.0
+        self._iter_work_share = 0.0
         self._iter_end: float | None = None
         self._iter_tokens: list[tuple[Seq, int]] = []
 
@@ -142,6 +143,7 @@ class EngineModel:
         reason = "length" if stop_tokens is None or stop_tokens >= max_tokens else "stop"
         seq = Seq(next(self._ids), max(1, prompt_tokens), target, reason, now)
         self.waiting.append(seq)
+        self._split(now)
         return seq
 
     def abort(self, seq: Seq, now: float) -> None:
@@ -272,8 +274,29 @@ class EngineModel:
         self._iter_tokens = batch
         self.busy_s += duration
         occupancy = min(1.0, len(batch) / max(1.0, p.max_num_seqs * SATURATING_BATCH_SHARE))
-        self.work_s += duration * (OCCUPANCY_FLOOR + (1 - OCCUPANCY_FLOOR) * occupancy)
+        self._iter_work_share = OCCUPANCY_FLOOR + (1 - OCCUPANCY_FLOOR) * occupancy
+        self.work_s += duration * self._iter_work_share
         return True
+
+    def _split(self, now: float) -> None:
+        """End a coarse iteration at the first token boundary after ``now``.
+
+        A new request must not wait for all k tokens of the iteration in flight: vLLM would
+        schedule it at the next step. Cutting the iteration there keeps TTFT and queue time as
+        fine-grained as k=1 while steady decoding stays coarse (and cheap).
+        """
+        end = self._iter_end
+        if end is None or self.params.tokens_per_iteration == 1 or self._iter_token_s <= 0:
+            return
+        tokens_done = math.ceil((now - self._iter_start - self._iter_prefill_s) / self._iter_token_s)
+        keep = max(1, tokens_done)
+        new_end = self._iter_start + self._iter_prefill_s + keep * self._iter_token_s
+        if new_end >= end:
+            return
+        self._iter_tokens = [(seq, min(n, keep)) for seq, n in self._iter_tokens]
+        self.busy_s -= end - new_end
+        self.work_s -= (end - new_end) * self._iter_work_share
+        self._iter_end = new_end
 
     def _complete(self, t: float) -> list[Seq]:
         touched: list[Seq] = []

@@ -189,3 +189,35 @@ def test_utilisation_weights_busy_time_by_batch(batch: int, work_share: float) -
     run_until_idle(engine)
     assert engine.busy_s == pytest.approx(0.3)
     assert engine.work_s == pytest.approx(0.3 * work_share)
+
+
+def test_coarse_iterations_agree_with_fine_ones() -> None:
+    """History runs k tokens per iteration; on the same arrivals its latencies match k=1 closely."""
+    import random
+
+    def run(k: int) -> EngineModel:
+        params = EngineParams(
+            max_num_seqs=16,
+            prefill_s_per_token=0.0001,
+            decode_s_per_token=0.02,
+            decode_batch_factor=0.02,
+            tokens_per_iteration=k,
+        )
+        engine = EngineModel(params)
+        rng = random.Random(7)
+        t = 0.0
+        for _ in range(400):
+            t += rng.expovariate(2.0)
+            engine.advance(t)
+            engine.submit(rng.randint(50, 400), rng.randint(10, 200), t)
+        run_until_idle(engine, t)
+        return engine
+
+    fine, coarse = run(1), run(8)
+    assert coarse.stats.generation_tokens == fine.stats.generation_tokens
+    for name in ("ttft", "e2e", "queue_time", "itl"):
+        f, c = getattr(fine.stats, name), getattr(coarse.stats, name)
+        assert c.count == f.count or name == "itl"
+        # Within 10 %, or 5 ms for waits that are a few milliseconds either way.
+        assert c.total / c.count == pytest.approx(f.total / f.count, rel=0.1, abs=0.005), name
+    assert coarse.work_s == pytest.approx(fine.work_s, rel=0.1)
