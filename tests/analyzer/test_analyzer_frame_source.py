@@ -3,15 +3,13 @@ step-aligned lookback sampling, incremental live windows and accelerated replay 
 
 from __future__ import annotations
 
-import json
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
-import pyarrow as pa
-import pyarrow.parquet as pq
 import pytest
+from analyzer_frames import write_history
 
 from analyzer.evaluate import evaluate_signal
 from analyzer.frame import SeriesFrame
@@ -23,27 +21,6 @@ from analyzer.sources.recipes import RECIPES, bucket_quantile
 T0 = datetime(2026, 3, 1, tzinfo=UTC)
 STEP = 15.0
 ROWS = 240  # one hour
-
-
-def write_history(directory: Path, series: dict[tuple[str, tuple[tuple[str, str], ...]], np.ndarray]) -> None:
-    """The simulator's Parquet layout (simulator/series.py): series.parquet + samples.parquet."""
-    ids, names, labels, ts, sid, vals = [], [], [], [], [], []
-    for i, ((name, labs), values) in enumerate(series.items()):
-        ids.append(i)
-        names.append(name)
-        labels.append(json.dumps(dict(labs), sort_keys=True))
-        for row, v in enumerate(values):
-            if v == v:
-                ts.append(int((T0.timestamp() + row * STEP) * 1000))
-                sid.append(i)
-                vals.append(float(v))
-    pq.write_table(pa.table({"series_id": pa.array(ids, pa.int32()), "family": names, "name": names,
-                             "type": ["gauge"] * len(ids), "labels": labels,
-                             "node": [None] * len(ids), "gpu": [None] * len(ids)}),
-                   directory / "series.parquet")
-    pq.write_table(pa.table({"timestamp": pa.array(ts, pa.timestamp("ms", tz="UTC")),
-                             "series_id": pa.array(sid, pa.int32()), "value": pa.array(vals, pa.float64())}),
-                   directory / "samples.parquet")
 
 
 def gpu(node: str, index: int) -> tuple[tuple[str, str], ...]:
@@ -67,7 +44,7 @@ def history(tmp_path: Path) -> Path:
         series[("oximeter_queue_wait_seconds_bucket", labs)] = np.cumsum(per_step[b])
     series[("oximeter_queue_length", (("node", "n1"), ("service", "chat")))] = np.r_[np.full(ROWS - 10, 3.0),
                                                                                     np.full(10, np.nan)]
-    write_history(tmp_path, series)
+    write_history(tmp_path, series, T0, STEP)
     return tmp_path
 
 

@@ -1,0 +1,184 @@
+"""The Prometheus source against a real Prometheus backfilled with the same history the frame
+source replays: both yield the same anomaly events (must-show 3). Plus chunking under the
+11,000-point limit, the raw-PromQL fallback, retries, errors and the auth header."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import threading
+from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
+from http.server import BaseHTTPRequestHandler, HTTPServer
+from pathlib import Path
+from typing import ClassVar
+
+import numpy as np
+import pandas as pd
+import pytest
+from analyzer_frames import write_history
+from pydantic import SecretStr
+
+from analyzer.evaluate import evaluate_signal
+from analyzer.signals import CATALOGUE
+from analyzer.sources.base import align
+from analyzer.sources.frames import FrameSource
+from analyzer.sources.prometheus import PrometheusSource
+from oximeter.errors import DependencyError
+from oximeter.procs import free_port, http_ok
+
+STEP = 15.0
+ROWS = 240
+needs_prometheus = pytest.mark.skipif(shutil.which("prometheus") is None or shutil.which("promtool") is None,
+                                      reason="prometheus/promtool not installed")
+
+
+def _labels(node: str, gpu: int, **extra: str) -> tuple[tuple[str, str], ...]:
+    return tuple(sorted({"node": node, "gpu": str(gpu), "gpu_model": "H100", **extra}.items()))
+
+
+def history_series() -> dict[tuple[str, tuple[tuple[str, str], ...]], np.ndarray]:
+    series = {}
+    for g in range(4):
+        temp = np.full(ROWS, 60.0 + g)
+        if g == 2:
+            temp[120:] = 90.0
+        series[("oximeter_gpu_temperature_celsius", _labels("n1", g))] = temp
+    ecc = np.cumsum(np.r_[np.zeros(100), np.full(ROWS - 100, 10.0)])
+    series[("oximeter_gpu_ecc_errors_total", _labels("n1", 0, kind="corrected"))] = ecc
+    series[("oximeter_gpu_ecc_errors_total", _labels("n1", 1, kind="corrected"))] = np.zeros(ROWS)
+    return series
+
+
+def write_openmetrics(path: Path, series: dict[tuple[str, tuple[tuple[str, str], ...]], np.ndarray],
+                      t0: datetime) -> None:
+    lines: list[str] = []
+    families = (("oximeter_gpu_temperature_celsius", "gauge"), ("oximeter_gpu_ecc_errors", "counter"))
+    for family, kind in families:
+        lines.append(f"# TYPE {family} {kind}")
+        for (name, labels), values in series.items():
+            if name.removesuffix("_total") != family:
+                continue
+            text = ",".join(f'{k}="{v}"' for k, v in labels)
+            lines += [f"{name}{{{text}}} {v:g} {t0.timestamp() + i * STEP:.0f}" for i, v in enumerate(values)]
+    path.write_text("\n".join([*lines, "# EOF", ""]))
+
+
+@pytest.fixture
+def backfilled(tmp_path: Path, start_process) -> Iterator[tuple[str, Path, datetime]]:  # type: ignore[no-untyped-def]
+    t0 = align(datetime.now(UTC) - timedelta(hours=2), 3600)
+    series = history_series()
+    write_openmetrics(tmp_path / "history.om", series, t0)
+    tsdb = tmp_path / "tsdb"
+    subprocess.run(["promtool", "tsdb", "create-blocks-from", "openmetrics", str(tmp_path / "history.om"),
+                    str(tsdb)], check=True, capture_output=True, timeout=120)
+    frames = tmp_path / "frames"
+    frames.mkdir()
+    write_history(frames, series, t0, STEP)
+    (tmp_path / "prometheus.yml").write_text("global:\n  scrape_interval: 15s\n")
+    port = free_port()
+    proc = start_process("prometheus", ["prometheus", f"--config.file={tmp_path / 'prometheus.yml'}",
+                                        f"--storage.tsdb.path={tsdb}",
+                                        f"--web.listen-address=127.0.0.1:{port}"])
+    url = f"http://127.0.0.1:{port}"
+    proc.wait_ready(lambda: http_ok(f"{url}/-/ready"), timeout_s=60)
+    yield url, frames, t0
+
+
+@needs_prometheus
+def test_prometheus_and_frame_sources_give_the_same_events(backfilled: tuple[str, Path, datetime]) -> None:
+    url, frames, t0 = backfilled
+    prom = PrometheusSource(url, timeout_s=30)
+    replay = FrameSource.from_history(frames)
+    end = t0 + timedelta(seconds=(ROWS - 1) * STEP)
+    for name in ("gpu_temperature", "ecc_corrected_increase"):
+        spec = CATALOGUE[name]
+        from_prom = evaluate_signal(spec, prom.fetch(spec, t0, end, STEP))
+        from_frames = evaluate_signal(spec, replay.fetch(spec, t0, end, STEP))
+        assert len(from_prom) == len(from_frames) == 1, name
+        a, b = from_prom[0], from_frames[0]
+        assert (a.signal, a.labels) == (b.signal, b.labels)
+        assert abs((a.onset - b.onset).total_seconds()) <= STEP, name
+        assert abs((a.detected_at - b.detected_at).total_seconds()) <= STEP, name
+    # No rules are loaded: the ECC signal fell back from its recording rule to raw PromQL.
+    assert prom.chosen["ecc_corrected_increase"] == CATALOGUE["ecc_corrected_increase"].promql
+
+
+@needs_prometheus
+def test_chunks_stay_under_the_point_limit(backfilled: tuple[str, Path, datetime]) -> None:
+    url, _, t0 = backfilled
+    spec = CATALOGUE["gpu_temperature"]
+    end = t0 + timedelta(seconds=(ROWS - 1) * STEP)
+    whole = PrometheusSource(url).fetch(spec, t0, end, STEP)
+    chunked = PrometheusSource(url, max_points=50).fetch(spec, t0, end, STEP)
+    pd.testing.assert_frame_equal(chunked.values.sort_index(axis=1), whole.values.sort_index(axis=1))
+    assert whole.values.shape == (ROWS, 4)
+    assert whole.labels["gpu=2,gpu_model=H100,node=n1"] == {"gpu": "2", "gpu_model": "H100", "node": "n1"}
+
+
+def test_unreachable_store_is_a_dependency_error_after_retries() -> None:
+    source = PrometheusSource(f"http://user:pw@127.0.0.1:{free_port()}", retries=2, backoff_s=0.01,
+                              timeout_s=2)
+    now = datetime.now(UTC)
+    with pytest.raises(DependencyError, match="failed after 3 tries") as info:
+        source.fetch(CATALOGUE["gpu_temperature"], now - timedelta(minutes=5), now, STEP)
+    assert "pw" not in str(info.value)
+
+
+class Canned(BaseHTTPRequestHandler):
+    """Answers every query with a fixed body; records headers and bodies."""
+
+    status = 200
+    body: ClassVar[dict[str, object]] = {}
+    seen: ClassVar[list[tuple[dict[str, str], str]]] = []
+
+    def do_POST(self) -> None:
+        length = int(self.headers.get("Content-Length", "0"))
+        Canned.seen.append((dict(self.headers), self.rfile.read(length).decode()))
+        payload = json.dumps(Canned.body).encode()
+        self.send_response(Canned.status)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(payload)))
+        self.end_headers()
+        self.wfile.write(payload)
+
+    def log_message(self, *args: object) -> None:
+        pass
+
+
+@pytest.fixture
+def canned() -> Iterator[str]:
+    server = HTTPServer(("127.0.0.1", 0), Canned)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    Canned.seen = []
+    yield f"http://127.0.0.1:{server.server_address[1]}"
+    server.shutdown()
+    server.server_close()
+
+
+def test_bad_query_names_the_error_and_sends_the_token(canned: str) -> None:
+    Canned.status = 400
+    Canned.body = {"status": "error", "errorType": "bad_data", "error": "parse error at 1"}
+    source = PrometheusSource(canned, token=SecretStr("s3cret"), retries=0)
+    now = datetime.now(UTC)
+    with pytest.raises(DependencyError, match="HTTP 400: parse error at 1") as info:
+        source.fetch(CATALOGUE["gpu_temperature"], now - timedelta(minutes=5), now, STEP)
+    assert "s3cret" not in str(info.value)
+    headers, form = Canned.seen[0]
+    assert headers["Authorization"] == "Bearer s3cret"
+    assert "step=15" in form and "query=max+without" in form
+
+
+def test_nan_and_inf_strings_are_read(canned: str) -> None:
+    start = align(datetime.now(UTC), 60) - timedelta(minutes=1)
+    ts = start.timestamp()
+    Canned.status = 200
+    Canned.body = {"status": "success", "data": {"resultType": "matrix", "result": [
+        {"metric": {"__name__": "x", "node": "n1"},
+         "values": [[ts, "NaN"], [ts + 15, "+Inf"], [ts + 45, "2.5"]]}]}}
+    end = start + timedelta(seconds=45)
+    got = PrometheusSource(canned).fetch(CATALOGUE["gpu_temperature"], start, end, STEP)
+    column = got.values["node=n1"].tolist()
+    assert np.isnan(column[0]) and column[1] == np.inf and np.isnan(column[2]) and column[3] == 2.5
