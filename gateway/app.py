@@ -319,8 +319,10 @@ class Gateway:
             )
         ticket = decision.ticket
         assert ticket is not None
+        # Logged for every admitted request (queue_length 0 = straight upstream) so that "enqueued but
+        # never started" is visible in the logs alone (seed 000 §3.1).
+        self._log("request enqueued", request_id=ctx.request_id, queue_length=decision.queue_position)
         if decision.outcome is Outcome.QUEUED:
-            self._log("request enqueued", request_id=ctx.request_id, queue_length=decision.queue_position)
             try:
                 await self.admission.wait(ticket)
             except asyncio.CancelledError:

@@ -6,6 +6,7 @@ import json
 import socket
 import threading
 from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 from typing import Any
 
 import openai
@@ -237,3 +238,29 @@ def test_overload_gives_only_200_and_429_with_retry_after(
     assert read_metric(gw, "oximeter_queue_length_at_enqueue_count") == 12
     assert read_metric(gw, "oximeter_queue_length_at_enqueue_bucket", le="8.0") == 12
     assert read_metric(gw, "oximeter_queue_length_at_enqueue_bucket", le="0.0") == 4
+
+
+def test_four_json_log_points_per_request(
+    upstream: Upstream, start_gateway: StartGateway, tmp_path: Path
+) -> None:
+    """Seed 000 §3.1: received (body size), enqueued (queue length), started (wait), finished."""
+    gw = start_gateway(upstream.url)
+    body = json.dumps({"model": MODEL, "messages": [{"role": "user", "content": "x"}]}).encode()
+    requests.post(f"{gw}{CHAT}", data=body, headers={"X-Request-ID": "log-1"}, timeout=30)
+    log_path = tmp_path / "logs" / "gateway.log"
+
+    def lines() -> list[dict[str, Any]]:
+        parsed = [json.loads(line) for line in log_path.read_text().splitlines() if line.startswith("{")]
+        return [p for p in parsed if p.get("request_id") == "log-1"]
+
+    wait_until(lambda: any(p["message"] == "request finished" for p in lines()), 30, what="finished line")
+    found = {p["message"]: p for p in lines()}
+    assert list(found) == ["request received", "request enqueued", "request started", "request finished"]
+    assert found["request received"]["body_bytes"] == len(body)
+    assert found["request enqueued"]["queue_length"] == 0
+    assert found["request started"]["wait_ms"] >= 0
+    finished = found["request finished"]
+    assert finished["status"] == 200
+    assert finished["total_ms"] >= finished["upstream_ms"] > 0
+    assert finished["ttft_ms"] > 0
+    assert all(p["level"] == "INFO" and p["component"] == "gateway" for p in found.values())
