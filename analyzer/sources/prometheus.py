@@ -22,9 +22,11 @@ from pydantic import SecretStr
 from tenacity import Retrying, retry_if_exception_type, stop_after_attempt, wait_exponential
 
 from analyzer.frame import SeriesFrame, series_key
+from analyzer.settings import PrometheusSettings
 from analyzer.signals import SignalSpec
 from analyzer.sources.base import align, grid_index
 from oximeter.errors import DependencyError
+from oximeter.secrets import read_secret
 
 MAX_POINTS = 11_000  # Prometheus refuses range queries of more points per series
 
@@ -51,6 +53,13 @@ class PrometheusSource:
         self._headers = {"Authorization": f"Bearer {token.get_secret_value()}"} if token else {}
         # signal name → the query that answered (rule or raw), so a fallback is found once.
         self.chosen: dict[str, str] = {}
+
+    @classmethod
+    def from_settings(cls, settings: PrometheusSettings) -> PrometheusSource:
+        """A source configured by the ``analyzer.prometheus`` section (token from its env var)."""
+        token = read_secret(settings.bearer_token_env) if settings.bearer_token_env else None
+        return cls(settings.url, timeout_s=settings.timeout_s, retries=settings.retries, token=token,
+                   verify=settings.tls_verify, use_recording_rules=settings.use_recording_rules)
 
     @property
     def where(self) -> str:

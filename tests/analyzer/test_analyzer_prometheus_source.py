@@ -8,7 +8,7 @@ import json
 import shutil
 import subprocess
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from datetime import UTC, datetime, timedelta
 from http.server import BaseHTTPRequestHandler, HTTPServer
 from pathlib import Path
@@ -21,12 +21,13 @@ from analyzer_frames import write_history
 from pydantic import SecretStr
 
 from analyzer.evaluate import evaluate_signal
+from analyzer.settings import AnalyzerSettings
 from analyzer.signals import CATALOGUE
 from analyzer.sources.base import align
 from analyzer.sources.frames import FrameSource
 from analyzer.sources.prometheus import PrometheusSource
 from oximeter.errors import DependencyError
-from oximeter.procs import free_port, http_ok
+from oximeter.procs import ManagedProcess, free_port, http_ok
 
 STEP = 15.0
 ROWS = 240
@@ -66,7 +67,8 @@ def write_openmetrics(path: Path, series: dict[tuple[str, tuple[tuple[str, str],
 
 
 @pytest.fixture
-def backfilled(tmp_path: Path, start_process) -> Iterator[tuple[str, Path, datetime]]:  # type: ignore[no-untyped-def]
+def backfilled(tmp_path: Path,
+               start_process: Callable[..., ManagedProcess]) -> Iterator[tuple[str, Path, datetime]]:
     t0 = align(datetime.now(UTC) - timedelta(hours=2), 3600)
     series = history_series()
     write_openmetrics(tmp_path / "history.om", series, t0)
@@ -182,3 +184,18 @@ def test_nan_and_inf_strings_are_read(canned: str) -> None:
     got = PrometheusSource(canned).fetch(CATALOGUE["gpu_temperature"], start, end, STEP)
     column = got.values["node=n1"].tolist()
     assert np.isnan(column[0]) and column[1] == np.inf and np.isnan(column[2]) and column[3] == 2.5
+
+
+def test_from_settings_reads_the_token_from_the_env(canned: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("OXIMETER_TEST_PROM_TOKEN", "from-env")
+    Canned.status = 200
+    Canned.body = {"status": "success", "data": {"resultType": "matrix", "result": []}}
+    settings = AnalyzerSettings.model_validate(
+        {"prometheus": {"url": canned, "bearer_token_env": "OXIMETER_TEST_PROM_TOKEN", "retries": 0}})
+    source = PrometheusSource.from_settings(settings.prometheus)
+    now = datetime.now(UTC)
+    got = source.fetch(CATALOGUE["queue_wait_p99"], now - timedelta(minutes=1), now, STEP)
+    assert got.values.columns.empty
+    # The recording rule answered nothing, so the raw PromQL was tried next; both with the token.
+    assert [h["Authorization"] for h, _ in Canned.seen] == ["Bearer from-env"] * 2
+    assert "queue_wait_seconds%3Ap99_5m" in Canned.seen[0][1] and "histogram_quantile" in Canned.seen[1][1]
