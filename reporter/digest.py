@@ -17,7 +17,7 @@ import math
 from collections import defaultdict
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
-from datetime import date, datetime, time, timedelta, tzinfo
+from datetime import UTC, date, datetime, time, timedelta, tzinfo
 from zoneinfo import ZoneInfo
 
 from analyzer.incident_store import IncidentQuery, IncidentStore
@@ -40,12 +40,13 @@ def zone(name: str | None) -> tzinfo:
 
 
 def day_bounds(day: date, tz: tzinfo) -> tuple[datetime, datetime]:
-    """Local midnight to the next local midnight (23 or 25 hours on DST days)."""
+    """Local midnight to the next local midnight, in UTC (23 or 25 hours apart on DST days).
+
+    In UTC because Python subtracts two times of one zone as wall-clock times, ignoring DST.
+    """
     start = datetime.combine(day, time(0), tzinfo=tz)
     end = datetime.combine(day + timedelta(days=1), time(0), tzinfo=tz)
-    if isinstance(tz, ZoneInfo):
-        return start, end
-    return start.astimezone(), end.astimezone()
+    return start.astimezone(UTC), end.astimezone(UTC)
 
 
 def colour(value: float | None, threshold: float, over: str) -> str:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from reporter.digest import Digest
+from reporter.digest import Digest, zone
 from reporter.message import Link, Message, Section, Severity
 from reporter.render import OVERVIEW_UID, dashboard_url, fmt_number
 from reporter.settings import ReporterSettings
@@ -69,8 +69,10 @@ def to_message(d: Digest, settings: ReporterSettings, png: bytes | None) -> Mess
     """The chat message (idempotency key ``digest:<date>``: one per day)."""
     worst = Severity.WARNING if "red" in (d.queue_colour,) or d.spread_colour == "yellow" else Severity.INFO
     link = overview_link(d, settings)
+    tz = zone(settings.digest.timezone)
+    start, end = d.start.astimezone(tz), d.end.astimezone(tz)
     return Message(f"Daily health digest {d.day.isoformat()}", worst, sections(d, settings),
-                   (("Day", f"{d.start:%Y-%m-%d %H:%M} – {d.end:%Y-%m-%d %H:%M} {d.start:%Z}"),),
+                   (("Day", f"{start:%Y-%m-%d %H:%M} – {end:%Y-%m-%d %H:%M} {start:%Z}"),),
                    (link,) if link else (), image_png=png, simulation=settings.simulated,
                    idempotency_key=f"digest:{d.day.isoformat()}")
 

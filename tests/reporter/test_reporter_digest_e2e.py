@@ -7,8 +7,11 @@ with pandas, independently of the digest's PromQL.
 
 from __future__ import annotations
 
+import base64
+import hashlib
 import json
 import math
+import os
 import shutil
 import struct
 import subprocess
@@ -21,6 +24,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 import pytest
+from chat_receiver import ChatReceiver
 from relay_harness import sample_incident
 
 from analyzer.incident_store import IncidentStore
@@ -80,8 +84,16 @@ def _truth(history: Path) -> pd.DataFrame:
 pytestmark = pytest.mark.e2e
 
 
+@dataclass(frozen=True)
+class Day:
+    """A Prometheus serving the backfilled day, and the folder with its history and config."""
+
+    root: Path
+    url: str
+
+
 @pytest.fixture(scope="module")
-def preview(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Preview]:
+def day(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Day]:
     root = tmp_path_factory.mktemp("digest")
     (root / "scenario.yaml").write_text(SCENARIO)
     _run(oximeter_argv("sim", "history", "--scenario", str(root / "scenario.yaml"), "--days", "1",
@@ -99,16 +111,22 @@ def preview(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Preview]:
         conn.close()
         (root / "oximeter.yaml").write_text(
             "incidents: {store_path: oximeter.db}\n"
-            "reporter:\n  grafana_url: http://grafana.example:3000\n"
+            "reporter:\n  store_path: oximeter.db\n  grafana_url: http://grafana.example:3000\n"
+            "  channels: {wecom: {type: wecom, url_env: DIGEST_WECOM_URL}}\n"
             f"  digest: {{timezone: UTC, prometheus_url: 'http://127.0.0.1:{port}'}}\n")
-        stdout = _run(oximeter_argv("--config", "oximeter.yaml", "report", "--dry-run", "--date", DAY,
-                                    "--out", "preview"), root)
+        yield Day(root, f"http://127.0.0.1:{port}")
     finally:
         prometheus.stop()
-    out = root / "preview"
-    yield Preview(json.loads((out / f"digest-{DAY}.json").read_text()),
-                  (out / f"digest-{DAY}.md").read_text(), (out / f"digest-{DAY}.png").read_bytes(),
-                  _truth(root / "history"), stdout)
+
+
+@pytest.fixture(scope="module")
+def preview(day: Day) -> Preview:
+    stdout = _run(oximeter_argv("--config", "oximeter.yaml", "report", "--dry-run", "--date", DAY,
+                                "--out", "preview"), day.root)
+    out = day.root / "preview"
+    return Preview(json.loads((out / f"digest-{DAY}.json").read_text()),
+                   (out / f"digest-{DAY}.md").read_text(), (out / f"digest-{DAY}.png").read_bytes(),
+                   _truth(day.root / "history"), stdout)
 
 
 def _increase(values: np.ndarray) -> float:
@@ -207,3 +225,21 @@ def test_chart_is_a_valid_png(preview: Preview) -> None:
     assert (length, kind, width, height) == (13, b"IHDR", 1000, 750)
     assert png[-12:] == b"\x00\x00\x00\x00IEND\xaeB`\x82"
     assert 20_000 < len(png) < 2 * 1024 * 1024  # drawn lines, and within WeCom's image limit
+
+
+def test_report_sends_the_digest_with_its_chart_once(day: Day, receiver: ChatReceiver,
+                                                     preview: Preview) -> None:
+    env = {**os.environ, "DIGEST_WECOM_URL": receiver.url("wecom")}
+    argv = oximeter_argv("--config", "oximeter.yaml", "report", "--date", DAY, "--channel", "wecom")
+    for _ in range(2):  # the second run finds the day's digest already sent: nothing new goes out
+        done = subprocess.run(argv, cwd=day.root, env=env, capture_output=True, text=True, timeout=120,
+                              check=False)
+        assert (done.returncode, done.stdout) == (0, "wecom: sent\n"), done.stderr[-2000:]
+    kinds = [r.data["msgtype"] for r in receiver.accepted("wecom")]
+    assert kinds[-1] == "image" and set(kinds[:-1]) <= {"markdown", "markdown_v2"} and len(kinds) >= 2
+    image = receiver.accepted("wecom")[-1].data["image"]
+    assert base64.b64decode(image["base64"]) == preview.png
+    assert hashlib.md5(preview.png).hexdigest() == image["md5"]
+    assert receiver.problems == []
+    first = json.dumps(receiver.accepted("wecom")[0].data, ensure_ascii=False)
+    assert "Daily health digest 2025-11-30" in first

@@ -1,0 +1,68 @@
+"""Everything the analyzer daemon needs from the reporter, built from the config in one call.
+
+``oximeter analyze`` (``analyzer/daemon.py``) wires it in four lines::
+
+    reporting = build_reporting(store, config.reporter, read_secret(token_env), metrics.registry)
+    analyzer = Analyzer(..., notifier=reporting.notifier, ...)
+    reporting.mount(app)                                   # POST /api/alertmanager
+    tasks = asyncio.create_task(reporting.run(stop))       # outbox delivery + daily digest
+"""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass
+from datetime import date
+
+from aiohttp import web
+from prometheus_client import CollectorRegistry
+from pydantic import SecretStr
+
+from analyzer.incident_store import IncidentStore
+from reporter import digest_schedule
+from reporter.channels import build_channels
+from reporter.outbox import Outbox, OutboxPolicy
+from reporter.prom import PrometheusClient
+from reporter.relay import Relay, mount
+from reporter.render import OutboxNotifier
+from reporter.routing import Router
+from reporter.settings import ReporterSettings
+from reporter.worker import deliver_forever
+
+
+@dataclass
+class Reporting:
+    """The outbox, the incident notifier, the Alertmanager relay and the digest scheduler."""
+
+    settings: ReporterSettings
+    outbox: Outbox
+    notifier: OutboxNotifier
+    relay: Relay
+    scheduler: digest_schedule.DigestScheduler
+
+    def mount(self, app: web.Application) -> None:
+        """Add the relay's route to the analyzer API."""
+        mount(app, self.relay)
+
+    async def run(self, stop: asyncio.Event) -> None:
+        """Deliver the outbox and send the digest until ``stop`` is set."""
+        await asyncio.gather(
+            deliver_forever(self.outbox, stop, self.settings.deliver_interval_s),
+            digest_schedule.digest_forever(self.scheduler, stop))
+
+
+def build_reporting(store: IncidentStore, settings: ReporterSettings, token: SecretStr | None,
+                    registry: CollectorRegistry | None = None) -> Reporting:
+    """Build from the ``reporter:`` section; channels read their URLs and secrets from the environment."""
+    outbox = Outbox(store.conn, build_channels(settings.channels), OutboxPolicy.from_settings(settings),
+                    registry=registry)
+    router = Router.from_settings(settings.routes, outbox.channels)
+    prom = PrometheusClient(settings.digest.prometheus_url, settings.digest.query_timeout_s)
+
+    def send_day(day: date) -> None:
+        digest_schedule.send(prom, store, outbox, day, settings)
+
+    scheduler = digest_schedule.DigestScheduler(
+        settings, send_day, sent=lambda day: digest_schedule.already_queued(outbox, day))
+    return Reporting(settings, outbox, OutboxNotifier(outbox, settings, router),
+                     Relay(store, outbox, settings, token, router), scheduler)

@@ -1,0 +1,123 @@
+"""Digest arithmetic, day bounds, the once-a-day scheduler and the CLI's error paths."""
+
+from __future__ import annotations
+
+import math
+import subprocess
+from datetime import UTC, date, datetime
+from pathlib import Path
+from zoneinfo import ZoneInfo
+
+import pytest
+
+from oximeter.errors import OximeterError
+from oximeter.procs import free_port, oximeter_argv
+from reporter.digest import colour, day_bounds, histogram_quantile, share_below
+from reporter.digest_schedule import DigestScheduler
+from reporter.prom import counter_increase
+from reporter.settings import DigestSettings, ReporterSettings
+
+INF = math.inf
+BUCKETS = [(0.1, 50.0), (0.5, 90.0), (1.0, 99.0), (2.0, 100.0), (INF, 100.0)]
+
+QUANTILES: list[tuple[float, list[tuple[float, float]], float | None]] = [
+    (0.5, BUCKETS, 0.1 * 50 / 50),  # rank 50 ends the first bucket exactly
+    (0.9, BUCKETS, 0.5),
+    (0.95, BUCKETS, 0.5 + 0.5 * (95 - 90) / 9),
+    (0.99, BUCKETS, 1.0),
+    (0.999, BUCKETS, 1.0 + 1.0 * (99.9 - 99) / 1),
+    (0.99, [(1.0, 10.0), (INF, 20.0)], 1.0),  # in the +Inf bucket: the highest finite bound
+    (0.99, [(1.0, 0.0), (INF, 0.0)], None),  # no observations
+    (0.5, [(1.0, 5.0)], None),  # no +Inf bucket
+]
+
+
+@pytest.mark.parametrize(("q", "buckets", "expected"), QUANTILES)
+def test_histogram_quantile_as_prometheus(q: float, buckets: list[tuple[float, float]],
+                                          expected: float | None) -> None:
+    got = histogram_quantile(q, buckets)
+    assert got == (None if expected is None else pytest.approx(expected, rel=1e-12))
+
+
+@pytest.mark.parametrize(("limit", "expected"), [(1.0, 0.99), (0.3, (50 + 40 * 0.5) / 100), (5.0, 1.0),
+                                                 (0.05, 0.25)])
+def test_share_below(limit: float, expected: float) -> None:
+    assert share_below(limit, BUCKETS) == pytest.approx(expected, rel=1e-12)
+
+
+@pytest.mark.parametrize(("values", "expected"), [
+    ([], 0.0), ([5.0], 0.0), ([1.0, 1.0, 4.0], 3.0),
+    ([10.0, 12.0, 3.0, 5.0], 2.0 + 3.0 + 2.0),  # a reset counts from zero
+    ([0.0, 0.0, 0.0], 0.0),
+])
+def test_counter_increase(values: list[float], expected: float) -> None:
+    assert counter_increase(values) == expected
+
+
+@pytest.mark.parametrize(("value", "threshold", "expected"), [
+    (51.0, 50.0, "red"), (50.0, 50.0, "green"), (None, 50.0, "none"), (math.nan, 50.0, "none")])
+def test_colour_is_strictly_over(value: float | None, threshold: float, expected: str) -> None:
+    assert colour(value, threshold, "red") == expected
+
+
+@pytest.mark.parametrize(("day", "hours"), [(date(2025, 3, 30), 23), (date(2025, 10, 26), 25),
+                                            (date(2025, 6, 1), 24)])
+def test_day_bounds_follow_local_midnights(day: date, hours: int) -> None:
+    start, end = day_bounds(day, ZoneInfo("Europe/Berlin"))
+    assert (end - start).total_seconds() == hours * 3600
+    berlin = ZoneInfo("Europe/Berlin")
+    assert start.astimezone(berlin).hour == 0 == end.astimezone(berlin).hour
+
+
+SHANGHAI = ZoneInfo("Asia/Shanghai")
+SCHEDULE: list[tuple[list[datetime], list[date]]] = [
+    # 07:59 local is too early; 08:00 sends yesterday's; later ticks that day send nothing more.
+    ([datetime(2025, 12, 1, 7, 59, tzinfo=SHANGHAI), datetime(2025, 12, 1, 8, 0, tzinfo=SHANGHAI),
+      datetime(2025, 12, 1, 23, 0, tzinfo=SHANGHAI)], [date(2025, 11, 30)]),
+    # UTC 00:30 is 08:30 in Shanghai: due although it is still the previous day in UTC.
+    ([datetime(2025, 12, 1, 0, 30, tzinfo=UTC)], [date(2025, 11, 30)]),
+    # Two mornings, two digests.
+    ([datetime(2025, 12, 1, 9, 0, tzinfo=SHANGHAI), datetime(2025, 12, 2, 9, 0, tzinfo=SHANGHAI)],
+     [date(2025, 11, 30), date(2025, 12, 1)]),
+]
+
+
+@pytest.mark.parametrize(("ticks", "sent"), SCHEDULE)
+def test_scheduler_sends_once_per_local_day(ticks: list[datetime], sent: list[date]) -> None:
+    calls: list[date] = []
+    settings = ReporterSettings(digest=DigestSettings(timezone="Asia/Shanghai"))
+    scheduler = DigestScheduler(settings, calls.append)
+    for tick in ticks:
+        scheduler.tick(tick)
+    assert calls == sent
+
+
+def test_scheduler_retries_after_a_failure_and_skips_what_was_queued() -> None:
+    attempts: list[date] = []
+
+    def flaky(day: date) -> None:
+        attempts.append(day)
+        if len(attempts) == 1:
+            raise OximeterError("prometheus down")
+
+    settings = ReporterSettings(digest=DigestSettings(timezone="UTC", time="06:30"))
+    scheduler = DigestScheduler(settings, flaky)
+    assert scheduler.tick(datetime(2025, 12, 1, 6, 30, tzinfo=UTC)) is None
+    assert scheduler.tick(datetime(2025, 12, 1, 6, 31, tzinfo=UTC)) == date(2025, 11, 30)
+    assert attempts == [date(2025, 11, 30)] * 2
+    restarted = DigestScheduler(settings, flaky, sent=lambda day: day == date(2025, 11, 30))
+    assert restarted.tick(datetime(2025, 12, 1, 7, 0, tzinfo=UTC)) is None
+    assert len(attempts) == 2
+
+
+@pytest.mark.parametrize(("args", "error"), [
+    (["--date", "30/11/2025"], "--date: expected YYYY-MM-DD"),
+    (["--date", "2025-11-30", "--prometheus", "http://127.0.0.1:{port}"], "/api/v1/query: ConnectionError"),
+])
+def test_report_cli_errors(tmp_path: Path, args: list[str], error: str) -> None:
+    argv = [a.replace("{port}", str(free_port())) for a in args]
+    done = subprocess.run(oximeter_argv("report", "--dry-run", "--out", "p", *argv), cwd=tmp_path,
+                          capture_output=True, text=True, timeout=120, check=False)
+    assert done.returncode == 1
+    assert error in done.stderr
+    assert not (tmp_path / "oximeter.db").exists()  # a preview creates no store

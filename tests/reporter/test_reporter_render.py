@@ -1,0 +1,115 @@
+"""Incident messages, routing, the notifier and the daemon wiring (no network but the chat receiver)."""
+
+from __future__ import annotations
+
+import time
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from urllib.parse import parse_qsl, urlsplit
+
+import pytest
+from chat_receiver import ChatReceiver
+from pydantic import SecretStr
+from relay_harness import sample_incident
+
+from analyzer.api import build_app
+from analyzer.incident_store import IncidentStore
+from analyzer.incidents import Change
+from oximeter.store import connect
+from reporter.message import Severity
+from reporter.routing import Router
+from reporter.settings import ChannelSettings, ReporterSettings, RouteSettings
+from reporter.wiring import build_reporting
+
+NOW = datetime(2025, 11, 30, 12, 0, tzinfo=UTC)
+ROUTES = [
+    RouteSettings(match={"severity": "critical", "layer": "infrastructure"}, channels=["pager", "ops"]),
+    RouteSettings(match={"service": ["chat", "search"]}, channels=["chat-team"]),
+    RouteSettings(match={"layer": "ingress"}, channels=["edge", "missing"]),
+]
+ALL = ("pager", "ops", "chat-team", "edge", "digest")
+
+ROUTING: list[tuple[str, str, tuple[str, ...], list[str]]] = [
+    ("critical", "infrastructure", (), ["pager", "ops"]),
+    ("critical", "infrastructure", ("chat",), ["pager", "ops", "chat-team"]),
+    ("warning", "infrastructure", (), list(ALL)),  # nothing matches: every channel
+    ("warning", "engine", ("search", "other"), ["chat-team"]),  # any one service matches
+    ("info", "ingress", (), ["edge"]),  # unknown channels are dropped
+    ("critical", "", (), list(ALL)),
+]
+
+
+@pytest.mark.parametrize(("severity", "layer", "services", "expected"), ROUTING)
+def test_routing_table(severity: str, layer: str, services: tuple[str, ...], expected: list[str]) -> None:
+    router = Router.from_settings(ROUTES, ALL)
+    assert router.channels_for(severity=severity, layer=layer, services=services) == expected
+    assert router.unknown_channels() == ["missing"]
+
+
+def _settings(**kwargs: object) -> ReporterSettings:
+    return ReporterSettings(grafana_url="https://grafana.example/", api_url="http://analyzer:9471", **kwargs)
+
+
+@pytest.mark.parametrize(("kind", "prefix"), [("opened", "OPENED"), ("severity_up", "SEVERITY UP"),
+                                              ("root_cause_changed", "ROOT CAUSE CHANGED"),
+                                              ("resolved", "RESOLVED")])
+def test_incident_message_has_diagnosis_evidence_and_links(kind: str, prefix: str) -> None:
+    from reporter.render import render_change
+
+    incident = sample_incident(NOW)
+    change = Change(incident.id, kind, 3, NOW, "critical", f"{kind} text")  # type: ignore[arg-type]
+    message = render_change(change, incident, _settings(), now=NOW)
+    assert message.title == f"{prefix}: {incident.title}"
+    assert (message.severity, message.idempotency_key, message.simulation) == (
+        Severity.CRITICAL, f"{incident.id}:{kind}:3", False)
+    assert dict(message.fields)["Root cause"] == "gpu_temperature on gpu=2,node=n1"
+    sections = {s.title: s for s in message.sections}
+    assert sections["Diagnosis"].body == f"{incident.sentence}\n{kind} text"
+    assert sections["Evidence against baseline"].table[1] == (
+        "cause", "gpu_temperature", "gpu=2,node=n1", "91", "62", "1.468", f"{incident.first_onset:%H:%M:%S}")
+    assert sections["Runbook"].body == "docs/runbook.md#thermal_throttle"
+    dashboard, api = message.links
+    parts = urlsplit(dashboard.url)
+    assert (parts.netloc, parts.path) == ("grafana.example", "/d/oximeter-gpu-fleet")
+    assert parse_qsl(parts.query) == [
+        ("from", str(int((incident.first_onset - timedelta(minutes=15)).timestamp() * 1000))),
+        ("to", str(int((NOW + timedelta(minutes=15)).timestamp() * 1000))),
+        ("var-node", "n1"), ("var-service", "chat")]
+    assert api.url == f"http://analyzer:9471/api/incidents/{incident.id}"
+
+
+@pytest.mark.parametrize(("labelled", "configured", "marked"),
+                         [(False, False, False), (True, False, True), (False, True, True)])
+def test_simulation_marker(labelled: bool, configured: bool, marked: bool) -> None:
+    from reporter.render import render_change
+
+    incident = sample_incident(NOW, simulated=labelled)
+    message = render_change(Change(incident.id, "opened", 1, NOW, "warning", "x"), incident,
+                            _settings(simulated=configured))
+    assert message.simulation is marked
+    assert message.heading.startswith("[SIMULATION] ") is marked
+
+
+def test_wiring_notifier_routes_and_delivers_once(tmp_path: Path, receiver: ChatReceiver,
+                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("CHAT_URL", receiver.url("webhook"))
+    monkeypatch.setenv("CHAT_SECRET", receiver.secrets["webhook"] or "")
+    monkeypatch.setenv("WECOM_URL", receiver.url("wecom"))
+    settings = _settings(
+        channels={"chat": ChannelSettings(type="webhook", url_env="CHAT_URL", secret_env="CHAT_SECRET"),
+                  "wecom": ChannelSettings(type="wecom", url_env="WECOM_URL")},
+        routes=[RouteSettings(match={"layer": "infrastructure"}, channels=["chat"])])
+    store = IncidentStore(connect(tmp_path / "oximeter.db"))
+    reporting = build_reporting(store, settings, SecretStr("t"))
+    incident = sample_incident(NOW)
+    change = Change(incident.id, "opened", 1, NOW, "warning", "opened")
+    for _ in range(2):  # a daemon that crashed before marking the change emitted flushes it again
+        reporting.notifier.notify(change, incident)
+    reporting.notifier.notice("analyzer:source_down:1", "analyzer cannot see")
+    reporting.outbox.deliver_due(time.time() + 1)
+    assert receiver.accepted_keys() == {change.key: 1, "analyzer:source_down:1": 1}
+    assert [r.data["msgtype"] for r in receiver.accepted("wecom")] == ["markdown"]  # the notice only
+    app = build_app(store, SecretStr("t"))
+    reporting.mount(app)
+    assert "/api/alertmanager" in {r.resource.canonical for r in app.router.routes() if r.resource}
+    store.conn.close()
