@@ -11,7 +11,7 @@ from collections.abc import Mapping, Sequence
 import numpy as np
 import pandas as pd
 
-from analyzer.baselines import IQR_TO_SIGMA, BaselinePolicy, ChangeWindow, combine, exclude
+from analyzer.baselines import IQR_TO_SIGMA, BaselinePolicy, ChangeWindow, combine, exclude, history_start
 from analyzer.detectors.counter import step_seconds
 from analyzer.frame import Baseline
 from analyzer.windowstats import window_quantiles
@@ -80,8 +80,8 @@ class BaselineTracker:
             rc, rs = rc.ffill(), rs.ffill()
         candidates = [self._seasonal(win, lag, rows, values.columns) for lag, win in windows.items()
                       if len(win.index)]
-        starts = [pd.DatetimeIndex(w.index)[0] for w in windows.values() if len(w.index)]
-        base = combine(values.loc[rows], candidates, rc, rs, self.policy, min(starts) if starts else None)
+        starts = history_start([clean, *windows.values()])
+        base = combine(values.loc[rows], candidates, rc, rs, self.policy, starts)
         return base.center, base.scale, rc, rs
 
     def _seasonal(self, window: pd.DataFrame, lag_s: float, rows: pd.DatetimeIndex,

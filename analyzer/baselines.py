@@ -88,10 +88,11 @@ def recent(values: pd.DataFrame, window_s: float) -> tuple[pd.DataFrame, pd.Data
 
 def combine(values: pd.DataFrame, candidates: Sequence[pd.DataFrame], recent_center: pd.DataFrame,
             recent_scale: pd.DataFrame, policy: BaselinePolicy,
-            history_start: pd.Timestamp | None = None) -> Baseline:
+            history_start: pd.Series | None = None) -> Baseline:
     """Per sample, the least-deviating seasonal or recent candidate; scale floored by the margins.
 
-    Samples less than ``min_history_s`` after ``history_start`` get no centre (NaN) unless the
+    Samples less than ``min_history_s`` after their column's ``history_start`` (first timestamp
+    with data, per column; NaT = none) get no centre (NaN) unless the
     policy lets the recent baseline stand alone; deciding this per sample keeps it causal.
     """
     step = step_seconds(pd.DatetimeIndex(values.index)) or 1.0
@@ -112,9 +113,13 @@ def combine(values: pd.DataFrame, candidates: Sequence[pd.DataFrame], recent_cen
     center = np.take_along_axis(stack, best, axis=0)[0]
     if not policy.recent_alone:
         index = pd.DatetimeIndex(values.index)
-        start = index[0] if history_start is None else history_start
-        old_enough = (index - start).total_seconds().to_numpy() >= policy.min_history_s
-        center = np.where(old_enough[:, None], center, np.nan)
+        if history_start is None:
+            history_start = first_valid(values)
+        starts = history_start.reindex(values.columns).to_numpy(dtype="datetime64[ns]")
+        stamps = index.tz_convert(None).to_numpy(dtype="datetime64[ns]")
+        age_s = (stamps[:, None] - starts[None, :]) / np.timedelta64(1, "s")
+        old_enough = np.nan_to_num(age_s, nan=-1.0) >= policy.min_history_s
+        center = np.where(old_enough, center, np.nan)
     rs = recent_scale.reindex(index=values.index, columns=values.columns).to_numpy(np.float32)
     scale = np.fmax(np.fmax(rs, policy.margin_rel * np.abs(center)), policy.margin_abs)
     return Baseline(
@@ -146,6 +151,24 @@ def compute_baseline(values: pd.DataFrame, history: History | None = None, *,
     candidates = [seasonal_center(win, lag, policy.seasonal_half_window_s) for lag, win in windows.items()
                   if len(win.index)]
     rc, rs = recent(clean_values, policy.recent_window_s)
-    starts = [pd.DatetimeIndex(w.index)[0] for w in windows.values() if len(w.index)]
-    start = min(starts) if starts else None
-    return combine(values, candidates, rc, rs, policy, start)
+    return combine(values, candidates, rc, rs, policy, history_start([clean_values, *windows.values()]))
+
+
+def first_valid(frame: pd.DataFrame) -> pd.Series:
+    """Per column, the first timestamp holding a value (NaT for an empty column), naive UTC."""
+    index = pd.DatetimeIndex(frame.index)
+    data = frame.to_numpy()
+    present = ~np.isnan(data)
+    first = np.argmax(present, axis=0)
+    stamps = index.tz_convert(None) if index.tz is not None else index
+    out = np.where(present.any(axis=0), stamps.to_numpy(dtype="datetime64[ns]")[first] if len(index) else
+                   np.datetime64("NaT"), np.datetime64("NaT"))
+    return pd.Series(out, index=frame.columns, dtype="datetime64[ns]")
+
+
+def history_start(frames: Sequence[pd.DataFrame]) -> pd.Series:
+    """Per column, the earliest timestamp with data in any of ``frames``."""
+    firsts = [first_valid(f) for f in frames if len(f.index) and len(f.columns)]
+    if not firsts:
+        return pd.Series(dtype="datetime64[ns]")
+    return pd.concat(firsts, axis=1).min(axis=1)

@@ -26,12 +26,9 @@ import pandas as pd
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from analyzer.baseline_tracker import BaselineTracker
-from analyzer.baselines import BaselinePolicy
-from analyzer.evaluate import evaluate_signal, needs_history
+from analyzer.cycle import SignalCycle
 from analyzer.frame import SeriesFrame
-from analyzer.signals import CATALOGUE
-from analyzer.sources.base import LiveWindow
+from analyzer.signals import CATALOGUE, SignalSpec
 from analyzer.sources.frames import FrameSource
 
 GPU_SIGNALS = ("gpu_temperature", "gpu_sm_clock_ratio", "gpu_utilization_p95", "ecc_corrected_increase",
@@ -93,33 +90,42 @@ def build_source(gpus: int, cycles: int) -> FrameSource:
 
 
 class Analyzer:
-    """One detection cycle over every signal, with incremental live and same-time windows."""
+    """One detection cycle over every signal (a SignalCycle each), timing the fetches apart."""
 
     def __init__(self, source: FrameSource) -> None:
         self.source = source
-        self.policy = BaselinePolicy()
-        self.specs = [CATALOGUE[n] for n in (*GPU_SIGNALS, *NODE_SIGNALS)]
-        self.live = {s.name: LiveWindow(s, LIVE_S, STEP_S) for s in self.specs}
-        self.same_time = {
-            s.name: {lag: LiveWindow(s, LIVE_S + 2 * HALF_S, STEP_S) for lag in self.policy.lags_s}
-            for s in self.specs if needs_history(s)}
-        self.trackers: dict[str, dict[str, BaselineTracker]] = {s.name: {} for s in self.specs}
+        self.cycles = [SignalCycle(CATALOGUE[n], live_s=LIVE_S, step_s=STEP_S, cold_rows=COLD_ROWS)
+                       for n in (*GPU_SIGNALS, *NODE_SIGNALS)]
+        self.fetch_s = 0.0
 
     def cycle(self, now: datetime) -> tuple[int, float]:
         """Events found and seconds spent fetching (the rest is detection)."""
-        events = 0
-        fetch_s = 0.0
-        for spec in self.specs:
-            t0 = time.perf_counter()
-            frame = self.live[spec.name].update(self.source, now)
-            history = None
-            if spec.name in self.same_time:
-                history = {lag: win.update(self.source, now - timedelta(seconds=lag - HALF_S)).values
-                           for lag, win in self.same_time[spec.name].items()}
-            fetch_s += time.perf_counter() - t0
-            events += len(evaluate_signal(spec, frame, history=history, policy=self.policy, step_s=STEP_S,
-                                          trackers=self.trackers[spec.name], cold_rows=COLD_ROWS))
-        return events, fetch_s
+        timed = _TimedSource(self.source)
+        events = sum(len(c.run(timed, now)) for c in self.cycles)
+        return events, timed.spent_s
+
+    @property
+    def live_frames(self) -> list[pd.DataFrame]:
+        """The live windows held now."""
+        return [c.live.values for c in self.cycles]
+
+
+class _TimedSource:
+    """Counts the time spent inside the source."""
+
+    def __init__(self, inner: FrameSource) -> None:
+        self.inner = inner
+        self.spent_s = 0.0
+
+    def fetch(self, spec: SignalSpec, start: datetime, end: datetime, step_s: float) -> SeriesFrame:
+        t0 = time.perf_counter()
+        try:
+            return self.inner.fetch(spec, start, end, step_s)
+        finally:
+            self.spent_s += time.perf_counter() - t0
+
+    def now(self) -> datetime:
+        return self.inner.now()
 
 
 def run_one(gpus: int, cycles: int) -> dict[str, float]:
@@ -137,7 +143,7 @@ def run_one(gpus: int, cycles: int) -> dict[str, float]:
         steady_cpu.append(time.process_time() - c0)
         fetches.append(fetched)
         events.append(found)
-    live = [w.values for w in analyzer.live.values()]
+    live = analyzer.live_frames
     t0 = time.perf_counter()
     for frame in live:
         frame.to_numpy(copy=True)

@@ -1,0 +1,57 @@
+"""One signal across detection cycles: its live window, its cached same-time windows and its
+incremental baselines, so that a daemon's cycle is "for each signal: run(source, now)"."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+
+import pandas as pd
+
+from analyzer.baseline_tracker import BaselineTracker
+from analyzer.baselines import BaselinePolicy, ChangeWindow
+from analyzer.evaluate import evaluate_signal, needs_history
+from analyzer.events import AnomalyEvent
+from analyzer.frame import SeriesFrame
+from analyzer.signals import SignalSpec
+from analyzer.sources.base import LiveWindow, Source
+
+
+@dataclass
+class SignalCycle:
+    """Detection state of one signal. Each :meth:`run` fetches only new steps (live and, for
+    signals with baselines, 1 d / 7 d back), computes baselines for new rows only, and returns
+    the signal's events over the live window (active ones have ``cleared_at`` None)."""
+
+    spec: SignalSpec
+    policy: BaselinePolicy = field(default_factory=BaselinePolicy)
+    live_s: float = 3600.0
+    step_s: float = 15.0
+    # First cycle: baselines for at most this many newest rows (a restart costs seconds).
+    cold_rows: int | None = 40
+    live: LiveWindow = field(init=False)
+    same_time: dict[float, LiveWindow] = field(init=False, default_factory=dict)
+    trackers: dict[str, BaselineTracker] = field(init=False, default_factory=dict)
+    last_frame: SeriesFrame | None = field(init=False, default=None)
+
+    def __post_init__(self) -> None:
+        self.live = LiveWindow(self.spec, self.live_s, self.step_s)
+        if needs_history(self.spec):
+            width = self.live_s + 2 * self.policy.seasonal_half_window_s
+            self.same_time = {lag: LiveWindow(self.spec, width, self.step_s) for lag in self.policy.lags_s}
+
+    def run(self, source: Source, now: datetime, *, traffic: pd.DataFrame | None = None,
+            anomalous: pd.DataFrame | None = None,
+            changes: Sequence[ChangeWindow] = ()) -> list[AnomalyEvent]:
+        """This cycle's events of the signal (``anomalous``/``changes`` are kept out of baselines)."""
+        frame = self.live.update(source, now)
+        self.last_frame = frame
+        if frame.values.columns.empty:
+            return []
+        half = timedelta(seconds=self.policy.seasonal_half_window_s)
+        history = {lag: win.update(source, now - timedelta(seconds=lag) + half).values
+                   for lag, win in self.same_time.items()} or None
+        return evaluate_signal(self.spec, frame, history=history, traffic=traffic, anomalous=anomalous,
+                               changes=changes, policy=self.policy, step_s=self.step_s,
+                               trackers=self.trackers, cold_rows=self.cold_rows)
