@@ -31,24 +31,29 @@ class SignalCycle:
     # First cycle: baselines for at most this many newest rows (a restart costs seconds).
     cold_rows: int | None = 40
     live: LiveWindow = field(init=False)
+    guard: LiveWindow | None = field(init=False, default=None)
     same_time: dict[float, LiveWindow] = field(init=False, default_factory=dict)
     trackers: dict[str, BaselineTracker] = field(init=False, default_factory=dict)
     last_frame: SeriesFrame | None = field(init=False, default=None)
 
     def __post_init__(self) -> None:
         self.live = LiveWindow(self.spec, self.live_s, self.step_s)
+        traffic = self.spec.traffic_spec()
+        if traffic is not None:
+            self.guard = LiveWindow(traffic, self.live_s, self.step_s)
         if needs_history(self.spec):
             width = self.live_s + 2 * self.policy.seasonal_half_window_s
             self.same_time = {lag: LiveWindow(self.spec, width, self.step_s) for lag in self.policy.lags_s}
 
-    def run(self, source: Source, now: datetime, *, traffic: pd.DataFrame | None = None,
-            anomalous: pd.DataFrame | None = None,
+    def run(self, source: Source, now: datetime, *, anomalous: pd.DataFrame | None = None,
             changes: Sequence[ChangeWindow] = ()) -> list[AnomalyEvent]:
-        """This cycle's events of the signal (``anomalous``/``changes`` are kept out of baselines)."""
+        """This cycle's events of the signal (``anomalous``/``changes`` are kept out of baselines).
+        The minimum-traffic guard is fetched too; where the source has none, it is not applied."""
         frame = self.live.update(source, now)
         self.last_frame = frame
         if frame.values.columns.empty:
             return []
+        traffic = None if self.guard is None else self.guard.update(source, now).values
         half = timedelta(seconds=self.policy.seasonal_half_window_s)
         history = {lag: win.update(source, now - timedelta(seconds=lag) + half).values
                    for lag, win in self.same_time.items()} or None

@@ -10,7 +10,15 @@ import pandas as pd
 
 from analyzer.baseline_tracker import BaselineTracker
 from analyzer.baselines import BaselinePolicy, ChangeWindow, History, compute_baseline
-from analyzer.detectors import BaselineRatio, CounterGrowth, Detection, Detector, Drop, RobustDeviation
+from analyzer.detectors import (
+    BaselineRatio,
+    CounterGrowth,
+    Detection,
+    Detector,
+    Drop,
+    PeerOutlier,
+    RobustDeviation,
+)
 from analyzer.detectors.counter import step_seconds
 from analyzer.events import AnomalyEvent
 from analyzer.frame import Baseline, FrameError, SeriesFrame, validate_frame
@@ -44,11 +52,16 @@ def evaluate_signal(spec: SignalSpec, frame: SeriesFrame, *, history: History | 
     persistence = spec.persistence(step)
     policy = policy or BaselinePolicy()
     guard = None
-    if spec.min_traffic is not None and traffic is not None:
+    if spec.min_traffic is not None and traffic is not None and not traffic.columns.empty:
         aligned = traffic.reindex(index=values.index, columns=values.columns)
         guard = (aligned.to_numpy() >= spec.min_traffic.minimum)
     events: list[AnomalyEvent] = []
     for detector in spec.detectors(cumulative=cumulative):
+        if isinstance(detector, PeerOutlier) and spec.peer_labels:
+            # Peers share these labels (e.g. the same model): one group per combination.
+            detector = replace(detector, groups={
+                str(c): "|".join(frame.labels_of(str(c)).get(k, "") for k in spec.peer_labels)
+                for c in values.columns})
         baseline = None
         if isinstance(detector, _USES_BASELINE):
             tracker = None

@@ -69,6 +69,14 @@ class SignalSpec(BaseModel):
     unit: str = ""
     description: str = ""
 
+    def traffic_spec(self) -> SignalSpec | None:
+        """The minimum-traffic guard as a signal of its own (``<name>:traffic``), so any source
+        can fetch it like a signal."""
+        if self.min_traffic is None:
+            return None
+        return SignalSpec(name=f"{self.name}:traffic", layer=self.layer, kind="gauge",
+                          promql=self.min_traffic.promql, entity_labels=self.entity_labels)
+
     @property
     def query(self) -> str:
         """The recording rule when there is one, else the raw PromQL."""

@@ -226,6 +226,12 @@ RECIPES: dict[str, Recipe] = {
     "engine_ttft_p99": Relabel(HistogramQuantile(0.99, "vllm:time_to_first_token_seconds", 300)),
     "process_rss_trend": Gauge("oximeter_process_resident_memory_bytes"),
     "dependency_latency_p99": HistogramQuantile(0.99, "oximeter_dependency_duration_seconds", 300),
+    # Minimum-traffic guards (SignalSpec.traffic_spec): the same PromQL as each min_traffic.
+    "queue_wait_p99:traffic": Increase("oximeter_queue_wait_seconds_count", 60),
+    "rejected_429_ratio:traffic": Increase("oximeter_requests_total", 60, drop=("code",)),
+    "error_504_ratio:traffic": Increase("oximeter_requests_total", 60, drop=("code",)),
+    "cache_hit_ratio:traffic": Increase("oximeter_cache_requests_total", 300, drop=("result",),
+                                        per_second=True),
     "cache_hit_ratio": Ratio(
         Increase("oximeter_cache_requests_total", 300, _hits("hit"), ("result",), True),
         Increase("oximeter_cache_requests_total", 300, drop=("result",), per_second=True)),

@@ -56,3 +56,28 @@ def test_without_history_the_ratio_stays_silent_below_the_static_threshold() -> 
     source = FrameSource({spec.name: recent_only})
     cycle = SignalCycle(spec, step_s=STEP)
     assert cycle.run(source, FAULT + timedelta(minutes=30)) == []
+
+
+def _frame(columns: dict[str, np.ndarray], start: datetime) -> SeriesFrame:
+    index = pd.date_range(start, periods=len(next(iter(columns.values()))), freq="15s")
+    labels = {k: dict(p.split("=") for p in k.split(",")) for k in columns}
+    return SeriesFrame(pd.DataFrame(columns, index=index, dtype=np.float32), labels)
+
+
+def test_peers_are_compared_within_their_model_only() -> None:
+    values = {f"model=a,node=a{i}": np.full(40, 0.05 + 0.001 * i) for i in range(5)}
+    values |= {f"model=b,node=b{i}": np.full(40, 0.20 + 0.001 * i) for i in range(5)}
+    values["model=a,node=a4"][20:] = 0.15  # slower than its model's peers, still faster than model b
+    [event] = evaluate_signal(CATALOGUE["engine_itl_peer"], _frame(values, START), step_s=15.0)
+    assert event.entity == {"model": "a", "node": "a4"}
+
+
+def test_the_traffic_guard_is_fetched_and_applied() -> None:
+    spec = CATALOGUE["error_504_ratio"]
+    key = "node=n1,route=chat,service=s"
+    ratio = np.r_[np.zeros(40), np.full(40, 0.05)]  # 5 % 504s from row 40
+    for requests_per_min, expected in ((10.0, 0), (50.0, 1)):
+        source = FrameSource({spec.name: _frame({key: ratio}, START),
+                              f"{spec.name}:traffic": _frame({key: np.full(80, requests_per_min)}, START)})
+        cycle = SignalCycle(spec, live_s=1200, step_s=15.0, cold_rows=None)
+        assert len(cycle.run(source, START + timedelta(seconds=79 * 15))) == expected
