@@ -7,8 +7,9 @@ variable that holds them (or ``NAME_FILE`` with a path), read by ``oximeter.secr
 from __future__ import annotations
 
 from typing import Literal
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 EnvName = str
 
@@ -52,6 +53,16 @@ class DigestSettings(BaseModel):
     query_timeout_s: float = Field(30.0, gt=0)
     top_signals: int = Field(5, ge=1)
 
+    @field_validator("timezone")
+    @classmethod
+    def _known_zone(cls, value: str | None) -> str | None:
+        if value is not None:
+            try:
+                ZoneInfo(value)
+            except (ZoneInfoNotFoundError, ValueError):
+                raise ValueError("unknown time zone (expected an IANA name such as Asia/Shanghai)") from None
+        return value
+
 
 class ReporterSettings(BaseModel):
     """Channels and the persistent outbox."""
@@ -76,3 +87,11 @@ class ReporterSettings(BaseModel):
     api_url: str = "http://127.0.0.1:9471"  # the analyzer API as chat readers reach it
     simulated: bool = False  # the whole source is the simulator: mark every message SIMULATION
     digest: DigestSettings = Field(default_factory=DigestSettings)
+
+    @model_validator(mode="after")
+    def _channels_exist(self) -> ReporterSettings:
+        named = [c for r in self.routes for c in r.channels] + list(self.digest.channels or ())
+        unknown = sorted(set(named) - set(self.channels))
+        if unknown:
+            raise ValueError(f"routes/digest name unconfigured channel(s): {', '.join(unknown)}")
+        return self

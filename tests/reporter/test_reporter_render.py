@@ -113,3 +113,21 @@ def test_wiring_notifier_routes_and_delivers_once(tmp_path: Path, receiver: Chat
     reporting.mount(app)
     assert "/api/alertmanager" in {r.resource.canonical for r in app.router.routes() if r.resource}
     store.conn.close()
+
+
+@pytest.mark.parametrize(("section", "error"), [
+    ({"routes": [{"match": {"severity": "critical"}, "channels": ["pager"]}]},
+     "reporter: Value error, routes/digest name unconfigured channel(s): pager"),
+    ({"digest": {"channels": ["daily"]}}, "routes/digest name unconfigured channel(s): daily"),
+    ({"digest": {"timezone": "Mars/Base"}}, "reporter.digest.timezone: Value error, unknown time zone"),
+    ({"digest": {"time": "8am"}}, "reporter.digest.time: String should match pattern"),
+    ({"routes": [{"match": {"team": "x"}, "channels": ["a"]}]}, "reporter.routes.0.match.team.[key]"),
+])
+def test_reporter_config_errors_name_the_key(section: dict[str, object], error: str) -> None:
+    from oximeter.config import parse_config
+    from oximeter.errors import ConfigError
+
+    with pytest.raises(ConfigError) as caught:
+        parse_config({"reporter": section}, "oximeter.yaml")
+    assert error in str(caught.value)
+    assert "oximeter.yaml" in str(caught.value)
