@@ -14,6 +14,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 from prometheus_client.core import Metric
@@ -102,26 +103,26 @@ class SeriesStore:
         label_json: list[str] = []
         nodes: list[str | None] = []
         gpus: list[str | None] = []
-        sample_ts: list[float] = []
-        sample_id: list[int] = []
-        sample_value: list[float] = []
-        next_id = 0
+        stamps = np.array([int(t * 1000) for t in self.timestamps], dtype=np.int64)
+        ts_parts: list[np.ndarray] = []
+        id_parts: list[np.ndarray] = []
+        value_parts: list[np.ndarray] = []
         for fam_name, fam in sorted(self._families.items()):
             for (sample_name, labels), values in sorted(fam.series.items(), key=_series_order):
+                series_id = len(ids)
                 label_map = dict(labels)
-                ids.append(next_id)
+                ids.append(series_id)
                 families.append(fam_name)
                 names.append(sample_name)
                 kinds.append(fam.kind)
                 label_json.append(json.dumps(label_map, sort_keys=True))
                 nodes.append(label_map.get("node"))
                 gpus.append(label_map.get("gpu"))
-                for i, v in enumerate(values):
-                    if v == v:
-                        sample_ts.append(self.timestamps[i])
-                        sample_id.append(next_id)
-                        sample_value.append(v)
-                next_id += 1
+                column = np.frombuffer(values, dtype=np.float64)
+                present = ~np.isnan(column)
+                ts_parts.append(stamps[present])
+                value_parts.append(column[present])
+                id_parts.append(np.full(int(present.sum()), series_id, dtype=np.int32))
         pq.write_table(
             pa.table(
                 {
@@ -136,12 +137,16 @@ class SeriesStore:
             ),
             directory / "series.parquet",
         )
+
+        def joined(parts: list[np.ndarray], dtype: type) -> np.ndarray:
+            return np.concatenate(parts) if parts else np.array([], dtype=dtype)
+
         pq.write_table(
             pa.table(
                 {
-                    "timestamp": pa.array([int(t * 1000) for t in sample_ts], pa.timestamp("ms", tz="UTC")),
-                    "series_id": pa.array(sample_id, pa.int32()),
-                    "value": pa.array(sample_value, pa.float64()),
+                    "timestamp": pa.array(joined(ts_parts, np.int64), pa.timestamp("ms", tz="UTC")),
+                    "series_id": pa.array(joined(id_parts, np.int32), pa.int32()),
+                    "value": pa.array(joined(value_parts, np.float64), pa.float64()),
                 }
             ),
             directory / "samples.parquet",
