@@ -23,7 +23,7 @@ import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 import requests
 from aiohttp import web
@@ -46,6 +46,9 @@ from oximeter.config import OximeterConfig, load_config
 from oximeter.errors import OximeterError
 from oximeter.secrets import read_secret
 from oximeter.store import connect
+
+if TYPE_CHECKING:
+    from reporter.wiring import Reporting
 
 TARGET_INFO = "target_info"
 # Context the rules read but that is not itself judged (analyzer/diagnosis.py "Snapshot").
@@ -233,8 +236,12 @@ class Analyzer:
 
 
 async def serve(analyzer: Analyzer, interval_s: float, host: str, port: int | None,
-                token_env: str = "OXIMETER_API_TOKEN") -> None:
-    """Run cycles until SIGTERM/SIGINT, with the API (and /metrics) on ``host:port``."""
+                token_env: str = "OXIMETER_API_TOKEN", reporting: Reporting | None = None) -> None:
+    """Run cycles until SIGTERM/SIGINT, with the API (and /metrics) on ``host:port``.
+
+    With ``reporting``: the Alertmanager relay on the API, and outbox delivery plus the daily
+    digest as a task beside the cycle.
+    """
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
@@ -248,8 +255,11 @@ async def serve(analyzer: Analyzer, interval_s: float, host: str, port: int | No
                                 headers={"Content-Type": CONTENT_TYPE_LATEST})
 
         app.router.add_get("/metrics", metrics)
+        if reporting is not None:
+            reporting.mount(app)
         runner = await start_api(app, host, port)
         logger.info("analyzer API on http://{}:{}", host, port)
+    reporter_task = asyncio.create_task(reporting.run(stop)) if reporting is not None else None
     try:
         while not stop.is_set():
             try:
@@ -260,6 +270,9 @@ async def serve(analyzer: Analyzer, interval_s: float, host: str, port: int | No
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(stop.wait(), analyzer.wait_s(interval_s))
     finally:
+        if reporter_task is not None:
+            stop.set()
+            await reporter_task
         if runner is not None:
             await runner.cleanup()
         logger.info("analyzer stopped")
@@ -317,13 +330,26 @@ def run(args: argparse.Namespace) -> int:
     pipeline = WindowPipeline(source, config.analyzer.catalogue(), config.analyzer.step_s,
                               config.analyzer.live_window_s)
     store = IncidentStore(connect(args.store or settings.store_path))
-    analyzer = Analyzer(pipeline, store, settings, Topology.from_settings(config.topology), LogNotifier(),
-                        clock=source.now)
+    metrics = DaemonMetrics()
+    try:
+        from reporter.wiring import build_reporting
+
+        # The outbox lives in this store; chat channels read their URLs from the environment.
+        reporting = build_reporting(store, config.reporter, read_secret("OXIMETER_API_TOKEN"),
+                                    metrics.registry)
+    except OximeterError as exc:
+        print(f"oximeter analyze: {exc}")
+        store.conn.close()
+        return 2
+    notifier: Notifier = reporting.notifier if config.reporter.channels else LogNotifier()
+    analyzer = Analyzer(pipeline, store, settings, Topology.from_settings(config.topology), notifier,
+                        clock=source.now, metrics=metrics)
     try:
         if args.once:
             return 0 if analyzer.cycle() else 1
         port = settings.api_port if args.port is None else args.port
-        asyncio.run(serve(analyzer, config.analyzer.interval_s, settings.api_host, port))
+        asyncio.run(serve(analyzer, config.analyzer.interval_s, settings.api_host, port,
+                          reporting=reporting))
         return 0
     finally:
         # serve() has returned, so no cycle thread or API handler still uses the connection.

@@ -45,10 +45,11 @@ class Reporting:
         mount(app, self.relay)
 
     async def run(self, stop: asyncio.Event) -> None:
-        """Deliver the outbox and send the digest until ``stop`` is set."""
-        await asyncio.gather(
-            deliver_forever(self.outbox, stop, self.settings.deliver_interval_s),
-            digest_schedule.digest_forever(self.scheduler, stop))
+        """Deliver the outbox and send the digest until ``stop`` is set (no channels: no digest)."""
+        loops = [deliver_forever(self.outbox, stop, self.settings.deliver_interval_s)]
+        if self.outbox.channels:
+            loops.append(digest_schedule.digest_forever(self.scheduler, stop))
+        await asyncio.gather(*loops)
 
 
 def build_reporting(store: IncidentStore, settings: ReporterSettings, token: SecretStr | None,
