@@ -33,7 +33,7 @@ def _alert(name: str, **labels: str) -> dict[str, object]:
 def test_daemon_notifies_and_relays(tmp_path: Path, receiver: ChatReceiver,
                                     start_process: Callable[..., ManagedProcess]) -> None:
     port = free_port()
-    (tmp_path / "oximeter.yaml").write_text(json.dumps({"reporter": {
+    (tmp_path / "oximeter.yaml").write_text(json.dumps({"analyzer": {"interval_s": 2}, "reporter": {
         "simulated": True, "grafana_url": "http://grafana.example",
         "channels": {"chat": {"type": "webhook", "url_env": "CHAT_URL", "secret_env": "CHAT_SECRET"}}}}))
     env = {"CHAT_URL": receiver.url("webhook"), "CHAT_SECRET": receiver.secrets["webhook"] or "",
@@ -63,5 +63,15 @@ def test_daemon_notifies_and_relays(tmp_path: Path, receiver: ChatReceiver,
     wait_until(lambda: len(receiver.accepted("webhook")) == 2, 30, what="the forwarded alert in chat")
     assert receiver.accepted("webhook")[1].data["title"] == "[FIRING:1] QueueBackedUp (all)"
     assert requests.post(url, json=body, timeout=10).status_code == 401
+    # The next cycles attach the matching alert to the incident as evidence (a change event).
+    incident_id = opened.data["idempotency_key"].rsplit(":", 2)[0]
+
+    def attached() -> list[dict[str, object]]:
+        incident = requests.get(f"http://127.0.0.1:{port}/api/incidents/{incident_id}", timeout=5).json()
+        return [c for c in incident["changes"] if c["kind"] == "alert"]
+
+    wait_until(attached, 60, what="the alert attached to the incident")
+    assert [(c["source"], c["labels"]) for c in attached()] == [
+        ("alertmanager", {"layer": "infrastructure", "node": "n1"})]
     assert daemon.stop() == 0
     assert len(receiver.accepted("webhook")) == 2 and receiver.problems == []
