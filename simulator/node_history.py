@@ -1,0 +1,321 @@
+"""One node of a history run: engine, GPUs, dependency and gateway on a virtual clock.
+
+The gateway's signals come from the gateway's own ``AdmissionController`` and ``GatewayMetrics``,
+the GPU series from the exporter's own ``GpuCollector`` over the in-process fleet, the engine's from
+``simulator/exposition.py``: the same code that serves them live. Requests run through an event
+heap (arrival, dependency done, first-byte timeout, client patience, fault boundaries) and the
+engine's own iteration times; once per step every family is sampled into a ``SeriesStore``.
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+import random
+from dataclasses import dataclass, replace
+from datetime import UTC, datetime
+
+from prometheus_client.core import GaugeMetricFamily, Metric
+
+from exporter.backends.base import HostProcess, NodeSnapshot
+from exporter.backends.sim import BadPayloadError, parse_gpu
+from exporter.collector import GpuCollector
+from gateway.admission import AdmissionController, AdmissionLimits, Outcome, Ticket
+from gateway.metrics import GatewayMetrics
+from simulator.clock import VirtualClock
+from simulator.engine import Seq, SeqState
+from simulator.exposition import engine_families
+from simulator.fleet import Fleet
+from simulator.scenario import Scenario
+from simulator.series import SeriesStore
+from simulator.traffic import RequestMix, daily_rate
+
+ROUTE = "/v1/chat/completions"
+# Clients give up on a request still queued after this long (counted 499 by the gateway).
+CLIENT_PATIENCE_S = 120.0
+MAX_TOKENS = 512
+JOBS = {"vllm": 8000, "oximeter-gateway": 9000, "oximeter-exporter": 9400}
+# Exporter self-timing is wall-clock noise, not part of the model.
+_SKIP_FAMILIES = {"oximeter_exporter_collect_duration_seconds"}
+
+
+class _FleetBackend:
+    """The exporter's GPU backend protocol over the in-process fleet (no HTTP in history)."""
+
+    name = "sim"
+    simulation = True
+
+    def __init__(self, fleet: Fleet, node: str, wall_origin_s: float) -> None:
+        self.fleet, self.node, self.wall_origin_s = fleet, node, wall_origin_s
+        self.now = 0.0
+
+    def start(self) -> None:
+        """Nothing to acquire."""
+
+    def close(self) -> None:
+        """Nothing to release."""
+
+    def read(self) -> NodeSnapshot:
+        """Same contract and parser as the HTTP sim backend."""
+        if self.fleet.faults.strongest(self.now, self.node, "telemetry_loss") is not None:
+            return NodeSnapshot(gpus=(), errors=("telemetry_lost",))
+        doc = self.fleet.gpus_json(self.node, self.now, self.wall_origin_s)
+        gpus, errors = [], []
+        for obj in doc["gpus"]:
+            try:
+                reading = parse_gpu(obj)
+            except BadPayloadError:
+                errors.append("sim_bad_payload")
+                continue
+            if not reading.up:
+                errors.append("gpu_lost")
+            gpus.append(reading)
+        host = tuple(HostProcess(name=p["name"], rss_bytes=p["rss_bytes"]) for p in doc["processes"])
+        return NodeSnapshot(gpus=tuple(gpus), errors=tuple(errors), host_processes=host)
+
+
+@dataclass(eq=False)
+class _Request:
+    arrival: float
+    prompt_tokens: int
+    output_tokens: int
+    ticket: Ticket | None = None
+    started: float | None = None
+    seq: Seq | None = None
+    seen_tokens: int = 0
+    first_at: float | None = None
+    last_chunk: float | None = None
+    done: bool = False
+
+
+class NodeHistory:
+    """One node's engine, GPUs, dependency and gateway over the whole horizon."""
+
+    def __init__(
+        self, sc: Scenario, fleet: Fleet, name: str, store: SeriesStore, step_s: float, wall_origin_s: float
+    ) -> None:
+        self.sc, self.fleet, self.name, self.store = sc, fleet, name, store
+        self.node = fleet.node(name)
+        self.engine = self.node.engine
+        self.step_s = step_s
+        self.wall_origin_s = wall_origin_s
+        self.clock = VirtualClock()
+        g = sc.gateway
+        self.limits = AdmissionLimits(g.max_concurrency, g.max_queue, g.max_queue_wait_s)
+        self.ctl = AdmissionController(self.limits, clock=self.clock.now)
+        self.gw = GatewayMetrics(sc.service, name, [sc.model], self.ctl)
+        base = self.gw.base_labels(sc.model)
+        self._code = {
+            code: self.gw.requests.labels(*base, ROUTE, code) for code in ("200", "429", "499", "502", "504")
+        }
+        self._duration = self.gw.duration.labels(*base, ROUTE)
+        self._ttft = self.gw.ttft.labels(*base)
+        self._itl = self.gw.inter_token.labels(*base)
+        self._tokens = self.gw.output_tokens.labels(*base)
+        self._upstream = self.gw.upstream_duration.labels(*base)
+        self._wait = self.gw.queue_wait.labels(*base)
+        self._enqueue = self.gw.queue_length_at_enqueue.labels(*base)
+        self._base = base
+        self.backend = _FleetBackend(fleet, name, wall_origin_s)
+        self.exporter = GpuCollector(self.backend, name)
+        self.rng = random.Random(f"{sc.seed}/{name}")
+        self.mix = RequestMix(model=sc.model)
+        self.heap: list[tuple[float, int, str, _Request | None]] = []
+        self._n = 0
+        self.by_seq: dict[int, _Request] = {}
+        self.by_ticket: dict[Ticket, _Request] = {}
+        self._ingress_credit = 0.0
+        self._last_work = 0.0
+        self.faults = [f for f in fleet.faults.all() if f.node == name]
+        for fault in self.faults:
+            self._push(max(0.0, fault.start), "boundary", None)
+            if math.isfinite(fault.end):
+                self._push(fault.end, "boundary", None)
+
+    # -- events ---------------------------------------------------------------------------
+    def _push(self, t: float, kind: str, req: _Request | None) -> None:
+        self._n += 1
+        heapq.heappush(self.heap, (t, self._n, kind, req))
+
+    def _rate(self, t: float) -> float:
+        wall = self.wall_origin_s + t
+        day = 86400.0
+        rate = daily_rate(wall % day, day, self.sc.base_rps)
+        if datetime.fromtimestamp(wall, UTC).weekday() >= 5:
+            rate *= self.sc.weekend_factor
+        spike = self.fleet.faults.strongest(t, self.name, "traffic_spike")
+        return rate * (spike.strength if spike is not None else 1.0)
+
+    def _lognormal(self, median: int, cap: int) -> int:
+        return min(cap, max(1, round(self.rng.lognormvariate(math.log(median), self.mix.length_sigma))))
+
+    def run(self, steps: int) -> None:
+        """Simulate ``steps`` steps, sampling at the end of each."""
+        next_arrival = self.rng.expovariate(self._rate(0.0))
+        for i in range(steps):
+            t_sample = (i + 1) * self.step_s
+            while True:
+                wake = self.engine.next_wake
+                t = min(
+                    next_arrival,
+                    self.heap[0][0] if self.heap else math.inf,
+                    wake if wake is not None else math.inf,
+                    t_sample,
+                )
+                self.clock.set(max(self.clock.now(), t))
+                t = self.clock.now()
+                self._pump(t)
+                while self.heap and self.heap[0][0] <= t:
+                    _t, _n, kind, req = heapq.heappop(self.heap)
+                    self._event(kind, req, t)
+                if next_arrival <= t:
+                    self._arrive(t)
+                    next_arrival = t + self.rng.expovariate(max(1e-6, self._rate(t)))
+                self._pump(t)
+                if t >= t_sample:
+                    break
+            self._sample(i, t_sample)
+
+    def _pump(self, t: float) -> None:
+        while True:
+            touched = self.engine.advance(t)
+            if not touched:
+                return
+            for seq in touched:
+                self._progress(seq, t)
+
+    def _event(self, kind: str, req: _Request | None, t: float) -> None:
+        if kind == "boundary":
+            cut = self.fleet.faults.strongest(t, self.name, "admission_limit")
+            limits = (
+                self.limits
+                if cut is None
+                else replace(self.limits, max_concurrency=max(1, int(cut.strength)))
+            )
+            self.ctl.limits = limits
+            self._dropped(self.fleet.apply_restarts(t, only=self.name), t)
+            return
+        assert req is not None
+        if kind == "submit" and not req.done:
+            req.seq = self.engine.submit(req.prompt_tokens, MAX_TOKENS, t, req.output_tokens)
+            self.by_seq[req.seq.id] = req
+        elif kind == "first_byte_timeout" and not req.done and req.first_at is None:
+            if req.seq is not None:
+                self.engine.abort(req.seq, t)
+            self._fail(req, t, "504", "first_byte_timeout")
+        elif kind == "patience" and not req.done and req.ticket is not None and self.ctl.cancel(req.ticket):
+            req.done = True
+            self._code["499"].inc()
+            self._duration.observe(t - req.arrival)
+
+    def _arrive(self, t: float) -> None:
+        req = _Request(
+            t,
+            self._lognormal(self.mix.prompt_tokens_median, 4096),
+            self._lognormal(self.mix.output_tokens_median, self.mix.max_output_tokens),
+        )
+        ingress = self.fleet.faults.strongest(t, self.name, "ingress_errors")
+        if ingress is not None:
+            self._ingress_credit += ingress.strength
+            if self._ingress_credit >= 1.0:
+                self._ingress_credit -= 1.0
+                self._code["504"].inc()
+                self._duration.observe(0.05)
+                return
+        decision = self.ctl.offer()
+        if decision.outcome is Outcome.REJECTED:
+            assert decision.reason is not None
+            self._code["429"].inc()
+            self.gw.rejected.labels(*self._base, decision.reason.value).inc()
+            self._duration.observe(0.001)
+            return
+        assert decision.ticket is not None
+        req.ticket = decision.ticket
+        self.by_ticket[decision.ticket] = req
+        self._enqueue.observe(decision.queue_position)
+        if decision.outcome is Outcome.ADMITTED:
+            self._start(req, t)
+        else:
+            self._push(t + CLIENT_PATIENCE_S, "patience", req)
+
+    def _start(self, req: _Request, t: float) -> None:
+        req.started = t
+        self._wait.observe(t - req.arrival)
+        wait_s = self.node.dependency.call(t, self.fleet.faults)
+        self._push(t + wait_s, "submit", req)
+        self._push(t + self.sc.gateway.first_byte_timeout_s, "first_byte_timeout", req)
+
+    def _progress(self, seq: Seq, t: float) -> None:
+        req = self.by_seq.get(seq.id)
+        if req is None or req.done:
+            return
+        new = seq.generated - req.seen_tokens
+        if new > 0:
+            if req.first_at is None:
+                req.first_at = seq.first_token_at if seq.first_token_at is not None else t
+                self._ttft.observe(req.first_at - req.arrival)
+            elif req.last_chunk is not None:
+                self._itl.observe(t - req.last_chunk)
+            req.last_chunk = t
+            req.seen_tokens = seq.generated
+            self._tokens.inc(new)
+        if seq.state is SeqState.FINISHED:
+            req.done = True
+            self._code["200"].inc()
+            self._duration.observe(t - req.arrival)
+            assert req.started is not None
+            self._upstream.observe(t - req.started)
+            self._release(req, t, observe=True)
+
+    def _fail(self, req: _Request, t: float, code: str, reason: str) -> None:
+        req.done = True
+        self._code[code].inc()
+        self.gw.aborts.labels(*self._base, reason).inc()
+        self._duration.observe(t - req.arrival)
+        self._release(req, t, observe=False)
+
+    def _dropped(self, seqs: list[Seq], t: float) -> None:
+        for seq in seqs:
+            req = self.by_seq.get(seq.id)
+            if req is not None and not req.done:
+                self._fail(req, t, "502", "upstream_error")
+
+    def _release(self, req: _Request, t: float, *, observe: bool) -> None:
+        if req.seq is not None:
+            self.by_seq.pop(req.seq.id, None)
+        if req.ticket is None:
+            return
+        self.by_ticket.pop(req.ticket, None)
+        for ticket in self.ctl.release(req.ticket, observe=observe):
+            self._start(self.by_ticket[ticket], t)
+
+    # -- sampling -------------------------------------------------------------------------
+    def _sample(self, i: int, t: float) -> None:
+        self._dropped(self.fleet.apply_restarts(t, only=self.name), t)
+        work = self.engine.work_s
+        util = (work - self._last_work) / self.step_s
+        self._last_work = work
+        self.fleet.step_gpus(self.name, t, util, self.wall_origin_s)
+        if self.fleet.faults.strongest(t, self.name, "scrape_gap") is not None:
+            return  # nothing scraped: every series of the node has a hole
+        engine_up = t >= self.node.down_until
+        self.backend.now = t
+        jobs: dict[str, list[Metric]] = {
+            "vllm": [
+                *engine_families(self.sc.model, self.engine, self.name),
+                *self.node.dependency.families(),
+            ]
+            if engine_up
+            else [],
+            "oximeter-gateway": list(self.gw.registry.collect()),
+            "oximeter-exporter": [f for f in self.exporter.collect() if f.name not in _SKIP_FAMILIES],
+        }
+        for job, families in jobs.items():
+            labels = {"job": job, "instance": f"{self.name}:{JOBS[job]}", "node": self.name}
+            self.store.add(i, [*families, _up(labels, job != "vllm" or engine_up)], labels)
+
+
+def _up(labels: dict[str, str], up: bool) -> Metric:
+    fam = GaugeMetricFamily("up", "1 if the target was scraped.", labels=list(labels))
+    fam.add_metric(list(labels.values()), 1 if up else 0)
+    return fam
