@@ -11,7 +11,7 @@ import math
 from collections.abc import Mapping
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from analyzer.detectors import (
     AbsoluteThreshold,
@@ -24,6 +24,7 @@ from analyzer.detectors import (
     Trend,
     Vanished,
 )
+from analyzer.detectors.base import Direction
 from analyzer.persistence import Persistence
 from oximeter.errors import ConfigError
 
@@ -52,7 +53,7 @@ class SignalSpec(BaseModel):
     kind: Kind
     promql: str  # raw fallback: works on any PromQL store
     record: str | None = None  # recording rule, preferred when the store has it
-    direction: Literal["up", "down"] = "up"
+    direction: Literal["up", "down", "both"] = "up"  # "both": peer and robust-deviation kinds only
     entity_labels: tuple[str, ...] = ("node",)
     min_traffic: TrafficGuard | None = None
     threshold: float | None = None  # static limit (also the fallback with < 1 day of history)
@@ -77,6 +78,14 @@ class SignalSpec(BaseModel):
         return SignalSpec(name=f"{self.name}:traffic", layer=self.layer, kind="gauge",
                           promql=self.min_traffic.promql, entity_labels=self.entity_labels)
 
+    @model_validator(mode="after")
+    def _direction_fits_kind(self) -> SignalSpec:
+        two_sided = self.kind == "peer" or (self.kind in ("latency", "ratio", "gauge")
+                                            and self.threshold is None and self.ratio is None)
+        if self.direction == "both" and not two_sided:
+            raise ValueError("direction 'both' needs kind 'peer', or a gauge without threshold and ratio")
+        return self
+
     @property
     def query(self) -> str:
         """The recording rule when there is one, else the raw PromQL."""
@@ -95,10 +104,11 @@ class SignalSpec(BaseModel):
         """
         out: list[Detector] = []
         if self.kind in ("latency", "ratio", "gauge"):
+            one_sided: Direction = "down" if self.direction == "down" else "up"
             if self.threshold is not None:
-                out.append(AbsoluteThreshold(self.threshold, self.direction))
+                out.append(AbsoluteThreshold(self.threshold, one_sided))
             if self.ratio is not None:
-                out.append(BaselineRatio(self.ratio, self.direction, self.min_delta))
+                out.append(BaselineRatio(self.ratio, one_sided, self.min_delta))
             if not out:
                 out.append(RobustDeviation(direction=self.direction))
         elif self.kind == "counter_growth":
@@ -267,7 +277,8 @@ CATALOGUE: dict[str, SignalSpec] = {s.name: s for s in (
 
 # Defaults for ``oximeter detect --signal-kind KIND`` on a series of unknown meaning.
 KIND_DEFAULTS: dict[str, SignalSpec] = {
-    "gauge": _s(name="gauge", layer="engine", kind="gauge", promql="", entity_labels=(), for_s=300),
+    "gauge": _s(name="gauge", layer="engine", kind="gauge", promql="", entity_labels=(), for_s=300,
+                direction="both"),
     "latency": _s(name="latency", layer="scheduling", kind="latency", promql="", entity_labels=(),
                   ratio=1.5, for_s=300),
     "ratio": _s(name="ratio", layer="ingress", kind="ratio", promql="", entity_labels=(), for_s=300),
@@ -277,6 +288,8 @@ KIND_DEFAULTS: dict[str, SignalSpec] = {
                    min_delta=0.15, for_s=300),
     "trend": _s(name="trend", layer="engine", kind="trend", promql="", entity_labels=(), window_s=1800,
                 for_s=600),
+    "peer": _s(name="peer", layer="infrastructure", kind="peer", promql="", entity_labels=(), for_s=300,
+               direction="both"),
     "presence": _s(name="presence", layer="platform", kind="presence", promql="", entity_labels=(),
                    for_s=120),
 }

@@ -157,3 +157,21 @@ def test_cli_malformed_exits_2_naming_the_file(tmp_path: Path) -> None:
     assert out.returncode == 2
     assert out.stdout == ""
     assert str(path) in out.stderr and "unparseable timestamp" in out.stderr
+
+
+def test_peer_kind_finds_the_odd_gpu_in_a_wide_file(tmp_path: Path) -> None:
+    index = pd.date_range(T0, periods=ROWS, freq="1min")
+    rng = np.random.default_rng(9)
+    table = pd.DataFrame({f"gpu{i}": 0.9 + rng.normal(0, 0.005, ROWS) for i in range(6)}, index=index)
+    table.loc[table.index[SHIFT:], "gpu4"] = 0.5  # one GPU much slower than its peers
+    path = tmp_path / "peers.csv"
+    table.rename_axis("timestamp").reset_index().to_csv(path, index=False)
+    [event] = detect_file(path, kind="peer")
+    assert event.entity == {"series": "gpu4"} and event.detector == "peer_outlier"
+    assert pd.Timestamp(event.onset) == T0 + pd.Timedelta(minutes=SHIFT)
+
+
+def test_a_downward_shift_is_found_too(tmp_path: Path) -> None:
+    [event] = detect_file(write(tmp_path, shifted(jump=-20.0), Series(60.0)))
+    # Scores are magnitudes (higher is worse); the direction shows in value vs baseline.
+    assert event.score > 6 and event.baseline is not None and event.value < event.baseline - 15
