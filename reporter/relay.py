@@ -53,6 +53,9 @@ MIGRATIONS = [
     """,
 ]
 PATH = "/api/alertmanager"
+# A group of a few thousand alerts; read past the API app's small client_max_size on purpose.
+MAX_BODY_BYTES = 4 * 1024 * 1024
+SHOWN_ALERTS = 20  # a chat message lists this many alerts of a group, then counts the rest
 WATCHDOG = "Watchdog"
 _SEVERITIES = {"critical": Severity.CRITICAL, "warning": Severity.WARNING, "info": Severity.INFO}
 _RANK = {Severity.INFO: 0, Severity.WARNING: 1, Severity.CRITICAL: 2}
@@ -272,7 +275,7 @@ class Relay:
         group = ", ".join(f"{k}={v}" for k, v in sorted(payload.group_labels.items())) or "all"
         names = sorted({a.name for a in alerts})
         sections = []
-        for a in alerts:
+        for a in alerts[:SHOWN_ALERTS]:
             shown = {k: v for k, v in sorted(a.labels.items()) if k != "alertname"}
             ended = f", ended {a.ends_at}" if a.status == "resolved" else ""
             lines = [f"{a.status} since {a.starts_at}{ended}",
@@ -281,6 +284,8 @@ class Relay:
             if a.annotations.get("runbook_url"):
                 lines.append(f"runbook: {a.annotations['runbook_url']}")
             sections.append(Section(f"{a.name} ({a.status})", "\n".join(lines)))
+        if len(alerts) > SHOWN_ALERTS:
+            sections.append(Section("…", f"and {len(alerts) - SHOWN_ALERTS} more alert(s) in this group"))
         links = [Link(f"{a.name} source", a.generator_url) for a in alerts[:3] if a.generator_url]
         if payload.external_url:
             links.append(Link("Alertmanager", payload.external_url))
@@ -326,8 +331,13 @@ class Relay:
         refused = self.authorized(request.headers)
         if refused is not None:
             return refused
+        body = bytearray()
+        while chunk := await request.content.read(64 * 1024):
+            body += chunk
+            if len(body) > MAX_BODY_BYTES:
+                return web.json_response({"error": f"body: larger than {MAX_BODY_BYTES} bytes"}, status=413)
         try:
-            payload = Payload.parse(json.loads(await request.read()))
+            payload = Payload.parse(json.loads(body))
         except (json.JSONDecodeError, UnicodeDecodeError):
             return web.json_response({"error": "body: expected a JSON object"}, status=400)
         except PayloadError as exc:

@@ -22,7 +22,7 @@ from oximeter.procs import ManagedProcess, free_port, http_ok
 from oximeter.store import connect
 from reporter.channels import CHANNELS
 from reporter.outbox import Outbox, OutboxPolicy
-from reporter.relay import PATH, Relay, mount
+from reporter.relay import PATH, Payload, Relay, mount
 from reporter.render import OutboxNotifier
 from reporter.settings import ReporterSettings
 from reporter.worker import DeliveryWorker
@@ -110,6 +110,20 @@ def test_duplicates_forward_once_and_watchdog_is_a_heartbeat(stack: Stack) -> No
     assert (second["forwarded"], second["duplicates"], second["message_key"]) == ([], 2, None)
     assert [r["disposition"] for r in stack.relay.records()] == ["forwarded", "heartbeat"]
     assert len(stack.outbox.rows()) == 1
+
+
+def test_a_large_group_passes_the_api_body_limit(stack: Stack) -> None:
+    alerts = [{**_alert(f"a{i}", node="n2", layer="scheduling", padding="x" * 200), "fingerprint": f"fp{i}"}
+              for i in range(400)]  # ~150 KB, past the API's 64 KiB client_max_size
+    reply = _post(stack, _payload(*alerts))
+    assert reply.status_code == 200, reply.text
+    assert len(reply.json()["forwarded"]) == 400
+    assert len(stack.outbox.rows()) == 1  # one message for the group, listing 20 and counting the rest
+    group = Payload.parse(_payload(*alerts))
+    message = stack.relay.render(group, group.alerts, "k")
+    assert len(message.sections) == 21 and message.sections[-1].body == "and 380 more alert(s) in this group"
+    huge = b'{"version": "4", "alerts": [' + b" " * (5 * 1024 * 1024) + b"]}"
+    assert _post(stack, huge).status_code == 413
 
 
 def test_store_failure_is_503_so_alertmanager_retries(stack: Stack, tmp_path: Path) -> None:
