@@ -23,13 +23,20 @@ def window_quantiles(data: np.ndarray, starts: np.ndarray, window: int, qs: Sequ
     (per column; rows outside ``data`` count as missing). NaN where fewer than ``min_count``
     values are present. Returns one (len(starts) × columns) array per quantile."""
     rows, cols = data.shape
-    padded = np.full((rows + 2 * window, cols), np.nan, dtype=np.float32)
-    padded[window:window + rows] = data
+    starts = np.asarray(starts, dtype=np.int64)
+    out = [np.full((len(starts), cols), np.nan, dtype=np.float32) for _ in qs]
+    if len(starts) == 0:
+        return out
+    # Only the rows the requested windows span are copied, NaN-padded where they leave ``data``.
+    lo, hi = int(starts.min()), int(starts.max()) + window
+    padded = np.full((hi - lo, cols), np.nan, dtype=np.float32)
+    src_lo, src_hi = max(lo, 0), min(hi, rows)
+    if src_hi > src_lo:
+        padded[src_lo - lo:src_hi - lo] = data[src_lo:src_hi]
     view = sliding_window_view(padded, window, axis=0)  # (positions, cols, window), no copy
-    offsets = np.asarray(starts, dtype=np.int64) + window
-    out = [np.full((len(offsets), cols), np.nan, dtype=np.float32) for _ in qs]
-    for lo in range(0, len(offsets), BLOCK_ROWS):
-        take = np.clip(offsets[lo:lo + BLOCK_ROWS], 0, view.shape[0] - 1)
+    offsets = starts - lo
+    for first in range(0, len(offsets), BLOCK_ROWS):
+        take = offsets[first:first + BLOCK_ROWS]
         block = view[take]
         missing = np.isnan(block)
         count = window - np.count_nonzero(missing, axis=-1)
@@ -47,5 +54,5 @@ def window_quantiles(data: np.ndarray, starts: np.ndarray, window: int, qs: Sequ
             v_lo = np.take_along_axis(block, below[..., None], axis=-1)[..., 0]
             v_hi = np.take_along_axis(block, above[..., None], axis=-1)[..., 0]
             value = v_lo + (v_hi - v_lo) * (pos - below).astype(np.float32)
-            target[lo:lo + len(take)] = np.where(count >= min_count, value, np.nan)
+            target[first:first + len(take)] = np.where(count >= min_count, value, np.nan)
     return out
