@@ -27,13 +27,14 @@ from typing import Any
 
 from aiohttp import web
 from loguru import logger
+from prometheus_client import CollectorRegistry, Gauge
 from pydantic import SecretStr
 
-from analyzer.events import parse_iso
 from analyzer.incident_store import IncidentQuery, IncidentStore
 from analyzer.incidents import ChangeEvent, Incident
 from oximeter.errors import OximeterError
 from oximeter.store import lock_for, migrate
+from reporter.am_payload import Alert, Payload, PayloadError, moment_of
 from reporter.message import SIMULATION_MARKER, Link, Message, Section, Severity
 from reporter.outbox import Outbox
 from reporter.routing import Router
@@ -51,109 +52,18 @@ MIGRATIONS = [
     );
     CREATE INDEX relay_alerts_incident ON relay_alerts (incident_id);
     """,
+    """
+    CREATE TABLE relay_heartbeat (
+        name TEXT PRIMARY KEY, last_seen REAL NOT NULL, lost_noticed_at REAL
+    );
+    """,
 ]
 PATH = "/api/alertmanager"
 # A group of a few thousand alerts; read past the API app's small client_max_size on purpose.
 MAX_BODY_BYTES = 4 * 1024 * 1024
 SHOWN_ALERTS = 20  # a chat message lists this many alerts of a group, then counts the rest
 WATCHDOG = "Watchdog"
-_SEVERITIES = {"critical": Severity.CRITICAL, "warning": Severity.WARNING, "info": Severity.INFO}
 _RANK = {Severity.INFO: 0, Severity.WARNING: 1, Severity.CRITICAL: 2}
-
-
-class PayloadError(ValueError):
-    """The webhook body is not a version-4 payload; the message says which field."""
-
-
-def _str_map(value: Any, where: str) -> dict[str, str]:
-    if value is None:
-        return {}
-    if not isinstance(value, dict) or not all(isinstance(k, str) and isinstance(v, str)
-                                              for k, v in value.items()):
-        raise PayloadError(f"{where}: expected an object of strings")
-    return dict(value)
-
-
-def _moment(text: str) -> datetime | None:
-    """RFC 3339 (Alertmanager writes nanoseconds; Python keeps microseconds), None when unreadable."""
-    try:
-        return parse_iso(text)
-    except ValueError:
-        return None
-
-
-@dataclass(frozen=True)
-class Alert:
-    """One alert of a webhook payload (unknown fields ignored)."""
-
-    fingerprint: str
-    status: str
-    labels: dict[str, str]
-    annotations: dict[str, str]
-    starts_at: str
-    ends_at: str
-    generator_url: str
-
-    @property
-    def name(self) -> str:
-        """``alertname`` (or ``unnamed``)."""
-        return self.labels.get("alertname", "unnamed")
-
-    @property
-    def severity(self) -> Severity:
-        """The rule's ``severity`` label; warning when absent or unknown."""
-        return _SEVERITIES.get(self.labels.get("severity", ""), Severity.WARNING)
-
-    @classmethod
-    def parse(cls, data: Any, where: str) -> Alert:
-        """Validate one alert object."""
-        if not isinstance(data, dict):
-            raise PayloadError(f"{where}: expected an object")
-        status = data.get("status")
-        if status not in ("firing", "resolved"):
-            raise PayloadError(f"{where}.status: expected 'firing' or 'resolved'")
-        labels = _str_map(data.get("labels"), f"{where}.labels")
-        fingerprint = data.get("fingerprint")
-        if not isinstance(fingerprint, str) or not fingerprint:
-            raise PayloadError(f"{where}.fingerprint: expected a non-empty string")
-        starts_at = data.get("startsAt", "")
-        if not isinstance(starts_at, str) or (starts_at and _moment(starts_at) is None):
-            raise PayloadError(f"{where}.startsAt: expected an RFC 3339 time")
-        ends_at, url = data.get("endsAt", ""), data.get("generatorURL", "")
-        if not isinstance(ends_at, str) or not isinstance(url, str):
-            raise PayloadError(f"{where}: endsAt and generatorURL must be strings")
-        return cls(fingerprint, status, labels, _str_map(data.get("annotations"), f"{where}.annotations"),
-                   starts_at, ends_at, url)
-
-
-@dataclass(frozen=True)
-class Payload:
-    """A version-4 webhook payload: one Alertmanager group."""
-
-    group_key: str
-    status: str
-    group_labels: dict[str, str]
-    common_labels: dict[str, str]
-    external_url: str
-    alerts: tuple[Alert, ...]
-
-    @classmethod
-    def parse(cls, data: Any) -> Payload:
-        """Validate the body; raise :class:`PayloadError` naming the first bad field."""
-        if not isinstance(data, dict):
-            raise PayloadError("body: expected a JSON object")
-        if str(data.get("version")) != "4":
-            raise PayloadError("version: expected \"4\" (Alertmanager webhook payload version 4)")
-        alerts = data.get("alerts")
-        if not isinstance(alerts, list):
-            raise PayloadError("alerts: expected a list")
-        group_key = data.get("groupKey", "")
-        if not isinstance(group_key, str):
-            raise PayloadError("groupKey: expected a string")
-        url = data.get("externalURL", "")
-        return cls(group_key, str(data.get("status", "")), _str_map(data.get("groupLabels"), "groupLabels"),
-                   _str_map(data.get("commonLabels"), "commonLabels"), url if isinstance(url, str) else "",
-                   tuple(Alert.parse(a, f"alerts[{i}]") for i, a in enumerate(alerts)))
 
 
 @dataclass(frozen=True)
@@ -196,12 +106,52 @@ class Relay:
 
     def __init__(self, store: IncidentStore, outbox: Outbox, settings: ReporterSettings,
                  token: SecretStr | None, router: Router | None = None,
-                 clock: Callable[[], float] = time.time) -> None:
+                 clock: Callable[[], float] = time.time, registry: CollectorRegistry | None = None) -> None:
         self.store, self.outbox, self.settings, self.token, self.clock = store, outbox, settings, token, clock
         self.router = router or Router.from_settings(settings.routes, outbox.channels)
         self.conn = store.conn
         with lock_for(self.conn):
             migrate(self.conn, COMPONENT, MIGRATIONS)
+        self.watchdog_seen = Gauge(
+            "oximeter_relay_watchdog_last_seen_timestamp_seconds",
+            "When Alertmanager last delivered the always-firing Watchdog (0: never).",
+            registry=registry if registry is not None else CollectorRegistry())
+        self.watchdog_seen.set_function(lambda: self._heartbeat()[0] or 0.0)
+
+    def _heartbeat(self) -> tuple[float | None, float | None]:
+        with lock_for(self.conn):
+            row = self.conn.execute("SELECT last_seen, lost_noticed_at FROM relay_heartbeat WHERE name = ?",
+                                    (WATCHDOG,)).fetchone()
+        return (None, None) if row is None else (row[0], row[1])
+
+    def check_watchdog(self) -> bool:
+        """Tell chat once per outage when the Watchdog stopped arriving; True when it did so now.
+
+        Only after the Watchdog was seen once, so a stack without Alertmanager stays quiet.
+        """
+        timeout_s = self.settings.watchdog_timeout_s
+        last_seen, noticed = self._heartbeat()
+        now = self.clock()
+        if not timeout_s or last_seen is None or noticed is not None or now - last_seen <= timeout_s:
+            return False
+        minutes = (now - last_seen) / 60
+        when = datetime.fromtimestamp(last_seen, UTC).strftime("%Y-%m-%d %H:%M:%SZ")
+        message = Message("Alerting path broken: no Watchdog from Alertmanager", Severity.CRITICAL, (Section(
+            "Watchdog lost", f"The always-firing Watchdog last arrived at {when} ({minutes:.0f} min ago): "
+            "Prometheus rule evaluation, Alertmanager or its webhook to the analyzer is not working, "
+            "so alerts may not be reaching anyone."),), simulation=self.settings.simulated,
+            idempotency_key=f"watchdog:lost:{last_seen:.0f}")
+        self.outbox.enqueue(message, self.router.channels_for(severity="critical", layer="platform"), now=now)
+        with lock_for(self.conn):
+            self.conn.execute("UPDATE relay_heartbeat SET lost_noticed_at = ? WHERE name = ?",
+                              (now, WATCHDOG))
+        return True
+
+    def _beat(self, now: float) -> None:
+        with lock_for(self.conn):
+            self.conn.execute(
+                "INSERT INTO relay_heartbeat (name, last_seen) VALUES (?, ?) ON CONFLICT (name) DO UPDATE"
+                " SET last_seen = excluded.last_seen, lost_noticed_at = NULL", (WATCHDOG, now))
 
     def _known(self, alerts: Sequence[Alert]) -> set[tuple[str, str, str]]:
         with lock_for(self.conn):
@@ -213,6 +163,8 @@ class Relay:
         """Record one payload; raises ``sqlite3.Error``/``OximeterError`` when the store fails."""
         now = self.clock()
         moment = datetime.fromtimestamp(now, UTC)
+        if any(a.name == WATCHDOG and a.status == "firing" for a in payload.alerts):
+            self._beat(now)  # every delivery counts, repeats included: absence is what matters
         known = self._known(payload.alerts)
         seen: set[tuple[str, str, str]] = set()
         fresh = []
@@ -240,7 +192,7 @@ class Relay:
                                   if k in alert.labels))
             summary = alert.annotations.get("summary", "")
             self.store.record_change_event(ChangeEvent(
-                _moment(alert.starts_at) or moment if alert.status == "firing" else moment, "alert",
+                moment_of(alert.starts_at) or moment if alert.status == "firing" else moment, "alert",
                 f"Alertmanager {alert.name} {alert.status} (incident {incident.id})"
                 + (f": {summary}" if summary else ""), labels, "alertmanager"), moment)
         rows = [(a, incident.id if incident else None, disposition)

@@ -86,6 +86,8 @@ class ReporterSettings(BaseModel):
     grafana_url: str | None = None  # e.g. https://grafana.example.com (dashboard links)
     api_url: str = "http://127.0.0.1:9471"  # the analyzer API as chat readers reach it
     simulated: bool = False  # the whole source is the simulator: mark every message SIMULATION
+    # Tell chat when Alertmanager's Watchdog has not arrived for this long (0 disables).
+    watchdog_timeout_s: float = Field(600.0, ge=0)
     digest: DigestSettings = Field(default_factory=DigestSettings)
 
     @model_validator(mode="after")

@@ -11,14 +11,18 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import sqlite3
 from dataclasses import dataclass
 from datetime import date
 
 from aiohttp import web
+from loguru import logger
 from prometheus_client import CollectorRegistry
 from pydantic import SecretStr
 
 from analyzer.incident_store import IncidentStore
+from oximeter.errors import OximeterError
 from reporter import digest_schedule
 from reporter.channels import build_channels
 from reporter.outbox import Outbox, OutboxPolicy
@@ -46,10 +50,20 @@ class Reporting:
 
     async def run(self, stop: asyncio.Event) -> None:
         """Deliver the outbox and send the digest until ``stop`` is set (no channels: no digest)."""
-        loops = [deliver_forever(self.outbox, stop, self.settings.deliver_interval_s)]
+        loops = [deliver_forever(self.outbox, stop, self.settings.deliver_interval_s),
+                 self._watch(stop)]
         if self.outbox.channels:
             loops.append(digest_schedule.digest_forever(self.scheduler, stop))
         await asyncio.gather(*loops)
+
+    async def _watch(self, stop: asyncio.Event, interval_s: float = 30.0) -> None:
+        while not stop.is_set():
+            try:
+                await asyncio.to_thread(self.relay.check_watchdog)
+            except (sqlite3.Error, OximeterError) as exc:
+                logger.error("relay: watchdog check failed: {}", exc)
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(stop.wait(), timeout=interval_s)
 
 
 def build_reporting(store: IncidentStore, settings: ReporterSettings, token: SecretStr | None,
@@ -66,4 +80,4 @@ def build_reporting(store: IncidentStore, settings: ReporterSettings, token: Sec
     scheduler = digest_schedule.DigestScheduler(
         settings, send_day, sent=lambda day: digest_schedule.already_queued(outbox, day))
     return Reporting(settings, outbox, OutboxNotifier(outbox, settings, router),
-                     Relay(store, outbox, settings, token, router), scheduler)
+                     Relay(store, outbox, settings, token, router, registry=registry), scheduler)

@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 import requests
 from chat_receiver import ChatReceiver
+from prometheus_client import CollectorRegistry
 from pydantic import SecretStr
 from relay_harness import ThreadedApp, sample_incident
 
@@ -217,3 +218,30 @@ def test_real_alertmanager_firing_and_resolved(stack: Stack, tmp_path: Path,
     assert [e["status"] for e in stack.relay.evidence_of(incident.id)] == ["firing", "resolved"]
     # …and the incident got no second message.
     assert sum(1 for t in titles if "GpuTemperatureHigh" in t or "thermal_throttle" in t) == 1
+
+
+def test_watchdog_absence_is_told_once_per_outage(stack: Stack) -> None:
+    clock = [1000.0]
+    registry = CollectorRegistry()
+    relay = Relay(stack.store, stack.outbox, ReporterSettings(watchdog_timeout_s=600), SecretStr(TOKEN),
+                  clock=lambda: clock[0], registry=registry)
+    seen = "oximeter_relay_watchdog_last_seen_timestamp_seconds"
+    assert (relay.check_watchdog(), registry.get_sample_value(seen)) == (False, 0.0)  # never seen: quiet
+    watchdog = _payload({**_alert("Watchdog"), "fingerprint": "fp-wd"})
+    relay.receive(Payload.parse(watchdog))
+    clock[0] = 1500.0
+    relay.receive(Payload.parse(watchdog))  # a repeat: a duplicate alert, but still a heartbeat
+    assert registry.get_sample_value(seen) == 1500.0
+    steps = []
+    for now in (2100.0, 2101.0, 2500.0):
+        clock[0] = now
+        steps.append(relay.check_watchdog())
+    assert steps == [False, True, False]
+    (row,) = stack.outbox.rows()
+    assert (row.idempotency_key, row.severity, row.title) == (
+        "watchdog:lost:1500", "critical", "Alerting path broken: no Watchdog from Alertmanager")
+    clock[0] = 3000.0
+    relay.receive(Payload.parse(watchdog))  # back: the next outage is told again
+    clock[0] = 3601.0
+    assert relay.check_watchdog() is True
+    assert [r.idempotency_key for r in stack.outbox.rows()] == ["watchdog:lost:1500", "watchdog:lost:3000"]
