@@ -135,6 +135,7 @@ class Digest:
     slo: tuple[SloRow, ...]
     top_signals: tuple[tuple[str, int, float | None], ...]
     gpu_health: tuple[GpuHealth, ...]
+    simulated_nodes: tuple[str, ...] = ()  # nodes whose exporter said ``oximeter_simulation_info``
     chart: dict[str, list[tuple[float, float]]] = field(default_factory=dict, compare=False)
 
 
@@ -249,4 +250,6 @@ def collect(prom: PromQuery, store: IncidentStore | None, day: date, settings: D
         mttr_s=sum(repair) / len(repair) if repair else None,
         slo=_slo(requests, ttft, settings), top_signals=tuple(top_signals),
         gpu_health=_gpu_health(prom, start, end),
+        simulated_nodes=tuple(sorted({s.label("node") for s in prom.instant(
+            f"max by (node) (max_over_time(oximeter_simulation_info[{span}]))", end) if s.last >= 1})),
         chart=_chart(prom, start, end) if with_chart else {})

@@ -73,7 +73,8 @@ def to_message(d: Digest, settings: ReporterSettings, png: bytes | None) -> Mess
     start, end = d.start.astimezone(tz), d.end.astimezone(tz)
     return Message(f"Daily health digest {d.day.isoformat()}", worst, sections(d, settings),
                    (("Day", f"{start:%Y-%m-%d %H:%M} – {end:%Y-%m-%d %H:%M} {start:%Z}"),),
-                   (link,) if link else (), image_png=png, simulation=settings.simulated,
+                   (link,) if link else (), image_png=png,
+                   simulation=settings.simulated or bool(d.simulated_nodes),
                    idempotency_key=f"digest:{d.day.isoformat()}")
 
 

@@ -215,6 +215,8 @@ def test_incidents_markdown_and_link(preview: Preview) -> None:
     assert f"| max queue length | {numbers['max_queue_length']:.4g} (" in markdown and colour in markdown
     assert f"![chart](digest-{DAY}.png)" in markdown
     assert "Daily health digest 2025-11-30" in preview.stdout
+    assert numbers["simulated_nodes"] == ["n1", "n2"]  # the simulator's exporters say so
+    assert markdown.startswith("# [SIMULATION] [P1] Daily health digest 2025-11-30\n")
 
 
 def test_chart_is_a_valid_png(preview: Preview) -> None:
