@@ -28,6 +28,8 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "incidents": ("analyzer.incidents_cli", "list, show and summarise incidents"),
     "analyze": ("analyzer.daemon", "run the analyzer daemon: detect, correlate, store, notify"),
     "report": ("reporter.digest_cli", "send or preview the daily health digest"),
+    "drill": ("analyzer.drill",
+              "rehearse a fault scenario against the stack or in replay, and score the diagnosis"),
 }
 
 
