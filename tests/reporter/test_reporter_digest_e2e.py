@@ -36,7 +36,7 @@ PROMETHEUS = shutil.which("prometheus") or "/usr/bin/prometheus"
 DAY = "2025-11-30"
 START = datetime(2025, 11, 30, tzinfo=UTC)
 END = START + timedelta(days=1)
-STEP_S = 120  # the history's sample step; the digest evaluates at 1 m
+STEP_S = 240  # the history's sample step (under the 5 m lookback); the digest evaluates at 1 m
 SCENARIO = """
 name: digest_day
 description: A small day for the digest test.
