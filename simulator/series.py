@@ -67,14 +67,16 @@ class SeriesStore:
                     cache[fast_key] = values
                 values[step] = sample.value
 
-    @property
-    def sample_count(self) -> int:
-        """Samples stored (not NaN)."""
-        return sum(
-            sum(1 for v in values if v == v)
-            for fam in self._families.values()
-            for values in fam.series.values()
-        )
+    def values(self, sample_name: str, **labels: str) -> list[list[float]]:
+        """Every stored series named ``sample_name`` whose labels include ``labels`` (NaN = absent)."""
+        family = self._families.get(_family_of(sample_name, self._families))
+        if family is None:
+            return []
+        return [
+            list(values)
+            for (name, items), values in sorted(family.series.items())
+            if name == sample_name and labels.items() <= dict(items).items()
+        ]
 
     def write_openmetrics(self, path: Path) -> int:
         """One OpenMetrics text file for ``promtool tsdb create-blocks-from openmetrics``."""
@@ -151,6 +153,13 @@ class SeriesStore:
             ),
             directory / "samples.parquet",
         )
+
+
+def _family_of(sample_name: str, families: Mapping[str, object]) -> str:
+    for suffix in ("_total", "_bucket", "_count", "_sum", ""):
+        if suffix and sample_name.endswith(suffix) and sample_name.removesuffix(suffix) in families:
+            return sample_name.removesuffix(suffix)
+    return sample_name
 
 
 def _series_order(item: tuple[tuple[str, tuple[tuple[str, str], ...]], array]) -> tuple[object, ...]:
