@@ -1,0 +1,340 @@
+"""``oximeter drill``: rehearse a fault scenario and score the analyzer's diagnosis against its truth.
+
+Seed 003 §5.2: drills trade accidents for exercises. A drill runs a scenario file (the built-in
+library in ``simulator/scenarios/``, or any folder) either in **replay** (the scenario's history,
+cached, through detection, correlation and the incident lifecycle in accelerated time; see
+``analyzer/replay.py``) or **live** (the faults injected into a running simulator through
+``POST /admin/faults``, the analyzer's ``GET /api/incidents`` polled until a deadline). Both are
+scored the same way: detected or not, time to detect (opened − fault start), the attributed
+layer, entity and rule against the truth, and the notify-worthy messages. The exit code is 1 when
+any drill misses its truth, 2 on bad input.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict, dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from oximeter.errors import ConfigError, OximeterError
+
+LIBRARY = Path(__file__).resolve().parent.parent / "simulator" / "scenarios"
+DEFAULT_CACHE = Path(".oximeter") / "cache" / "drill"
+NOTIFY_KINDS = ("opened", "severity_up", "root_cause_changed", "resolved")
+
+
+@dataclass(frozen=True)
+class Attribution:
+    """What the analyzer said about one incident."""
+
+    incident_id: str
+    layer: str
+    rule: str
+    signal: str
+    entity: dict[str, str]
+    opened_at: str | None
+
+
+@dataclass(frozen=True)
+class DrillScore:
+    """One drill's verdict (``--json`` prints these)."""
+
+    scenario: str
+    mode: str
+    passed: bool
+    detected: bool
+    time_to_detect_s: float | None
+    expected: list[dict[str, Any]]
+    attributed: list[Attribution]
+    messages: int
+    reason: str
+
+    @property
+    def truth_text(self) -> str:
+        """``layer/rule entity`` of every expected root cause, or ``none``."""
+        return "; ".join(f"{t['layer']}/{t['rule']} {_entity(t.get('entity') or {})}".strip()
+                         for t in self.expected) or "none"
+
+    @property
+    def got_text(self) -> str:
+        """``layer/rule signal@entity`` of every incident, or ``none``."""
+        return "; ".join(f"{a.layer}/{a.rule} {a.signal}@{_entity(a.entity)}"
+                         for a in self.attributed) or "none"
+
+
+def _entity(labels: Mapping[str, Any]) -> str:
+    return ",".join(f"{k}={v}" for k, v in sorted(labels.items()) if k in ("node", "gpu", "service",
+                                                                           "dependency", "process", "job"))
+
+
+def _when(text: str | None) -> datetime | None:
+    return None if not text else datetime.fromisoformat(text.replace("Z", "+00:00"))
+
+
+def expected_truths(truth: Mapping[str, Any], also: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """The root causes a scenario should yield: none for a fault-free one, else the truth and its ``also``."""
+    if truth["rule"] == "none":
+        return []
+    return [dict(truth), *(dict(a) for a in also)]
+
+
+def score(scenario: str, mode: str, expected: list[dict[str, Any]], incidents: Sequence[Mapping[str, Any]],
+          fault_start: datetime | None, messages: int) -> DrillScore:
+    """Score incidents (the API's JSON shape) against the expected root causes.
+
+    A drill passes when there is exactly one incident per expected root cause and each root
+    cause is named (layer, rule and every truth entity label) by a distinct incident.
+    """
+    from analyzer.replay import truth_matches
+
+    attributed = [Attribution(str(i["id"]), str(i["layer"]), str(i["rule"]), str(i["root_cause"]["signal"]),
+                              {k: str(v) for k, v in (i["root_cause"].get("labels") or {}).items()},
+                              i.get("opened_at")) for i in incidents]
+    unused = list(incidents)
+    matched: list[Mapping[str, Any]] = []
+    for truth in expected:
+        hit = next((i for i in unused if truth_matches(i, truth)), None)
+        if hit is not None:
+            unused.remove(hit)
+            matched.append(hit)
+    first = matched[0] if matched else (incidents[0] if incidents else None)
+    opened = _when(first.get("opened_at")) if first is not None else None
+    ttd = (opened - fault_start).total_seconds() if opened and fault_start else None
+    if not expected:
+        reason = f"{len(incidents)} incident(s) on a fault-free run" if incidents else "quiet, as expected"
+    elif not incidents:
+        reason = "not detected: no incident"
+    elif len(matched) < len(expected):
+        reason = f"attributed {len(matched)} of {len(expected)} root cause(s) right"
+    elif len(incidents) != len(expected):
+        reason = f"{len(incidents)} incidents, expected {len(expected)}"
+    else:
+        reason = "right"
+    passed = len(matched) == len(expected) and len(incidents) == len(expected)
+    return DrillScore(scenario, mode, passed, bool(incidents) and bool(expected), ttd, expected, attributed,
+                      messages, reason)
+
+
+# -- replay -----------------------------------------------------------------------------------------
+def replay_drill(path: Path, cache_dir: Path, step_s: float, interval_s: float) -> DrillScore:
+    """The scenario's windows replayed through the analyzer, scored."""
+    from analyzer.replay import drill_windows, history_dir, replay_history, window_policy
+    from simulator.scenario import load_scenario
+
+    sc = load_scenario(path)
+    incidents: list[dict[str, Any]] = []
+    messages, starts = 0, []
+    for window in drill_windows(sc, step_s=step_s):
+        directory = history_dir(window, cache_dir, step_s)
+        truth = json.loads((directory / "truth.json").read_text(encoding="utf-8"))
+        starts += [f["start_epoch_s"] for f in truth["faults"]]
+        outcome = replay_history(directory, interval_s, policy=window_policy())
+        incidents += [i.to_dict() for i in outcome.incidents]
+        messages += sum(1 for c in outcome.changes if c.kind in NOTIFY_KINDS)
+    start = datetime.fromtimestamp(min(starts), tz=UTC) if starts else None
+    expected = expected_truths(sc.truth.model_dump(), [a.model_dump() for a in sc.also])
+    return score(sc.name, "replay", expected, incidents, start, messages)
+
+
+def _prepare(paths: Sequence[Path], cache_dir: Path, step_s: float, jobs: int) -> None:
+    from analyzer.replay import drill_windows, prepare
+    from simulator.scenario import load_scenario
+
+    windows = [w for p in paths for w in drill_windows(load_scenario(p), step_s=step_s)]
+    prepare(windows, cache_dir, step_s, jobs)
+
+
+# -- live -------------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class LiveTarget:
+    """A running stack: the simulator's admin API and the analyzer's API."""
+
+    sim_url: str
+    analyzer_url: str
+    admin_token: str
+    time_scale: float = 1.0
+    timeout_s: float = 600.0
+    quiet_s: float = 120.0
+    poll_s: float = 2.0
+
+
+def live_drill(path: Path, target: LiveTarget) -> DrillScore:
+    """Inject the scenario's faults now (durations × time scale), watch the analyzer, score, clean up."""
+    import requests
+
+    from simulator.scenario import load_scenario
+
+    sc = load_scenario(path)
+    headers = {"Authorization": f"Bearer {target.admin_token}"}
+    sim, api = target.sim_url.rstrip("/"), target.analyzer_url.rstrip("/")
+    before = {i["id"] for i in _incidents(api)}
+    sim_now = float(requests.get(f"{sim}/fleet", timeout=10).json()["now"])
+    first = min((f.start for f in sc.faults), default=0.0)
+    injected: list[str] = []
+    started = datetime.now(UTC)
+    expected = expected_truths(sc.truth.model_dump(), [a.model_dump() for a in sc.also])
+    try:
+        for n, fault in enumerate(sc.faults):
+            body: dict[str, Any] = {"kind": fault.kind, "node": fault.node, "id": f"drill-{sc.name}-{n}",
+                                    "start": sim_now + (fault.start - first) * target.time_scale}
+            if fault.gpu is not None:
+                body["gpu"] = fault.gpu
+            if fault.strength is not None:
+                body["strength"] = fault.strength
+            if fault.duration is not None:
+                body["duration_s"] = fault.duration * target.time_scale
+            resp = requests.post(f"{sim}/admin/faults", json=body, headers=headers, timeout=10)
+            if resp.status_code != 201:
+                raise OximeterError(f"simulator refused fault {n} ({fault.kind}): "
+                                    f"{resp.status_code} {resp.text[:200]}")
+            injected.append(body["id"])
+        new = _watch(api, before, expected, target)
+    finally:
+        for fault_id in injected:
+            requests.delete(f"{sim}/admin/faults/{fault_id}", headers=headers, timeout=10)
+    messages = sum(1 for i in new for c in _notifications(api, i["id"]) if c["kind"] in NOTIFY_KINDS)
+    return score(sc.name, "live", expected, new, started, messages)
+
+
+def _incidents(api: str) -> list[dict[str, Any]]:
+    import requests
+
+    resp = requests.get(f"{api}/api/incidents", timeout=10)
+    resp.raise_for_status()
+    return list(resp.json()["incidents"])
+
+
+def _notifications(api: str, incident_id: str) -> list[dict[str, Any]]:
+    import requests
+
+    resp = requests.get(f"{api}/api/incidents/{incident_id}", timeout=10)
+    return list(resp.json().get("notifications", [])) if resp.ok else []
+
+
+def _watch(api: str, before: set[str], expected: list[dict[str, Any]],
+           target: LiveTarget) -> list[dict[str, Any]]:
+    """New incidents, polled until every expected root cause is named (or quiet_s for a fault-free one)."""
+    from analyzer.replay import truth_matches
+
+    limit = target.quiet_s if not expected else target.timeout_s
+    deadline = time.monotonic() + limit
+    new: list[dict[str, Any]] = []
+    while time.monotonic() < deadline:
+        new = [i for i in _incidents(api) if i["id"] not in before]
+        if expected and all(any(truth_matches(i, t) for i in new) for t in expected):
+            break
+        time.sleep(target.poll_s)
+    return new
+
+
+# -- command ----------------------------------------------------------------------------------------
+def scenario_paths(name: str | None, run_all: bool, directory: Path | None) -> list[Path]:
+    """The scenario files chosen: every ``*.yaml`` of the folder, or one name or path."""
+    folder = directory or LIBRARY
+    if run_all:
+        found = sorted(folder.glob("*.yaml"))
+        if not found:
+            raise ConfigError([f"no scenario files (*.yaml) in {folder}"], None)
+        return found
+    if not name:
+        raise ConfigError(["give a SCENARIO (name or file) or --all"], None)
+    for candidate in (Path(name), folder / f"{name}.yaml", folder / name):
+        if candidate.is_file():
+            return [candidate]
+    known = ", ".join(p.stem for p in sorted(folder.glob("*.yaml")))
+    raise ConfigError([f"no scenario {name!r} (a file, or one of: {known})"], None)
+
+
+def print_table(scores: Sequence[DrillScore]) -> None:
+    """A rich table of the drills, then the closing line ``N passed, M failed``."""
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table(title="Oximeter drills (SIMULATION)")
+    for column in ("scenario", "mode", "truth", "attributed", "detect", "msgs", "result"):
+        table.add_column(column)
+    for s in scores:
+        ttd = "-" if s.time_to_detect_s is None else f"{s.time_to_detect_s / 60:.1f} min"
+        table.add_row(s.scenario, s.mode, s.truth_text, s.got_text, ttd, str(s.messages),
+                      "pass" if s.passed else f"FAIL: {s.reason}")
+    Console(width=200).print(table)
+
+
+def run(args: argparse.Namespace) -> int:
+    """Entry point of ``oximeter drill``."""
+    from analyzer.incident_store import parse_duration
+    from oximeter.secrets import read_secret
+
+    live = args.live or (not args.replay and bool(args.sim_url and args.analyzer_url))
+    try:
+        paths = scenario_paths(args.scenario, args.all, Path(args.scenarios) if args.scenarios else None)
+        step_s = parse_duration(args.step).total_seconds()
+        interval_s = parse_duration(args.interval).total_seconds()
+        target = None
+        if live:
+            if not (args.sim_url and args.analyzer_url):
+                raise ConfigError(["--live needs --sim-url and --analyzer-url"], None)
+            token = read_secret(args.admin_token_env)
+            if token is None:
+                raise ConfigError([f"--live needs the simulator's admin token in {args.admin_token_env} "
+                                   f"(or {args.admin_token_env}_FILE)"], None)
+            target = LiveTarget(args.sim_url, args.analyzer_url, token.get_secret_value(), args.time_scale,
+                                args.timeout_s, args.quiet_s)
+    except (OximeterError, ValueError) as exc:
+        print(f"oximeter drill: {exc}", file=sys.stderr)
+        return 2
+    if target is None:
+        _prepare(paths, Path(args.cache), step_s, args.jobs)
+    scores = []
+    for path in paths:
+        try:
+            scores.append(live_drill(path, target) if target is not None
+                          else replay_drill(path, Path(args.cache), step_s, interval_s))
+        except OximeterError as exc:
+            print(f"oximeter drill: {path.name}: {exc}", file=sys.stderr)
+            return 2
+    passed = sum(s.passed for s in scores)
+    if args.json:
+        print(json.dumps({"drills": [asdict(s) for s in scores], "passed": passed,
+                          "failed": len(scores) - passed}, indent=2))
+    else:
+        print_table(scores)
+        print(f"{passed} passed, {len(scores) - passed} failed")
+    return 0 if passed == len(scores) else 1
+
+
+def configure(parser: argparse.ArgumentParser) -> None:
+    """Arguments of ``oximeter drill``."""
+    parser.add_argument("scenario", nargs="?", metavar="SCENARIO",
+                        help="a scenario name from the library (or --scenarios DIR), or a file")
+    parser.add_argument("--all", action="store_true", help="every scenario of the library (or DIR)")
+    mode = parser.add_mutually_exclusive_group()
+    mode.add_argument("--replay", action="store_true",
+                      help="replay the scenario's history through the analyzer (default without URLs)")
+    mode.add_argument("--live", action="store_true",
+                      help="inject into a running simulator, watch the analyzer")
+    parser.add_argument("--scenarios", metavar="DIR", help="folder of scenario files (default: the library)")
+    parser.add_argument("--json", action="store_true", help="print the scores as JSON")
+    replay = parser.add_argument_group("replay")
+    replay.add_argument("--step", default="60s", help="history sample step (default 60s)")
+    replay.add_argument("--interval", default="60s", help="analyzer cycle interval replayed (default 60s)")
+    replay.add_argument("--jobs", type=int, default=2, help="histories generated in parallel (default 2)")
+    replay.add_argument("--cache", default=str(DEFAULT_CACHE),
+                        help=f"history cache folder (default {DEFAULT_CACHE})")
+    live = parser.add_argument_group("live")
+    live.add_argument("--sim-url", metavar="URL", help="the simulator (any engine port), e.g. http://127.0.0.1:8000")
+    live.add_argument("--analyzer-url", metavar="URL", help="the analyzer API, e.g. http://127.0.0.1:9471")
+    live.add_argument("--admin-token-env", default="OXIMETER_ADMIN_TOKEN", metavar="NAME",
+                      help="env var (or NAME_FILE) holding the simulator's admin token")
+    live.add_argument("--time-scale", type=float, default=1.0,
+                      help="multiply fault durations and offsets (0.05: a 2 h fault lasts 6 min)")
+    live.add_argument("--timeout-s", type=float, default=600.0, help="deadline for the incident to appear")
+    live.add_argument("--quiet-s", type=float, default=120.0,
+                      help="how long a fault-free scenario must stay quiet")
+    parser.set_defaults(func=run)

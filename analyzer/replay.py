@@ -1,0 +1,249 @@
+"""Replay a scenario through the analyzer in accelerated time: history → signals → detection →
+the daemon's cycles (correlation, diagnosis, incident lifecycle), without Prometheus or a clock.
+
+Used by ``oximeter drill --replay`` and ``bench/attribution_eval.py``. Histories are generated
+in-process (Parquet and the truth only: replay needs no OpenMetrics) and cached under a key
+that covers the scenario, the window, the step and the simulator's own source, so an edited
+scenario or simulator never replays a stale history.
+
+A drill replays *windows* around the faults rather than whole days: every baseline the detectors
+use without a day of history (the recent hour, the 30-minute trend) is filled after ``warmup_s``,
+and generating history is the expensive part (the simulator plays every request).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import shutil
+import tempfile
+from collections.abc import Mapping, Sequence
+from concurrent.futures import ProcessPoolExecutor
+from dataclasses import dataclass, replace
+from datetime import datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from analyzer.baselines import BaselinePolicy
+from analyzer.daemon import CONTEXT, CONTEXT_RECIPES, snapshot_from_frames, topology_from_frames
+from analyzer.evaluate import evaluate_signal
+from analyzer.events import AnomalyEvent
+from analyzer.frame import SeriesFrame
+from analyzer.incidents import Change, Incident, IncidentSettings, IncidentTracker, findings
+from analyzer.signals import CATALOGUE, SignalSpec
+from analyzer.sources import recipes
+from analyzer.sources.frames import FrameSource
+from analyzer.sources.raw import RawStore
+from analyzer.topology import Topology
+from simulator.scenario import Scenario, ScenarioFault
+
+# A fixed present for drill histories: the simulated traffic follows the time of day, so a
+# fixed anchor makes a drill's verdict reproducible (a Wednesday, 18:00 UTC).
+DRILL_END_S = 1767808800.0
+# Baselines without a day of history need the recent hour (and the 30-min trend) filled first.
+WARMUP_S = 3600.0
+# After a fault ends: its anomalies clear, then 10 min of quiet resolve the incident.
+TAIL_S = 1800.0
+# Source files whose behaviour shapes a history (the cache key covers their contents).
+_SIM_SOURCES = ("simulator", "gateway/admission.py", "gateway/metrics.py", "exporter/collector.py",
+                "exporter/backends")
+
+
+@dataclass(frozen=True)
+class HistoryWindow:
+    """One stretch of a scenario to simulate: its faults re-timed to count back from ``end_s``."""
+
+    scenario: Scenario
+    days: float
+    end_s: float
+
+
+def _sim_code_digest() -> str:
+    root = Path(__file__).resolve().parent.parent
+    digest = hashlib.sha256()
+    for name in _SIM_SOURCES:
+        path = root / name
+        for file in sorted(path.rglob("*.py")) if path.is_dir() else [path]:
+            if file.exists():
+                digest.update(str(file.relative_to(root)).encode())
+                digest.update(file.read_bytes())
+    return digest.hexdigest()
+
+
+def _end(fault: ScenarioFault, end_s: float, origin_s: float) -> float:
+    start = end_s + fault.start if fault.start < 0 else origin_s + fault.start
+    return end_s if fault.duration is None else start + fault.duration
+
+
+def drill_windows(sc: Scenario, *, end_s: float = DRILL_END_S, step_s: float = 60.0,
+                  warmup_s: float = WARMUP_S, tail_s: float = TAIL_S) -> list[HistoryWindow]:
+    """The windows that cover every fault of ``sc`` with ``warmup_s`` before it.
+
+    Negative fault starts count back from the history's end, so they share the window that ends
+    at ``end_s``. Positive starts count from the start of a history just long enough to hold
+    them plus a day (a week-long scenario's nuisance on its day and hour), each windowed alone.
+    """
+    later = [f for f in sc.faults if f.start >= 0]
+    horizon_s = max((f.start + (f.duration or 0.0) for f in later), default=0.0)
+    days_full = math.ceil(horizon_s / 86400.0) + 1 if later else 1
+    origin_s = end_s - days_full * 86400.0
+    spans: list[tuple[float, float, list[ScenarioFault]]] = []
+    for fault in sc.faults:
+        start = end_s + fault.start if fault.start < 0 else origin_s + fault.start
+        spans.append((start - warmup_s, min(end_s, _end(fault, end_s, origin_s) + tail_s), [fault]))
+    if not spans:
+        spans = [(end_s - warmup_s - tail_s, end_s, [])]
+    spans.sort(key=lambda s: s[0])
+    merged: list[tuple[float, float, list[ScenarioFault]]] = []
+    for lo, hi, faults in spans:
+        if merged and lo <= merged[-1][1]:
+            plo, phi, pfaults = merged[-1]
+            merged[-1] = (plo, max(phi, hi), [*pfaults, *faults])
+        else:
+            merged.append((lo, hi, faults))
+    windows = []
+    for lo, hi, faults in merged:
+        hi = math.ceil(hi / step_s) * step_s
+        steps = math.ceil((hi - lo) / step_s)
+        abs_start = {id(f): (end_s + f.start if f.start < 0 else origin_s + f.start) for f in faults}
+        timed = [f.model_copy(update={"start": abs_start[id(f)] - hi}) for f in faults]
+        windows.append(HistoryWindow(sc.model_copy(update={"faults": timed}), steps * step_s / 86400.0, hi))
+    return windows
+
+
+def history_dir(window: HistoryWindow, cache_dir: Path, step_s: float) -> Path:
+    """The window's history (``series.parquet``, ``samples.parquet``, ``truth.json``), cached."""
+    from simulator.history import generate, write_truth
+
+    key = json.dumps({"scenario": window.scenario.model_dump(mode="json"), "days": window.days,
+                      "step_s": step_s, "end_s": window.end_s, "code": _sim_code_digest()}, sort_keys=True)
+    out = cache_dir / f"{window.scenario.name}-{hashlib.sha256(key.encode()).hexdigest()[:16]}"
+    if (out / "truth.json").exists():
+        return out
+    cache_dir.mkdir(parents=True, exist_ok=True)
+    store, fleet = generate(window.scenario, window.days, step_s, window.end_s)
+    # Written aside and renamed, so a drill killed mid-write never leaves a half history cached.
+    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}-", dir=cache_dir))
+    try:
+        store.write_parquet(tmp)
+        write_truth(window.scenario, fleet, store.timestamps[0] - step_s, tmp)
+        tmp.rename(out)
+    except OSError:
+        shutil.rmtree(tmp, ignore_errors=True)
+        if not (out / "truth.json").exists():
+            raise
+    return out
+
+
+def prepare(windows: Sequence[HistoryWindow], cache_dir: Path, step_s: float, jobs: int = 1) -> list[Path]:
+    """Every window's history, generated ``jobs`` at a time (generation is CPU-bound Python)."""
+    if jobs <= 1 or len(windows) <= 1:
+        return [history_dir(w, cache_dir, step_s) for w in windows]
+    with ProcessPoolExecutor(max_workers=jobs) as pool:
+        return list(pool.map(history_dir, windows, [cache_dir] * len(windows), [step_s] * len(windows)))
+
+
+def signal_frames(directory: Path, catalogue: Mapping[str, SignalSpec] = CATALOGUE,
+                  ) -> tuple[dict[str, SeriesFrame], float]:
+    """Every catalogue signal, its traffic guard and the rules' context over the whole history."""
+    raw = RawStore.from_history(directory)
+    source = FrameSource(raw=raw, recipes={**recipes.RECIPES, **CONTEXT_RECIPES})
+    specs: dict[str, SignalSpec] = {**catalogue, **CONTEXT}
+    for spec in catalogue.values():
+        traffic = spec.traffic_spec()
+        if traffic is not None:
+            specs[traffic.name] = traffic
+    return {name: source.signal_frame(spec) for name, spec in specs.items()}, float(raw.step_s)
+
+
+def detect(frames: Mapping[str, SeriesFrame], step_s: float,
+           catalogue: Mapping[str, SignalSpec] = CATALOGUE,
+           policy: BaselinePolicy | None = None) -> list[AnomalyEvent]:
+    """Anomaly events of every catalogue signal (minimum-traffic guard applied, as the daemon does)."""
+    events: list[AnomalyEvent] = []
+    for name, spec in catalogue.items():
+        frame = frames.get(name)
+        if frame is None or frame.values.empty or not len(frame.values.columns):
+            continue
+        guard = frames.get(f"{name}:traffic")
+        traffic = None if guard is None or guard.values.empty else guard.values
+        events += evaluate_signal(spec, frame, step_s=step_s, traffic=traffic, policy=policy)
+    return events
+
+
+def as_of(events: Sequence[AnomalyEvent], now: datetime) -> list[AnomalyEvent]:
+    """What a live cycle at ``now`` would have seen: detected by then, cleared only if by then."""
+    out = []
+    for e in events:
+        if e.detected_at > now:
+            continue
+        out.append(e if e.cleared_at is None or e.cleared_at <= now else replace(e, cleared_at=None))
+    return out
+
+
+def frames_until(frames: Mapping[str, SeriesFrame], now: datetime, rows: int = 20) -> dict[str, SeriesFrame]:
+    """Frames cut at ``now`` (the context snapshot reads only the latest rows)."""
+    stamp = pd.Timestamp(now)
+    return {k: SeriesFrame(f.values.loc[:stamp].tail(rows), f.labels) for k, f in frames.items()}
+
+
+@dataclass(frozen=True)
+class ReplayOutcome:
+    """Every incident the replayed daemon opened (in its last state) and every notify-worthy change."""
+
+    incidents: tuple[Incident, ...]
+    changes: tuple[Change, ...]
+
+
+def replay_cycles(frames: Mapping[str, SeriesFrame], events: Sequence[AnomalyEvent], interval_s: float,
+                  settings: IncidentSettings | None = None,
+                  topology: Topology | None = None) -> ReplayOutcome:
+    """The daemon's cycles every ``interval_s`` over the whole history."""
+    settings = settings or IncidentSettings()
+    indexes = [f.values.index for f in frames.values() if len(f.values.index)]
+    if not indexes:
+        return ReplayOutcome((), ())
+    start, end = indexes[0][0].to_pydatetime(), indexes[0][-1].to_pydatetime()
+    tracker, seen, changes = IncidentTracker(settings), {}, []
+    now = start + timedelta(seconds=interval_s)
+    while now <= end:
+        cut = frames_until(frames, now)
+        found = findings(as_of(events, now), topology_from_frames(cut, topology or Topology()), now=now,
+                         snapshot=snapshot_from_frames(cut), settings=settings)
+        step_changes, touched = tracker.step(found, now)
+        changes += step_changes
+        seen.update({i.id: i for i in touched})
+        now += timedelta(seconds=interval_s)
+    return ReplayOutcome(tuple(sorted(seen.values(), key=lambda i: i.first_onset)), tuple(changes))
+
+
+def replay_history(directory: Path, interval_s: float, settings: IncidentSettings | None = None,
+                   catalogue: Mapping[str, SignalSpec] = CATALOGUE,
+                   policy: BaselinePolicy | None = None) -> ReplayOutcome:
+    """One history directory, end to end."""
+    frames, step_s = signal_frames(directory, catalogue)
+    return replay_cycles(frames, detect(frames, step_s, catalogue, policy), interval_s, settings)
+
+
+def window_policy(base: BaselinePolicy | None = None) -> BaselinePolicy:
+    """Baselines for a drill window shorter than a day: the recent past may stand alone.
+
+    With a day of history the least-deviating of the same-time and recent candidates wins; at a
+    fault's onset both sit at the normal level, so the recent one alone finds the same onset.
+    """
+    return replace(base or BaselinePolicy(), recent_alone=True)
+
+
+def truth_matches(incident: Incident | Mapping[str, Any], truth: Mapping[str, Any]) -> bool:
+    """Layer, rule and every truth entity label on the root cause (an Incident or its JSON)."""
+    if isinstance(incident, Incident):
+        layer, rule, labels = incident.layer, incident.rule, dict(incident.root_cause.labels)
+    else:
+        layer, rule = str(incident.get("layer")), str(incident.get("rule"))
+        labels = {str(k): str(v) for k, v in ((incident.get("root_cause") or {}).get("labels") or {}).items()}
+    entity = truth.get("entity") or {}
+    return (layer == truth["layer"] and rule == truth["rule"]
+            and all(str(labels.get(k)) == str(v) for k, v in entity.items()))
