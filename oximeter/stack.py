@@ -1,0 +1,440 @@
+"""The whole local stack on 127.0.0.1 free ports in one workspace, for the demo and the live tests.
+
+Start order follows the dependencies, each step polled until ready: (backfill) → Redis →
+simulator → one exporter and one gateway per node → Alertmanager → Prometheus (every target up)
+→ add-ons (the analyzer daemon, a chat sink: issue 8) → traffic. ``stop()`` goes in reverse, and
+``start()`` stops what it started when a step fails, so nothing outlives an error or Ctrl-C.
+Missing binaries are reported before anything starts, pointing at ``make doctor``.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import secrets
+import shutil
+import socket
+import subprocess
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from types import TracebackType
+from typing import Any, Protocol
+
+import requests
+
+from alert_rules import rule_files
+from alert_rules.scale import format_duration, write_scaled_rules
+from oximeter.backfill import BackfillResult, BackfillSpec, build_backfill
+from oximeter.errors import OximeterError
+from oximeter.procs import ManagedProcess, free_port, http_ok, oximeter_argv, wait_until
+from oximeter.stack_config import (
+    ANALYZER_JOB,
+    ENGINE_JOB,
+    EXPORTER_JOB,
+    GATEWAY_JOB,
+    Target,
+    Webhook,
+    alertmanager_config,
+    prometheus_config,
+    stable_instance,
+    write_yaml,
+)
+from simulator.admin import TOKEN_ENV
+
+BINARIES = {"prometheus": "prometheus", "promtool": "prometheus", "alertmanager": "prometheus-alertmanager",
+            "redis": "redis-server"}  # role -> Debian package
+_EXECUTABLES = {"prometheus": "prometheus", "promtool": "promtool", "alertmanager": "prometheus-alertmanager",
+                "redis": "redis-server"}
+
+
+class StackError(OximeterError):
+    """The stack cannot start (a missing binary, a component that never became ready)."""
+
+
+def find_binaries(roles: list[str]) -> dict[str, str]:
+    """Paths of the binaries ``roles`` need; one error listing every missing one."""
+    found, missing = {}, []
+    for role in roles:
+        name = _EXECUTABLES[role]
+        path = shutil.which(name) or (f"/usr/bin/{name}" if os.access(f"/usr/bin/{name}", os.X_OK) else None)
+        if path is None:
+            missing.append(f"{name} (Debian package {BINARIES[role]})")
+        else:
+            found[role] = path
+    if missing:
+        raise StackError(f"missing binaries: {', '.join(missing)}; run `make doctor` to see what is "
+                         "installed and `make setup` to install them")
+    return found
+
+
+@dataclass(frozen=True)
+class Addon:
+    """A process started after Prometheus (the analyzer daemon, a chat sink), on a port of its own.
+
+    ``argv`` gets the stack's endpoints and the add-on's port. With ``scrape_job`` Prometheus scrapes
+    its ``/metrics``; with ``webhook_path`` Alertmanager notifies it (``relay_token_file`` as bearer).
+    """
+
+    name: str
+    argv: Callable[[Endpoints, int], list[str]]
+    ready_path: str | None = "/metrics"
+    scrape_job: str | None = None
+    webhook_path: str | None = None
+    env: Mapping[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class StackOptions:
+    """What to run and how fast time goes; defaults are the demo's, tests shorten the intervals."""
+
+    nodes: int = 2
+    gpus_per_node: int = 2
+    seed: int = 0
+    model: str = "sim-llama-3-8b"
+    service: str = "chat"
+    dependency_latency_s: float = 0.03  # the scenario files' default, so live matches history
+    time_scale: float = 1.0  # rule durations divided by this (alert_rules/scale.py)
+    scrape_interval_s: float = 15.0
+    eval_interval_s: float = 15.0
+    lookback_delta_s: float | None = None  # Prometheus's default (5m) when None
+    backfill: BackfillSpec | None = None
+    backfill_dir: Path | None = None  # reuse a finished backfill there (default: the workspace)
+    alertmanager: bool = True
+    alert_group_wait_s: float = 30.0
+    alert_group_interval_s: float = 300.0
+    alert_repeat_interval_s: float = 4 * 3600.0
+    relay_token_file: Path | None = None
+    redis: bool = True
+    traffic_rps_per_node: float = 1.0  # the history's base_rps, so baselines compare like with like
+    stream_ratio: float = 1.0  # history models streaming requests: TTFT is the first chunk
+    day_seconds: float = 86400.0
+    max_concurrency: int = 12  # the scenario gateway's limits
+    max_queue: int = 64
+    max_queue_wait_s: float = 10.0
+    addons: tuple[Addon, ...] = ()
+
+
+@dataclass(frozen=True)
+class Endpoints:
+    """Every URL of a started (or planned) stack."""
+
+    simulator: str  # node n1's engine port also serves the admin and fleet API
+    engines: dict[str, str]
+    exporters: dict[str, str]
+    gateways: dict[str, str]
+    prometheus: str
+    alertmanager: str | None
+    redis: str | None
+    addons: dict[str, str]
+
+
+class Observer(Protocol):
+    """Told about each step (the demo shows progress bars with it)."""
+
+    def step(self, name: str, detail: str) -> None:
+        """``name`` is starting (``detail`` says what)."""
+
+    def done(self, name: str) -> None:
+        """``name`` is ready."""
+
+
+class _Quiet:
+    def step(self, name: str, detail: str) -> None:
+        pass
+
+    def done(self, name: str) -> None:
+        pass
+
+
+def _port_block(count: int, attempts: int = 50) -> int:
+    """A first port such that ``count`` consecutive ports were free (the simulator's engines)."""
+    for _ in range(attempts):
+        base = free_port()
+        if base + count > 65535:
+            continue
+        socks = []
+        try:
+            for port in range(base, base + count):
+                sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+                socks.append(sock)
+                sock.bind(("127.0.0.1", port))
+            return base
+        except OSError:
+            continue
+        finally:
+            for sock in socks:
+                sock.close()
+    raise StackError(f"no {count} consecutive free ports on 127.0.0.1")
+
+
+class Stack:
+    """One local stack: ``with Stack(ws, options) as stack: ...`` starts it and always stops it."""
+
+    def __init__(self, workspace: Path, options: StackOptions = StackOptions(),
+                 observer: Observer | None = None) -> None:
+        self.workspace = Path(workspace).resolve()
+        self.options = options
+        self.observer: Observer = observer or _Quiet()
+        self.processes: list[ManagedProcess] = []
+        self.admin_token = secrets.token_urlsafe(24)
+        self.nodes = [f"n{i}" for i in range(1, options.nodes + 1)]
+        self.endpoints: Endpoints | None = None
+        self.backfill: BackfillResult | None = None
+        self.prometheus_started_s: float | None = None
+        self.timings_s: dict[str, float] = {}
+
+    # -- lifecycle --------------------------------------------------------------------------
+    def __enter__(self) -> Stack:
+        self.start()
+        return self
+
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> None:
+        self.stop()
+
+    def start(self) -> Endpoints:
+        """Start everything in dependency order; on any failure (or Ctrl-C) stop what started."""
+        opts = self.options
+        roles = ["prometheus", "promtool"] + (["alertmanager"] if opts.alertmanager else []) + \
+            (["redis"] if opts.redis else [])
+        bins = find_binaries(roles)
+        self.workspace.mkdir(parents=True, exist_ok=True)
+        try:
+            self._start(bins)
+        except BaseException:
+            self.stop()
+            raise
+        assert self.endpoints is not None
+        return self.endpoints
+
+    def stop(self) -> None:
+        """Stop every process in reverse start order; safe to call more than once."""
+        for proc in reversed(self.processes):
+            proc.stop()
+        self.processes.clear()
+
+    # -- start steps ------------------------------------------------------------------------
+    def _timed(self, name: str, detail: str, fn: Callable[[], Any]) -> Any:
+        self.observer.step(name, detail)
+        t0 = time.monotonic()
+        value = fn()
+        self.timings_s[name] = time.monotonic() - t0
+        self.observer.done(name)
+        return value
+
+    def _launch(self, name: str, argv: list[str], ready: Callable[[], object] | None,
+                env: Mapping[str, str] | None = None, timeout_s: float = 60.0) -> ManagedProcess:
+        proc = ManagedProcess(name, argv, self.workspace / "logs", env=dict(env or {}),
+                              cwd=self.workspace).start()
+        self.processes.append(proc)
+        if ready is not None:
+            proc.wait_ready(ready, timeout_s)
+        return proc
+
+    def _start(self, bins: dict[str, str]) -> None:
+        opts, ws = self.options, self.workspace
+        prom_dir = ws / "prometheus"
+        if prom_dir.exists():
+            shutil.rmtree(prom_dir)  # a fresh TSDB every start: the backfill is the only past
+        if opts.backfill is not None:
+            spec = opts.backfill
+            self.backfill = self._timed("backfill", f"{spec.days:g} day(s) of history, {spec.nodes} nodes",
+                                        lambda: build_backfill(spec, opts.backfill_dir or ws / "backfill",
+                                                               rule_files=rule_files(),
+                                                               promtool=bins["promtool"],
+                                                               prometheus=bins["prometheus"]))
+            self.backfill.install(prom_dir / "data")
+        sim_port = _port_block(opts.nodes)
+        engines = {n: f"http://127.0.0.1:{sim_port + i}" for i, n in enumerate(self.nodes)}
+        exporters = {n: f"http://127.0.0.1:{free_port()}" for n in self.nodes}
+        gateways = {n: f"http://127.0.0.1:{free_port()}" for n in self.nodes}
+        addons = {a.name: f"http://127.0.0.1:{free_port()}" for a in opts.addons}
+        redis_port = free_port() if opts.redis else None
+        am_url = f"http://127.0.0.1:{free_port()}" if opts.alertmanager else None
+        self.endpoints = ep = Endpoints(
+            simulator=engines[self.nodes[0]], engines=engines, exporters=exporters, gateways=gateways,
+            prometheus=f"http://127.0.0.1:{free_port()}", alertmanager=am_url,
+            redis=f"redis://127.0.0.1:{redis_port}" if redis_port else None, addons=addons)
+
+        if redis_port is not None:
+            self._timed("redis", f"redis on :{redis_port}",
+                        lambda: self._start_redis(bins["redis"], redis_port))
+        self._timed("simulator", f"{opts.nodes} simulated engines from :{sim_port}", self._start_simulator)
+        self._timed("exporters+gateways", f"{opts.nodes} exporters and {opts.nodes} gateways",
+                    self._start_node_services)
+        if am_url is not None:
+            self._timed("alertmanager", f"alertmanager on {am_url}",
+                        lambda: self._start_alertmanager(bins["alertmanager"], am_url))
+        self._timed("prometheus", f"prometheus on {ep.prometheus}",
+                    lambda: self._start_prometheus(bins["prometheus"], prom_dir))
+        for addon in opts.addons:
+            self._timed(addon.name, f"{addon.name} on {addons[addon.name]}",
+                        lambda addon=addon: self._start_addon(addon))  # type: ignore[misc]
+        self._timed("traffic", f"traffic {opts.traffic_rps_per_node * opts.nodes:g} req/s",
+                    self._start_traffic)
+
+    def _start_simulator(self) -> None:
+        opts, ep = self.options, self.endpoints
+        assert ep is not None
+        self._launch("simulator", oximeter_argv(
+            "sim", "serve", "--port", _port(ep.simulator), "--nodes", str(opts.nodes),
+            "--gpus-per-node", str(opts.gpus_per_node), "--seed", str(opts.seed), "--model", opts.model,
+            "--dependency-latency-s", str(opts.dependency_latency_s)),
+            lambda: all(http_ok(f"{url}/health") for url in ep.engines.values()),
+            env={TOKEN_ENV: self.admin_token})
+
+    def _start_addon(self, addon: Addon) -> None:
+        assert self.endpoints is not None
+        url = self.endpoints.addons[addon.name]
+        ready = (lambda: http_ok(f"{url}{addon.ready_path}")) if addon.ready_path else None
+        self._launch(addon.name, addon.argv(self.endpoints, int(_port(url))), ready, env=addon.env)
+
+    def _start_traffic(self) -> None:
+        opts, ep = self.options, self.endpoints
+        assert ep is not None
+        now = datetime.now(UTC)
+        # The live day starts at the wall-clock hour, as the backfilled history's did.
+        self._launch("traffic", oximeter_argv(
+            "traffic", *[a for url in ep.gateways.values() for a in ("--target", url)],
+            "--base-rps", str(opts.traffic_rps_per_node * opts.nodes), "--day-seconds", str(opts.day_seconds),
+            "--start-hour", f"{now.hour + now.minute / 60:.3f}", "--stream-ratio", str(opts.stream_ratio),
+            "--duration", str(10 * 365 * 86400), "--seed", str(opts.seed)), None)
+
+    def _start_node_services(self) -> None:
+        """Every node's exporter and gateway, started together and then polled (they are independent)."""
+        opts, ep = self.options, self.endpoints
+        assert ep is not None
+        started: list[tuple[ManagedProcess, str]] = []
+        for node in self.nodes:
+            queue = ["--redis-url", ep.redis, "--queue", f"jobs=oximeter:jobs:{node}"] if ep.redis else []
+            started.append((self._launch(f"exporter-{node}", oximeter_argv(
+                "exporter", "--backend", "sim", "--sim-url", ep.simulator, "--node", node,
+                "--host", "127.0.0.1", "--port", _port(ep.exporters[node]), *queue), None),
+                f"{ep.exporters[node]}/metrics"))
+            started.append((self._launch(f"gateway-{node}", oximeter_argv(
+                "gateway", "--upstream", ep.engines[node], "--host", "127.0.0.1",
+                "--port", _port(ep.gateways[node]),
+                "--service", opts.service, "--node", node, "--max-concurrency", str(opts.max_concurrency),
+                "--max-queue", str(opts.max_queue), "--max-queue-wait", str(opts.max_queue_wait_s)), None),
+                f"{ep.gateways[node]}/health/ready"))
+        for proc, url in started:
+            proc.wait_ready(functools.partial(http_ok, url), timeout_s=60)
+
+    def _start_redis(self, binary: str, port: int) -> None:
+        data = self.workspace / "redis"
+        data.mkdir(parents=True, exist_ok=True)
+
+        def ping() -> bool:
+            with socket.create_connection(("127.0.0.1", port), timeout=1) as sock:
+                sock.sendall(b"PING\r\n")
+                return sock.recv(16).startswith(b"+PONG")
+        self._launch("redis", [binary, "--bind", "127.0.0.1", "--port", str(port), "--save", "",
+                               "--appendonly", "no", "--dir", str(data)], ping)
+
+    def _start_alertmanager(self, binary: str, url: str) -> None:
+        opts, ep = self.options, self.endpoints
+        assert ep is not None
+        hooks = [a for a in opts.addons if a.webhook_path]
+        webhook = Webhook(f"{ep.addons[hooks[0].name]}{hooks[0].webhook_path}",
+                          opts.relay_token_file) if hooks else None
+        config = write_yaml(self.workspace / "alertmanager.yml", alertmanager_config(
+            group_wait_s=opts.alert_group_wait_s, group_interval_s=opts.alert_group_interval_s,
+            repeat_interval_s=opts.alert_repeat_interval_s, webhook=webhook))
+        # An empty cluster address switches gossip off: nothing listens beyond the one loopback port.
+        self._launch("alertmanager", [
+            binary, f"--config.file={config}", f"--storage.path={self.workspace / 'alertmanager'}",
+            f"--web.listen-address=127.0.0.1:{_port(url)}", "--cluster.listen-address="],
+            lambda: http_ok(f"{url}/-/ready"))
+
+    def _start_prometheus(self, binary: str, prom_dir: Path) -> None:
+        opts, ep = self.options, self.endpoints
+        assert ep is not None
+        if opts.time_scale != 1.0:
+            rules = write_scaled_rules(self.workspace / "rules", opts.time_scale)
+        else:
+            rules = rule_files()
+        targets = [Target(ENGINE_JOB, _hostport(ep.engines[n]), stable_instance(ENGINE_JOB, n), {"node": n})
+                   for n in self.nodes]
+        targets += [Target(GATEWAY_JOB, _hostport(ep.gateways[n]), stable_instance(GATEWAY_JOB, n))
+                    for n in self.nodes]
+        targets += [Target(EXPORTER_JOB, _hostport(ep.exporters[n]), stable_instance(EXPORTER_JOB, n))
+                    for n in self.nodes]
+        targets += [Target(a.scrape_job, _hostport(ep.addons[a.name]), f"{a.name}:{a.scrape_job}")
+                    for a in opts.addons if a.scrape_job]
+        config = write_yaml(self.workspace / "prometheus.yml", prometheus_config(
+            targets, rules, scrape_interval_s=opts.scrape_interval_s, eval_interval_s=opts.eval_interval_s,
+            alertmanager=_hostport(ep.alertmanager) if ep.alertmanager else None))
+        argv = [binary, f"--config.file={config}", f"--storage.tsdb.path={prom_dir / 'data'}",
+                f"--web.listen-address={_hostport(ep.prometheus)}", "--storage.tsdb.retention.time=30d"]
+        if opts.lookback_delta_s is not None:
+            argv.append(f"--query.lookback-delta={format_duration(opts.lookback_delta_s)}")
+        self.prometheus_started_s = time.time()
+        self._launch("prometheus", argv, lambda: http_ok(f"{ep.prometheus}/-/ready"))
+        core = {ENGINE_JOB, GATEWAY_JOB, EXPORTER_JOB}  # add-ons start after Prometheus
+
+        def all_up() -> bool:
+            reply = requests.get(f"{ep.prometheus}/api/v1/targets", timeout=5).json()
+            active = reply["data"]["activeTargets"]
+            mine = [t for t in active if t["labels"]["job"] in core]
+            return len(mine) == 3 * len(self.nodes) and all(t["health"] == "up" for t in mine)
+        wait_until(all_up, 60, interval_s=0.2, what="every scrape target up")
+
+    # -- helpers for the demo and tests -----------------------------------------------------
+    def query(self, promql: str, at_s: float | None = None) -> list[dict[str, Any]]:
+        """An instant query's result vector (raises StackError on a query error)."""
+        assert self.endpoints is not None
+        params: dict[str, str] = {"query": promql}
+        if at_s is not None:
+            params["time"] = f"{at_s:.3f}"
+        reply = requests.get(f"{self.endpoints.prometheus}/api/v1/query", params=params, timeout=30).json()
+        if reply.get("status") != "success":
+            raise StackError(f"query failed: {reply.get('error')}: {promql}")
+        result: list[dict[str, Any]] = reply["data"]["result"]
+        return result
+
+    def alerts(self) -> list[dict[str, Any]]:
+        """Prometheus's pending and firing alerts right now."""
+        assert self.endpoints is not None
+        alerts: list[dict[str, Any]] = requests.get(f"{self.endpoints.prometheus}/api/v1/alerts",
+                                                    timeout=10).json()["data"]["alerts"]
+        return alerts
+
+    def fault(self, kind: str, node: str, *, gpu: int | None = None, strength: float | None = None,
+              duration_s: float | None = None) -> str:
+        """Inject a fault with ``oximeter sim fault`` (token in its environment); returns its id."""
+        fault_id = f"{kind}-{secrets.token_hex(3)}"
+        args = ["sim", "fault", kind, "--url", self._sim_url(), "--node", node, "--id", fault_id]
+        for flag, value in (("--gpu", gpu), ("--strength", strength), ("--duration", duration_s)):
+            if value is not None:
+                args += [flag, str(value)]
+        self._sim_fault(args)
+        return fault_id
+
+    def delete_fault(self, fault_id: str) -> None:
+        """Remove an injected fault."""
+        self._sim_fault(["sim", "fault", "--url", self._sim_url(), "--delete", fault_id])
+
+    def _sim_url(self) -> str:
+        assert self.endpoints is not None
+        return self.endpoints.simulator
+
+    def _sim_fault(self, args: list[str]) -> None:
+        result = subprocess.run(oximeter_argv(*args), capture_output=True, text=True, timeout=60,
+                                env={**os.environ, TOKEN_ENV: self.admin_token}, check=False)
+        if result.returncode != 0:
+            raise StackError(f"oximeter {' '.join(args[:3])} failed: {result.stdout}{result.stderr}")
+
+
+def _hostport(url: str) -> str:
+    return url.split("://", 1)[1].rstrip("/")
+
+
+def _port(url: str) -> str:
+    return _hostport(url).rsplit(":", 1)[1]
+
+
+__all__ = ["ANALYZER_JOB", "Addon", "BackfillSpec", "Endpoints", "Observer", "Stack", "StackError",
+           "StackOptions", "find_binaries"]
