@@ -1,0 +1,103 @@
+"""The generated docs (scripts/gen_docs.py) are fresh, and the generator reads the schema right."""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+import pytest
+from pydantic import BaseModel, Field
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def _load() -> ModuleType:
+    spec = importlib.util.spec_from_file_location("gen_docs", ROOT / "scripts" / "gen_docs.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["gen_docs"] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+gen_docs = _load()
+
+
+def test_generated_docs_are_fresh() -> None:
+    # Regenerated in memory: a changed setting, metric or signal without `python scripts/gen_docs.py`.
+    assert [str(p.relative_to(ROOT)) for p in gen_docs.stale(gen_docs.outputs())] == []
+
+
+def test_stale_names_changed_and_missing_files(tmp_path: Path) -> None:
+    same, changed, missing = tmp_path / "same.md", tmp_path / "changed.md", tmp_path / "missing.md"
+    same.write_text("a\n")
+    changed.write_text("old\n")
+    assert gen_docs.stale({same: "a\n", changed: "new\n", missing: "x"}) == [changed, missing]
+
+
+@pytest.mark.parametrize(("prop", "expected"), [
+    ({"type": "integer", "minimum": 1, "maximum": 65535}, ("integer", "≥ 1, ≤ 65535")),
+    ({"type": "number", "exclusiveMinimum": 0}, ("number", "> 0")),
+    ({"anyOf": [{"type": "string"}, {"type": "null"}]}, ("string or null", "")),
+    ({"type": "array", "items": {"type": "string"}, "minItems": 1}, ("list of string", "min items 1")),
+    ({"type": "object", "additionalProperties": {"$ref": "#/$defs/ChannelSettings"}},
+     ("map of ChannelSettings", "")),
+    ({"enum": ["wecom", "slack"]}, ('"wecom" | "slack"', "")),
+    ({"$ref": "#/$defs/DigestSettings"}, ("DigestSettings", "")),
+])
+def test_type_and_constraints(prop: dict[str, Any], expected: tuple[str, str]) -> None:
+    assert (gen_docs.type_text(prop), gen_docs.constraint_text(prop)) == expected
+
+
+@pytest.mark.parametrize(("prop", "required", "expected"), [
+    ({"default": 0.5}, False, "`0.5`"),
+    ({"default": None}, False, "`null`"),
+    ({"default": "127.0.0.1"}, False, '`"127.0.0.1"`'),
+    ({"default": {"url": "x"}, "$ref": "#/$defs/PrometheusSettings"}, False, "(section)"),
+    ({}, True, "(required)"),
+    ({}, False, "(empty)"),
+])
+def test_default_text(prop: dict[str, Any], required: bool, expected: str) -> None:
+    assert gen_docs.default_text(prop, required) == expected
+
+
+class _Inner(BaseModel):
+    """Inner section."""
+
+    depth_s: float = Field(2.0, gt=0)  # how deep
+
+
+class _Outer(BaseModel):
+    """Outer section."""
+
+    # Above the field,
+    # on two lines.
+    name: str = "x"
+    inner: _Inner = _Inner()
+    tags: list[str] = Field(default_factory=lambda: ["a"])
+    described: int = Field(3, description="from the field")
+
+
+def test_config_rows_walk_nested_models_with_comments_and_factories() -> None:
+    schema = _Outer.model_json_schema()
+    models = gen_docs.models_of(_Outer)
+    assert list(gen_docs.config_rows("_Outer", {**schema, "$defs": {**schema["$defs"], "_Outer": schema}},
+                                     "outer", models)) == [
+        ("outer.name", "string", '`"x"`', "Above the field, on two lines."),
+        ("outer.inner", "_Inner", "(section)", ""),
+        ("outer.inner.depth_s", "number (> 0)", "`2.0`", "how deep"),
+        ("outer.tags", "list of string", '`["a"]`', ""),
+        ("outer.described", "integer", "`3`", "from the field"),
+    ]
+
+
+def test_every_metric_our_code_produces_has_its_help_text() -> None:
+    from alert_rules import load_catalogue
+
+    helps = gen_docs.registered_help()
+    ours = [m for m in load_catalogue()
+            if m["producer"] in gen_docs.PRODUCER_PACKAGES and not m.get("deprecated")]
+    assert [m["name"] for m in ours if not gen_docs._help_for(m["name"], m["type"], helps)[0]] == []
