@@ -368,8 +368,11 @@ class Gateway:
                 return _json_error(
                     502, "upstream_error", f"engine unavailable: {type(exc).__name__}", ctx.request_id
                 )
-            ctx.ttft_s = time.monotonic() - ctx.arrived
-            series.ttft.observe(ctx.ttft_s)
+            if streaming:
+                # A non-streamed answer's "first token" is its whole generation, which grows with
+                # output length: it is measured by request_duration, not by the TTFT SLO.
+                ctx.ttft_s = time.monotonic() - ctx.arrived
+                series.ttft.observe(ctx.ttft_s)
             if not streaming:
                 ctx.upstream_s = time.monotonic() - started
                 series.upstream_duration.observe(ctx.upstream_s)

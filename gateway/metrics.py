@@ -126,7 +126,7 @@ class GatewayMetrics:
         )
         self.ttft = Histogram(
             "oximeter_time_to_first_token_seconds",
-            "Arrival to first streamed chunk (or the full response when not streaming).",
+            "Arrival to the first streamed chunk (streamed answers only).",
             BASE_LABELS,
             buckets=LATENCY_BUCKETS_S,
             registry=r,
