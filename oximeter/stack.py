@@ -54,12 +54,12 @@ class StackError(OximeterError):
     """The stack cannot start (a missing binary, a component that never became ready)."""
 
 
-def find_binaries(roles: list[str]) -> dict[str, str]:
-    """Paths of the binaries ``roles`` need; one error listing every missing one."""
+def find_binaries(roles: list[str], search_path: str | None = None) -> dict[str, str]:
+    """Paths of the binaries ``roles`` need (``$PATH``, then /usr/bin); one error names every missing one."""
     found, missing = {}, []
     for role in roles:
         name = _EXECUTABLES[role]
-        path = shutil.which(name) or (f"/usr/bin/{name}" if os.access(f"/usr/bin/{name}", os.X_OK) else None)
+        path = shutil.which(name, path=search_path or f"{os.environ.get('PATH', '')}{os.pathsep}/usr/bin")
         if path is None:
             missing.append(f"{name} (Debian package {BINARIES[role]})")
         else:

@@ -42,11 +42,24 @@ def live_backfill_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return tmp_path_factory.mktemp("backfill")
 
 
+_STARTED: list[Stack] = []
+
+
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
+    """Where the live stack's set-up time went (``--durations`` shows it only as one fixture)."""
+    for stack in _STARTED:
+        steps = dict(stack.timings_s)
+        if stack.backfill is not None:
+            steps.update({f"backfill.{k}": v for k, v in stack.backfill.timings_s.items()})
+        terminalreporter.write_line("live stack set-up (s): " + ", ".join(f"{k} {v:.1f}" for k, v in steps.items()))
+
+
 @pytest.fixture(scope="session")
 def live_stack(tmp_path_factory: pytest.TempPathFactory, live_backfill_dir: Path) -> Iterator[Stack]:
     """The shared stack, started once; always stopped at the end of the session."""
     stack = Stack(tmp_path_factory.mktemp("stack"), live_options(backfill_dir=live_backfill_dir))
     with stack:
+        _STARTED.append(stack)
         yield stack
 
 
