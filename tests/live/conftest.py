@@ -51,7 +51,8 @@ def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
         steps = dict(stack.timings_s)
         if stack.backfill is not None:
             steps.update({f"backfill.{k}": v for k, v in stack.backfill.timings_s.items()})
-        terminalreporter.write_line("live stack set-up (s): " + ", ".join(f"{k} {v:.1f}" for k, v in steps.items()))
+        text = ", ".join(f"{name} {seconds:.1f}" for name, seconds in steps.items())
+        terminalreporter.write_line(f"live stack set-up (s): {text}")
 
 
 @pytest.fixture(scope="session")
