@@ -267,7 +267,7 @@ class IncidentTracker:
         for finding in sorted(found, key=lambda f: (-len(f.group.events), f.group.onset)):
             target = self._match(finding, now, exclude=claimed)
             if target is None:
-                if not self._fresh(finding, now):
+                if not self._fresh(finding, now) or self._covered(finding):
                     continue
                 incident, new = self._open(finding, now)
             elif target.state == "resolved":
@@ -318,6 +318,14 @@ class IncidentTracker:
             return False
         resolved_at = inc.resolved_at
         return any(e.detected_at > resolved_at for e in finding.group.events)
+
+    def _covered(self, finding: Finding) -> bool:
+        # Detections a resolved incident already reported (members still in the window, clearing
+        # one by one) must not open a new incident; only a detection after the resolve can.
+        members = {(e.signal, e.labels) for e in finding.group.events}
+        latest = max(e.detected_at for e in finding.group.events)
+        return any(inc.state == "resolved" and inc.resolved_at is not None and inc.resolved_at >= latest
+                   and members & inc.members for inc in self._incidents.values())
 
     def _fresh(self, finding: Finding, now: datetime) -> bool:
         # Open on a persistent anomaly that is active, or cleared too recently to count as resolved.

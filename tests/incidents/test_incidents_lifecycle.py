@@ -203,3 +203,16 @@ def test_draining_queue_after_a_spike_keeps_capacity_exhausted() -> None:
     assert _step(tracker, [queue, util], 30, {"gpu_utilization_p95": {gpu(): 0.6}}) == []
     assert (tracker.incidents[0].rule, tracker.incidents[0].root_cause.signal) == (
         "capacity_exhausted", "queue_wait_p99")
+
+
+def test_members_clearing_one_by_one_after_resolve_open_nothing_new() -> None:
+    tracker = IncidentTracker(SETTINGS)
+    temp = ev("gpu_temperature", 91, 70, node="node-0", gpu="0", cleared=4)
+    clock = ev("gpu_sm_clock_ratio", 0.5, 1.0, node="node-0", gpu="0", cleared=4)
+    assert _step(tracker, [temp, clock], 3) == [("opened", 1, "warning")]
+    assert _step(tracker, [temp, clock], 10) == [("resolved", 2, "warning")]
+    # A slow member clears later and a cleared group is still "recent": not a new incident.
+    late = replace(clock, cleared_at=at(12))
+    assert _step(tracker, [temp, late], 13) == []
+    assert _step(tracker, [temp, late], 20) == []
+    assert len(tracker.incidents) == 1
