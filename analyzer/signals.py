@@ -120,7 +120,8 @@ class SignalSpec(BaseModel):
         elif self.kind == "peer":
             out.append(PeerOutlier(direction=self.direction))
         elif self.kind == "presence":
-            out.append(Vanished())
+            # threshold: the values are sample ages in seconds, and this is the oldest acceptable.
+            out.append(Vanished(max_age_s=self.threshold))
         return out
 
 
@@ -218,10 +219,10 @@ CATALOGUE: dict[str, SignalSpec] = {s.name: s for s in (
               '(rate(vllm:inter_token_latency_seconds_bucket[5m]))), "model", "$1", "model_name", "(.*)")',
        entity_labels=("node", "model"), peer_labels=("model",), for_s=300,
        description="a node's inter-token latency far above its same-model peers (seed 001 §4.2)"),
-    _s(name="gpu_series_vanished", layer="platform", kind="presence",
-       promql="max without (instance, job) (oximeter_gpu_up)",
-       entity_labels=("node", "gpu"), for_s=120,
-       description="a GPU's telemetry stopped (it may have detached)"),
+    _s(name="gpu_series_vanished", layer="platform", kind="presence", unit="s",
+       promql="time() - max without (instance, job) (timestamp(oximeter_gpu_up))",
+       entity_labels=("node", "gpu"), threshold=60, for_s=120,
+       description="a GPU's telemetry stopped (it may have detached): no sample for 60 s, or gone"),
     _s(name="gpu_down", layer="platform", kind="gauge", direction="down",
        promql="max without (instance, job) (oximeter_gpu_up)",
        entity_labels=("node", "gpu"), threshold=0.5, for_s=60,

@@ -190,6 +190,24 @@ class Relabel:
         return Labeled(data.values, labels)
 
 
+@dataclass(frozen=True)
+class Age:
+    """``time() - timestamp(inner)``: seconds since each series' newest sample, absent once it is
+    older than the store's lookback (as Prometheus answers for data without staleness markers)."""
+
+    inner: Recipe
+    lookback_s: float = 300.0
+
+    def evaluate(self, store: RawStore) -> Labeled:
+        """Row time minus the time of the last non-missing sample."""
+        data = self.inner.evaluate(store)
+        times = (store.index.as_unit("s").asi8 - store.index[0].as_unit("s").value).astype(np.float64)
+        seen = pd.DataFrame(np.where(np.isnan(data.values), np.nan, times[:, None]), index=store.index)
+        age = times[:, None] - seen.ffill().to_numpy()
+        age = np.where(age > self.lookback_s, np.nan, age)
+        return Labeled(age.astype(np.float32), data.labels)
+
+
 def _hits(result: str) -> Mapping[str, str]:
     return {"result": result}
 
@@ -216,7 +234,7 @@ RECIPES: dict[str, Recipe] = {
     "xid_paging": Increase("oximeter_gpu_xid_errors_total", 300, {"xid": f"~{PAGING_XIDS}"}),
     "pcie_replay_increase": Increase("oximeter_gpu_pcie_replay_total", 300),
     "engine_itl_peer": Relabel(HistogramQuantile(0.99, "vllm:inter_token_latency_seconds", 300)),
-    "gpu_series_vanished": Gauge("oximeter_gpu_up"),
+    "gpu_series_vanished": Age(Gauge("oximeter_gpu_up")),
     "gpu_down": Gauge("oximeter_gpu_up"),
     "kv_cache_usage": Relabel(Gauge("vllm:kv_cache_usage_perc")),
     "preemption_rate": Relabel(Increase("vllm:num_preemptions_total", 300, per_second=True)),

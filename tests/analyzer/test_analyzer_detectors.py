@@ -174,3 +174,11 @@ def test_peer_groups_are_separate() -> None:
     cols |= {f"h{i}": np.full(ROWS, 2.0 + i * 0.01) for i in range(4)}
     groups = {k: k[0] for k in cols}
     assert not PeerOutlier(groups=groups).detect(frame(cols)).flags.to_numpy().any()
+
+
+def test_vanished_by_sample_age_beats_the_lookback() -> None:
+    # Ages of the newest sample at a 15 s grid: fresh until row 19, then growing by 15 s a row.
+    ages = np.r_[np.zeros(20), 15.0 * np.arange(1, 21)]
+    ages[36:] = np.nan  # past the store's 5-minute lookback the series is gone altogether
+    flags = Vanished(max_age_s=60).detect(frame({"a": ages}, 15.0)).flags["a"].to_numpy()
+    assert np.flatnonzero(flags).tolist() == list(range(24, 40))  # age 75 s at row 24
