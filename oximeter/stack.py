@@ -17,11 +17,10 @@ import socket
 import subprocess
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 from types import TracebackType
-from typing import Any, Protocol
+from typing import Any
 
 import requests
 
@@ -42,6 +41,7 @@ from oximeter.stack_config import (
     stable_instance,
     write_yaml,
 )
+from oximeter.stack_options import Addon, Endpoints, Observer, QuietObserver, StackOptions
 from simulator.admin import TOKEN_ENV
 
 BINARIES = {"prometheus": "prometheus", "promtool": "prometheus", "alertmanager": "prometheus-alertmanager",
@@ -70,85 +70,6 @@ def find_binaries(roles: list[str], search_path: str | None = None) -> dict[str,
     return found
 
 
-@dataclass(frozen=True)
-class Addon:
-    """A process started after Prometheus (the analyzer daemon, a chat sink), on a port of its own.
-
-    ``argv`` gets the stack's endpoints and the add-on's port. With ``scrape_job`` Prometheus scrapes
-    its ``/metrics``; with ``webhook_path`` Alertmanager notifies it (``relay_token_file`` as bearer).
-    """
-
-    name: str
-    argv: Callable[[Endpoints, int], list[str]]
-    ready_path: str | None = "/metrics"
-    scrape_job: str | None = None
-    webhook_path: str | None = None
-    env: Mapping[str, str] = field(default_factory=dict)
-
-
-@dataclass(frozen=True)
-class StackOptions:
-    """What to run and how fast time goes; defaults are the demo's, tests shorten the intervals."""
-
-    nodes: int = 2
-    gpus_per_node: int = 2
-    seed: int = 0
-    model: str = "sim-llama-3-8b"
-    service: str = "chat"
-    dependency_latency_s: float = 0.03  # the scenario files' default, so live matches history
-    time_scale: float = 1.0  # rule durations divided by this (alert_rules/scale.py)
-    scrape_interval_s: float = 15.0
-    eval_interval_s: float = 15.0
-    lookback_delta_s: float | None = None  # Prometheus's default (5m) when None
-    backfill: BackfillSpec | None = None
-    backfill_dir: Path | None = None  # reuse a finished backfill there (default: the workspace)
-    alertmanager: bool = True
-    alert_group_wait_s: float = 30.0
-    alert_group_interval_s: float = 300.0
-    alert_repeat_interval_s: float = 4 * 3600.0
-    relay_token_file: Path | None = None
-    redis: bool = True
-    traffic_rps_per_node: float = 1.0  # the history's base_rps, so baselines compare like with like
-    stream_ratio: float = 1.0  # history models streaming requests: TTFT is the first chunk
-    day_seconds: float = 86400.0
-    max_concurrency: int = 12  # the scenario gateway's limits
-    max_queue: int = 64
-    max_queue_wait_s: float = 10.0
-    addons: tuple[Addon, ...] = ()
-
-
-@dataclass(frozen=True)
-class Endpoints:
-    """Every URL of a started (or planned) stack."""
-
-    simulator: str  # node n1's engine port also serves the admin and fleet API
-    engines: dict[str, str]
-    exporters: dict[str, str]
-    gateways: dict[str, str]
-    prometheus: str
-    alertmanager: str | None
-    redis: str | None
-    addons: dict[str, str]
-
-
-class Observer(Protocol):
-    """Told about each step (the demo shows progress bars with it)."""
-
-    def step(self, name: str, detail: str) -> None:
-        """``name`` is starting (``detail`` says what)."""
-
-    def done(self, name: str) -> None:
-        """``name`` is ready."""
-
-
-class _Quiet:
-    def step(self, name: str, detail: str) -> None:
-        pass
-
-    def done(self, name: str) -> None:
-        pass
-
-
 def _port_block(count: int, attempts: int = 50) -> int:
     """A first port such that ``count`` consecutive ports were free (the simulator's engines)."""
     for _ in range(attempts):
@@ -173,14 +94,14 @@ def _port_block(count: int, attempts: int = 50) -> int:
 class Stack:
     """One local stack: ``with Stack(ws, options) as stack: ...`` starts it and always stops it."""
 
-    def __init__(self, workspace: Path, options: StackOptions = StackOptions(),
+    def __init__(self, workspace: Path, options: StackOptions | None = None,
                  observer: Observer | None = None) -> None:
         self.workspace = Path(workspace).resolve()
-        self.options = options
-        self.observer: Observer = observer or _Quiet()
+        self.options = options or StackOptions()
+        self.observer: Observer = observer or QuietObserver()
         self.processes: list[ManagedProcess] = []
         self.admin_token = secrets.token_urlsafe(24)
-        self.nodes = [f"n{i}" for i in range(1, options.nodes + 1)]
+        self.nodes = [f"n{i}" for i in range(1, self.options.nodes + 1)]
         self.endpoints: Endpoints | None = None
         self.backfill: BackfillResult | None = None
         self.prometheus_started_s: float | None = None

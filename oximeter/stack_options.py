@@ -1,0 +1,95 @@
+"""What the local stack runs (``StackOptions``), where it listens (``Endpoints``) and its hooks.
+
+Add-ons (the analyzer daemon, a chat sink; issue 8) and the progress observer are the extension
+points; ``oximeter/stack.py`` does the starting and stopping.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Protocol
+
+from oximeter.backfill import BackfillSpec
+
+
+@dataclass(frozen=True)
+class Addon:
+    """A process started after Prometheus (the analyzer daemon, a chat sink), on a port of its own.
+
+    ``argv`` gets the stack's endpoints and the add-on's port. With ``scrape_job`` Prometheus scrapes
+    its ``/metrics``; with ``webhook_path`` Alertmanager notifies it (``relay_token_file`` as bearer).
+    """
+
+    name: str
+    argv: Callable[[Endpoints, int], list[str]]
+    ready_path: str | None = "/metrics"
+    scrape_job: str | None = None
+    webhook_path: str | None = None
+    env: Mapping[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class StackOptions:
+    """What to run and how fast time goes; defaults are the demo's, tests shorten the intervals."""
+
+    nodes: int = 2
+    gpus_per_node: int = 2
+    seed: int = 0
+    model: str = "sim-llama-3-8b"
+    service: str = "chat"
+    dependency_latency_s: float = 0.03  # the scenario files' default, so live matches history
+    time_scale: float = 1.0  # rule durations divided by this (alert_rules/scale.py)
+    scrape_interval_s: float = 15.0
+    eval_interval_s: float = 15.0
+    lookback_delta_s: float | None = None  # Prometheus's default (5m) when None
+    backfill: BackfillSpec | None = None
+    backfill_dir: Path | None = None  # reuse a finished backfill there (default: the workspace)
+    alertmanager: bool = True
+    alert_group_wait_s: float = 30.0
+    alert_group_interval_s: float = 300.0
+    alert_repeat_interval_s: float = 4 * 3600.0
+    relay_token_file: Path | None = None
+    redis: bool = True
+    traffic_rps_per_node: float = 1.0  # the history's base_rps, so baselines compare like with like
+    stream_ratio: float = 1.0  # history models streaming requests: TTFT is the first chunk
+    day_seconds: float = 86400.0
+    max_concurrency: int = 12  # the scenario gateway's limits
+    max_queue: int = 64
+    max_queue_wait_s: float = 10.0
+    addons: tuple[Addon, ...] = ()
+
+
+@dataclass(frozen=True)
+class Endpoints:
+    """Every URL of a started (or planned) stack."""
+
+    simulator: str  # node n1's engine port also serves the admin and fleet API
+    engines: dict[str, str]
+    exporters: dict[str, str]
+    gateways: dict[str, str]
+    prometheus: str
+    alertmanager: str | None
+    redis: str | None
+    addons: dict[str, str]
+
+
+class Observer(Protocol):
+    """Told about each step (the demo shows progress bars with it)."""
+
+    def step(self, name: str, detail: str) -> None:
+        """``name`` is starting (``detail`` says what)."""
+
+    def done(self, name: str) -> None:
+        """``name`` is ready."""
+
+
+class QuietObserver:
+    """An observer that ignores every step (tests)."""
+
+    def step(self, name: str, detail: str) -> None:
+        pass
+
+    def done(self, name: str) -> None:
+        pass
