@@ -8,10 +8,12 @@ read back from Prometheus's own ``ALERTS`` series, so no firing between two poll
 from __future__ import annotations
 
 import time
+from datetime import UTC, datetime
 
 from conftest import BACKFILL, SCALE
 
 from oximeter.stack import Stack
+from simulator.traffic import daily_rate
 
 SOAK_S = 600 / SCALE
 # Without the analyzer daemon (issue 8) its scrape job is absent, and ScrapeJobMissing says so.
@@ -35,9 +37,11 @@ def test_quiet_after_backfill(live_stack: Stack) -> None:
     watchdog = live_stack.query(
         f'count_over_time(ALERTS{{alertname="Watchdog", alertstate="firing"}}[{window}])')
     assert len(watchdog) == 1 and float(watchdog[0]["value"][1]) >= 0.8 * SOAK_S
+    now = datetime.now(UTC)
+    expected = SOAK_S * daily_rate(0, 86400, BACKFILL.base_rps, now.hour + now.minute / 60)  # per node
     ok = live_stack.query(f'sum by (node) (increase(oximeter_requests_total{{code="200"}}[{window}]))')
-    assert {r["metric"]["node"]: float(r["value"][1]) > 0.5 * SOAK_S * BACKFILL.base_rps for r in ok} == \
-        {"n1": True, "n2": True}
+    flowed = {r["metric"]["node"]: float(r["value"][1]) >= 0.3 * expected for r in ok}
+    assert flowed == {"n1": True, "n2": True}
     baseline = live_stack.query("service_node:oximeter_time_to_first_token_seconds:p99_5m_offset1d")
     assert sorted(r["metric"]["node"] for r in baseline) == ["n1", "n2"]
     past = live_stack.query("count(oximeter_gpu_up)", at_s=live_stack.backfill.start_s + 600)
