@@ -6,13 +6,15 @@ in-process (Parquet and the truth only: replay needs no OpenMetrics) and cached 
 that covers the scenario, the window, the step and the simulator's own source, so an edited
 scenario or simulator never replays a stale history.
 
-A drill replays *windows* around the faults rather than whole days: every baseline the detectors
-use without a day of history (the recent hour, the 30-minute trend) is filled after ``warmup_s``,
-and generating history is the expensive part (the simulator plays every request).
+A drill replays *windows* around the faults rather than whole days, because generating history
+is the expensive part (the simulator plays every request): the recent hour and the 30-minute
+trend are filled after ``warmup_s``, and the seasonal baseline reads a fault-free window one day
+earlier (``same_time_window``), just as the live daemon reads same-time windows from a backfill.
 """
 
 from __future__ import annotations
 
+import ast
 import hashlib
 import json
 import math
@@ -43,13 +45,16 @@ from simulator.scenario import Scenario, ScenarioFault
 # A fixed present for drill histories: the simulated traffic follows the time of day, so a
 # fixed anchor makes a drill's verdict reproducible (a Wednesday, 18:00 UTC).
 DRILL_END_S = 1767808800.0
+DAY_S = 86400.0
 # Baselines without a day of history need the recent hour (and the 30-min trend) filled first.
 WARMUP_S = 3600.0
 # After a fault ends: its anomalies clear, then 10 min of quiet resolve the incident.
 TAIL_S = 1800.0
-# Source files whose behaviour shapes a history (the cache key covers their contents).
-_SIM_SOURCES = ("simulator", "gateway/admission.py", "gateway/metrics.py", "exporter/collector.py",
-                "exporter/backends")
+# How long a fault without a duration is simulated (the leak's 30-min trend, then 10 min `for`).
+OPEN_ENDED_S = 2 * 3600.0
+# Where a history's code starts: the digest covers it and every module of ours it imports.
+_HISTORY_ENTRY = "simulator/history.py"
+_OUR_PACKAGES = ("simulator", "gateway", "exporter", "oximeter")
 
 
 @dataclass(frozen=True)
@@ -61,21 +66,39 @@ class HistoryWindow:
     end_s: float
 
 
+def _history_sources(root: Path) -> list[Path]:
+    """``simulator/history.py`` and every module of ours it imports, transitively (by reading the
+    imports, so every process computes the same set, whatever it has imported itself)."""
+    seen: set[Path] = set()
+    todo = [root / _HISTORY_ENTRY]
+    while todo:
+        path = todo.pop()
+        if path in seen or not path.is_file():
+            continue
+        seen.add(path)
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            names = [a.name for a in node.names] if isinstance(node, ast.Import) else \
+                [node.module] if isinstance(node, ast.ImportFrom) and node.module and not node.level else []
+            for name in names:
+                if name.split(".")[0] in _OUR_PACKAGES:
+                    base = root.joinpath(*name.split("."))
+                    todo += [base.with_suffix(".py"), base / "__init__.py"]
+    return sorted(seen)
+
+
 def _sim_code_digest() -> str:
     root = Path(__file__).resolve().parent.parent
     digest = hashlib.sha256()
-    for name in _SIM_SOURCES:
-        path = root / name
-        for file in sorted(path.rglob("*.py")) if path.is_dir() else [path]:
-            if file.exists():
-                digest.update(str(file.relative_to(root)).encode())
-                digest.update(file.read_bytes())
+    for file in _history_sources(root):
+        digest.update(str(file.relative_to(root)).encode())
+        digest.update(file.read_bytes())
     return digest.hexdigest()
 
 
 def _end(fault: ScenarioFault, end_s: float, origin_s: float) -> float:
     start = end_s + fault.start if fault.start < 0 else origin_s + fault.start
-    return end_s if fault.duration is None else start + fault.duration
+    # A fault that never ends (a leak) is watched for OPEN_ENDED_S, long enough for its trend.
+    return min(end_s, start + OPEN_ENDED_S) if fault.duration is None else start + fault.duration
 
 
 def drill_windows(sc: Scenario, *, end_s: float = DRILL_END_S, step_s: float = 60.0,
@@ -93,7 +116,8 @@ def drill_windows(sc: Scenario, *, end_s: float = DRILL_END_S, step_s: float = 6
     spans: list[tuple[float, float, list[ScenarioFault]]] = []
     for fault in sc.faults:
         start = end_s + fault.start if fault.start < 0 else origin_s + fault.start
-        spans.append((start - warmup_s, min(end_s, _end(fault, end_s, origin_s) + tail_s), [fault]))
+        stop = _end(fault, end_s, origin_s) + (tail_s if fault.duration is not None else 0.0)
+        spans.append((start - warmup_s, min(end_s, stop), [fault]))
     if not spans:
         spans = [(end_s - warmup_s - tail_s, end_s, [])]
     spans.sort(key=lambda s: s[0])
@@ -114,13 +138,20 @@ def drill_windows(sc: Scenario, *, end_s: float = DRILL_END_S, step_s: float = 6
     return windows
 
 
+def cache_key(window: HistoryWindow, step_s: float) -> str:
+    """What a history depends on: the fleet, traffic and faults (not the truth), the window, the
+    step and the simulator's source."""
+    model = window.scenario.model_dump(mode="json", exclude={"name", "description", "truth", "also"})
+    key = json.dumps({"scenario": model, "days": window.days, "step_s": step_s, "end_s": window.end_s,
+                      "code": _sim_code_digest()}, sort_keys=True)
+    return hashlib.sha256(key.encode()).hexdigest()[:16]
+
+
 def history_dir(window: HistoryWindow, cache_dir: Path, step_s: float) -> Path:
     """The window's history (``series.parquet``, ``samples.parquet``, ``truth.json``), cached."""
     from simulator.history import generate, write_truth
 
-    key = json.dumps({"scenario": window.scenario.model_dump(mode="json"), "days": window.days,
-                      "step_s": step_s, "end_s": window.end_s, "code": _sim_code_digest()}, sort_keys=True)
-    out = cache_dir / f"{window.scenario.name}-{hashlib.sha256(key.encode()).hexdigest()[:16]}"
+    out = cache_dir / f"{window.scenario.name}-{cache_key(window, step_s)}"
     if (out / "truth.json").exists():
         return out
     cache_dir.mkdir(parents=True, exist_ok=True)
@@ -160,9 +191,13 @@ def signal_frames(directory: Path, catalogue: Mapping[str, SignalSpec] = CATALOG
 
 
 def detect(frames: Mapping[str, SeriesFrame], step_s: float,
-           catalogue: Mapping[str, SignalSpec] = CATALOGUE,
-           policy: BaselinePolicy | None = None) -> list[AnomalyEvent]:
-    """Anomaly events of every catalogue signal (minimum-traffic guard applied, as the daemon does)."""
+           catalogue: Mapping[str, SignalSpec] = CATALOGUE, policy: BaselinePolicy | None = None,
+           same_time: Mapping[float, Mapping[str, SeriesFrame]] | None = None) -> list[AnomalyEvent]:
+    """Anomaly events of every catalogue signal (minimum-traffic guard applied, as the daemon does).
+
+    ``same_time`` (lag_s → frames) holds the windows a day (or a week) earlier that the seasonal
+    baselines compare with, as the daemon's same-time windows do.
+    """
     events: list[AnomalyEvent] = []
     for name, spec in catalogue.items():
         frame = frames.get(name)
@@ -170,7 +205,9 @@ def detect(frames: Mapping[str, SeriesFrame], step_s: float,
             continue
         guard = frames.get(f"{name}:traffic")
         traffic = None if guard is None or guard.values.empty else guard.values
-        events += evaluate_signal(spec, frame, step_s=step_s, traffic=traffic, policy=policy)
+        history = {lag: lagged[name].values for lag, lagged in (same_time or {}).items() if name in lagged}
+        events += evaluate_signal(spec, frame, step_s=step_s, traffic=traffic, policy=policy,
+                                  history=history or None)
     return events
 
 
@@ -221,20 +258,20 @@ def replay_cycles(frames: Mapping[str, SeriesFrame], events: Sequence[AnomalyEve
 
 
 def replay_history(directory: Path, interval_s: float, settings: IncidentSettings | None = None,
-                   catalogue: Mapping[str, SignalSpec] = CATALOGUE,
-                   policy: BaselinePolicy | None = None) -> ReplayOutcome:
-    """One history directory, end to end."""
+                   catalogue: Mapping[str, SignalSpec] = CATALOGUE, policy: BaselinePolicy | None = None,
+                   same_time: Mapping[float, Path] | None = None) -> ReplayOutcome:
+    """One history directory, end to end (``same_time``: lag_s → the history that long before)."""
     frames, step_s = signal_frames(directory, catalogue)
-    return replay_cycles(frames, detect(frames, step_s, catalogue, policy), interval_s, settings)
+    lagged = {lag: signal_frames(d, catalogue)[0] for lag, d in (same_time or {}).items()}
+    return replay_cycles(frames, detect(frames, step_s, catalogue, policy, lagged), interval_s, settings)
 
 
-def window_policy(base: BaselinePolicy | None = None) -> BaselinePolicy:
-    """Baselines for a drill window shorter than a day: the recent past may stand alone.
-
-    With a day of history the least-deviating of the same-time and recent candidates wins; at a
-    fault's onset both sit at the normal level, so the recent one alone finds the same onset.
-    """
-    return replace(base or BaselinePolicy(), recent_alone=True)
+def same_time_window(window: HistoryWindow, lag_s: float = 86400.0,
+                     half_window_s: float = BaselinePolicy().seasonal_half_window_s) -> HistoryWindow:
+    """The fault-free window ``lag_s`` earlier that a seasonal baseline reads (widened by its
+    centred median's half window on both sides), as the live daemon fetches from a backfill."""
+    quiet = window.scenario.model_copy(update={"faults": []})
+    return HistoryWindow(quiet, window.days + 2 * half_window_s / DAY_S, window.end_s - lag_s + half_window_s)
 
 
 def truth_matches(incident: Incident | Mapping[str, Any], truth: Mapping[str, Any]) -> bool:
