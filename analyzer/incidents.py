@@ -263,12 +263,15 @@ class IncidentTracker:
         changes: list[Change] = []
         touched: dict[str, Incident] = {}
         claimed: set[str] = set()
-        # Larger groups first, so a split group's main part decides the diagnosis.
-        for finding in sorted(found, key=lambda f: (-len(f.group.events), f.group.onset)):
+        # Active groups first, then larger ones: a group of stale, cleared events must not take the
+        # open incident away from the live group that shares its node.
+        for finding in sorted(found, key=lambda f: (not f.group.active, -len(f.group.events), f.group.onset)):
             target = self._match(finding, now, exclude=claimed)
             if target is None:
                 if not self._fresh(finding, now) or self._covered(finding):
                     continue
+                if not finding.group.active and self._match(finding, now, exclude=set()) is not None:
+                    continue  # cleared leftovers of an incident a live group already updated
                 incident, new = self._open(finding, now)
             elif target.state == "resolved":
                 incident, new = self._reopen(target, finding, now)
