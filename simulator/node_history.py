@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import heapq
 import math
-import random
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 
@@ -22,6 +21,7 @@ from exporter.backends.sim import BadPayloadError, parse_gpu
 from exporter.collector import GpuCollector
 from gateway.admission import AdmissionController, AdmissionLimits, Outcome, Ticket
 from gateway.metrics import GatewayMetrics
+from simulator.arrivals import ArrivalStream
 from simulator.clock import VirtualClock
 from simulator.engine import Seq, SeqState
 from simulator.exposition import engine_families
@@ -118,8 +118,7 @@ class NodeHistory:
         self._base = base
         self.backend = _FleetBackend(fleet, name, wall_origin_s)
         self.exporter = GpuCollector(self.backend, name)
-        self.rng = random.Random(f"{sc.seed}/{name}")
-        self.mix = RequestMix(model=sc.model)
+        self.arrivals = ArrivalStream(sc.seed, name, RequestMix(model=sc.model))
         self.heap: list[tuple[float, int, str, _Request | None]] = []
         self._n = 0
         self.by_seq: dict[int, _Request] = {}
@@ -140,18 +139,15 @@ class NodeHistory:
     def _rate(self, t: float) -> float:
         wall = self.wall_origin_s + t
         day = 86400.0
-        rate = daily_rate(wall % day, day, self.sc.base_rps)
+        rate = daily_rate(wall % day, day, self.sc.base_rps) if self.sc.daily_shape else self.sc.base_rps
         if datetime.fromtimestamp(wall, UTC).weekday() >= 5:
             rate *= self.sc.weekend_factor
         spike = self.fleet.faults.strongest(t, self.name, "traffic_spike")
         return rate * (spike.strength if spike is not None else 1.0)
 
-    def _lognormal(self, median: int, cap: int) -> int:
-        return min(cap, max(1, round(self.rng.lognormvariate(math.log(median), self.mix.length_sigma))))
-
     def run(self, steps: int) -> None:
         """Simulate ``steps`` steps, sampling at the end of each."""
-        next_arrival = self.rng.expovariate(self._rate(0.0))
+        next_arrival = self.arrivals.gap_s(self._rate(0.0))
         for i in range(steps):
             t_sample = (i + 1) * self.step_s
             while True:
@@ -170,7 +166,7 @@ class NodeHistory:
                     self._event(kind, req, t)
                 if next_arrival <= t:
                     self._arrive(t)
-                    next_arrival = t + self.rng.expovariate(max(1e-6, self._rate(t)))
+                    next_arrival = t + self.arrivals.gap_s(self._rate(t))
                 self._pump(t)
                 if t >= t_sample:
                     break
@@ -209,11 +205,7 @@ class NodeHistory:
             self._duration.observe(t - req.arrival)
 
     def _arrive(self, t: float) -> None:
-        req = _Request(
-            t,
-            self._lognormal(self.mix.prompt_tokens_median, 4096),
-            self._lognormal(self.mix.output_tokens_median, self.mix.max_output_tokens),
-        )
+        req = _Request(t, *self.arrivals.lengths())
         ingress = self.fleet.faults.strongest(t, self.name, "ingress_errors")
         if ingress is not None:
             self._ingress_credit += ingress.strength

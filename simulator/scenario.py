@@ -138,6 +138,8 @@ class Scenario(BaseModel):
     seed: int = 0
     base_rps: float = Field(1.0, gt=0, description="daily mean requests per second, per node")
     weekend_factor: float = Field(1.0, gt=0, description="traffic multiplier on Saturdays and Sundays")
+    # False: a flat base_rps all day, so a short live run can replay the history's exact arrivals.
+    daily_shape: bool = Field(True, description="follow the daily traffic shape around base_rps")
     engine: EngineOverrides = EngineOverrides()
     gateway: GatewayLimits = GatewayLimits()
     faults: list[ScenarioFault] = Field(default_factory=list)
