@@ -77,6 +77,17 @@ def _when(text: str | None) -> datetime | None:
     return None if not text else datetime.fromisoformat(text.replace("Z", "+00:00"))
 
 
+def _detected(incident: Mapping[str, Any], fault_start: datetime | None) -> datetime | None:
+    """When the analyzer showed it: the opening, or for an incident open before the fault, its
+    first evidence detected after the fault started."""
+    opened = _when(incident.get("opened_at"))
+    if fault_start is None or opened is None or opened >= fault_start:
+        return opened
+    later = [w for e in incident.get("evidence", [])
+             if (w := _when(e.get("detected_at"))) is not None and w >= fault_start]
+    return min(later) if later else opened
+
+
 def expected_truths(truth: Mapping[str, Any], also: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
     """The root causes a scenario should yield: none for a fault-free one, else the truth and its ``also``."""
     if truth["rule"] == "none":
@@ -104,8 +115,8 @@ def score(scenario: str, mode: str, expected: list[dict[str, Any]], incidents: S
             unused.remove(hit)
             matched.append(hit)
     first = matched[0] if matched else (incidents[0] if incidents else None)
-    opened = _when(first.get("opened_at")) if first is not None else None
-    ttd = (opened - fault_start).total_seconds() if opened and fault_start else None
+    seen = _detected(first, fault_start) if first is not None else None
+    ttd = (seen - fault_start).total_seconds() if seen and fault_start else None
     if not expected:
         reason = f"{len(incidents)} incident(s) on a fault-free run" if incidents else "quiet, as expected"
     elif not incidents:
@@ -184,7 +195,7 @@ def live_drill(path: Path, target: LiveTarget) -> DrillScore:
     sc = load_scenario(path)
     headers = {"Authorization": f"Bearer {target.admin_token}"}
     sim, api = target.sim_url.rstrip("/"), target.analyzer_url.rstrip("/")
-    before = {i["id"] for i in _incidents(api)}
+    before = {i["id"]: i for i in _incidents(api)}
     sim_now = float(requests.get(f"{sim}/fleet", timeout=10).json()["now"])
     first = min((f.start for f in sc.faults), default=0.0)
     injected: list[str] = []
@@ -205,7 +216,7 @@ def live_drill(path: Path, target: LiveTarget) -> DrillScore:
                 raise OximeterError(f"simulator refused fault {n} ({fault.kind}): "
                                     f"{resp.status_code} {resp.text[:200]}")
             injected.append(body["id"])
-        new = _watch(api, before, expected, target)
+        new = _watch(api, before, started, expected, target)
     finally:
         for fault_id in injected:
             requests.delete(f"{sim}/admin/faults/{fault_id}", headers=headers, timeout=10)
@@ -228,16 +239,28 @@ def _notifications(api: str, incident_id: str) -> list[dict[str, Any]]:
     return list(resp.json().get("notifications", [])) if resp.ok else []
 
 
-def _watch(api: str, before: set[str], expected: list[dict[str, Any]],
+def _touched(incidents: list[dict[str, Any]], before: Mapping[str, Mapping[str, Any]],
+             since: datetime) -> list[dict[str, Any]]:
+    """Incidents opened since the injection, or older ones that took evidence detected since then
+    (an open incident on the same node absorbs the drill's anomalies and changes its root cause)."""
+    def fresh(inc: Mapping[str, Any]) -> bool:
+        return any((when := _when(e.get("detected_at"))) is not None and when >= since
+                   for e in inc.get("evidence", []))
+
+    return [i for i in incidents if i["id"] not in before or fresh(i)]
+
+
+def _watch(api: str, before: Mapping[str, Mapping[str, Any]], since: datetime, expected: list[dict[str, Any]],
            target: LiveTarget) -> list[dict[str, Any]]:
-    """New incidents, polled until every expected root cause is named (or quiet_s for a fault-free one)."""
+    """Incidents the drill touched, polled until every expected root cause is named (or quiet_s
+    for a fault-free scenario)."""
     from analyzer.replay import truth_matches
 
     limit = target.quiet_s if not expected else target.timeout_s
     deadline = time.monotonic() + limit
     new: list[dict[str, Any]] = []
     while time.monotonic() < deadline:
-        new = [i for i in _incidents(api) if i["id"] not in before]
+        new = _touched(_incidents(api), before, since)
         if expected and all(any(truth_matches(i, t) for i in new) for t in expected):
             break
         time.sleep(target.poll_s)

@@ -1,0 +1,171 @@
+"""``oximeter drill`` in replay: the whole library passes, a wrong truth fails, the JSON has its shape;
+plus the scoring, the windows and the scenario lookup as tables.
+
+Histories are cached in ``.oximeter/cache/drill`` (git-ignored, keyed by the scenario, the window
+and the simulator's source), so only the first run after a simulator change pays for generation.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from analyzer.drill import LIBRARY, expected_truths, scenario_paths, score
+from analyzer.replay import DRILL_END_S, drill_windows, same_time_window
+from oximeter.errors import ConfigError
+from oximeter.procs import oximeter_argv
+from simulator.scenario import load_scenario
+
+ROOT = Path(__file__).resolve().parents[2]
+CACHE = ROOT / ".oximeter" / "cache" / "drill"
+# Generating the library's histories on a cold cache takes minutes on 2 shared cores.
+COLD_TIMEOUT_S = 1800
+
+
+def drill(*args: str) -> subprocess.CompletedProcess[str]:
+    """``oximeter drill ARGS --replay`` against the shared cache."""
+    return subprocess.run(oximeter_argv("drill", *args, "--replay", "--cache", str(CACHE)), cwd=ROOT,
+                          capture_output=True, text=True, timeout=COLD_TIMEOUT_S, check=False)
+
+
+@pytest.mark.timeout(COLD_TIMEOUT_S)
+def test_every_library_scenario_passes_in_replay() -> None:
+    result = drill("--all")
+    count = len(list(LIBRARY.glob("*.yaml")))
+    lines = result.stdout.strip().splitlines()
+    assert (result.returncode, lines[-1]) == (0, f"{count} passed, 0 failed"), result.stdout + result.stderr
+
+
+@pytest.mark.timeout(COLD_TIMEOUT_S)
+def test_a_wrong_truth_fails(tmp_path: Path) -> None:
+    # Thermal throttling, but the file claims a leak: the drill must say it missed.
+    data = yaml.safe_load((LIBRARY / "thermal_throttle.yaml").read_text())
+    data["truth"] = {"layer": "engine", "entity": {"node": "n1", "process": "vllm"}, "rule": "engine_leak"}
+    (tmp_path / "wrong.yaml").write_text(yaml.safe_dump(data))
+    result = drill("--all", "--scenarios", str(tmp_path))
+    assert (result.returncode, result.stdout.strip().splitlines()[-1]) == (1, "0 passed, 1 failed")
+    assert "engine/engine_leak" in result.stdout and "infrastructure/thermal_throttle" in result.stdout
+
+
+@pytest.mark.timeout(COLD_TIMEOUT_S)
+def test_json_output() -> None:
+    result = drill("thermal_throttle", "--json")
+    assert result.returncode == 0, result.stderr
+    doc = json.loads(result.stdout)
+    assert (doc["passed"], doc["failed"], doc["skipped"], len(doc["drills"])) == (1, 0, [], 1)
+    one = doc["drills"][0]
+    assert sorted(one) == ["attributed", "detected", "expected", "messages", "mode", "passed", "reason",
+                           "scenario", "time_to_detect_s"]
+    assert (one["scenario"], one["mode"], one["passed"], one["detected"], one["reason"]) == \
+        ("thermal_throttle", "replay", True, True, "right")
+    assert one["expected"] == [{"layer": "infrastructure", "entity": {"node": "n1", "gpu": "2"},
+                                "rule": "thermal_throttle"}]
+    [got] = one["attributed"]
+    assert (got["layer"], got["rule"], got["signal"], got["entity"]["node"], got["entity"]["gpu"]) == \
+        ("infrastructure", "thermal_throttle", "gpu_temperature", "n1", "2")
+    # Opened within minutes of the fault (detection persistence plus one cycle), opened + resolved.
+    assert 0 < one["time_to_detect_s"] <= 600
+    assert one["messages"] == 2
+
+
+def test_unknown_scenario_is_a_usage_error() -> None:
+    result = drill("no_such_scenario")
+    assert result.returncode == 2
+    assert "no scenario 'no_such_scenario'" in result.stderr and "thermal_throttle" in result.stderr
+
+
+# -- scoring -------------------------------------------------------------------------------------------
+THERMAL = {"layer": "infrastructure", "entity": {"node": "n1", "gpu": "2"}, "rule": "thermal_throttle"}
+DEPENDENCY = {"layer": "dependency", "entity": {"node": "n2", "dependency": "vectordb"},
+              "rule": "dependency_degraded"}
+START = datetime(2026, 1, 7, 15, 0, tzinfo=UTC)
+
+
+def incident(layer: str, rule: str, opened: str = "2026-01-07T15:03:00Z", **labels: str) -> dict[str, Any]:
+    """An incident as the API and ``Incident.to_dict()`` shape it (only what scoring reads)."""
+    return {"id": f"inc-{rule}-{len(labels)}", "layer": layer, "rule": rule, "opened_at": opened,
+            "root_cause": {"signal": "gpu_temperature", "labels": labels}}
+
+
+HOT = incident("infrastructure", "thermal_throttle", node="n1", gpu="2", uuid="GPU-x")
+VECTOR = incident("dependency", "dependency_degraded", node="n2", dependency="vectordb")
+
+
+@pytest.mark.parametrize(("expected", "incidents", "verdict"), [
+    ([THERMAL], [HOT], (True, True, 180.0, "right")),
+    ([THERMAL], [], (False, False, None, "not detected: no incident")),
+    ([THERMAL], [incident("scheduling", "capacity_exhausted", node="n1")],
+     (False, True, 180.0, "attributed 0 of 1 root cause(s) right")),
+    ([THERMAL], [incident("infrastructure", "thermal_throttle", node="n1", gpu="3")],
+     (False, True, 180.0, "attributed 0 of 1 root cause(s) right")),
+    ([THERMAL], [HOT, incident("ingress", "unclassified", node="n2")],
+     (False, True, 180.0, "2 incidents, expected 1")),
+    ([], [], (True, False, None, "quiet, as expected")),
+    ([], [HOT], (False, False, 180.0, "1 incident(s) on a fault-free run")),
+    ([THERMAL, DEPENDENCY], [VECTOR, HOT], (True, True, 180.0, "right")),
+    ([THERMAL, DEPENDENCY], [HOT, HOT], (False, True, 180.0, "attributed 1 of 2 root cause(s) right")),
+])
+def test_score(expected: list[dict[str, Any]], incidents: list[dict[str, Any]],
+               verdict: tuple[bool, bool, float | None, str]) -> None:
+    s = score("s", "replay", expected, incidents, START, messages=2)
+    assert (s.passed, s.detected, s.time_to_detect_s, s.reason) == verdict
+
+
+def test_time_to_detect_of_an_incident_open_before_the_fault_is_its_first_later_evidence() -> None:
+    # Live: an incident already open on the node absorbs the drill's anomalies.
+    older = {**HOT, "opened_at": "2026-01-07T14:00:00Z",
+             "evidence": [{"detected_at": "2026-01-07T14:00:00Z"}, {"detected_at": "2026-01-07T15:02:00Z"}]}
+    assert score("s", "live", [THERMAL], [older], START, messages=1).time_to_detect_s == 120.0
+
+
+@pytest.mark.parametrize(("truth", "also", "count"), [
+    ({"layer": "none", "entity": {}, "rule": "none"}, [], 0),
+    (THERMAL, [], 1),
+    (THERMAL, [DEPENDENCY], 2),
+])
+def test_expected_truths(truth: dict[str, Any], also: list[dict[str, Any]], count: int) -> None:
+    assert len(expected_truths(truth, also)) == count
+
+
+# -- windows and lookup --------------------------------------------------------------------------------
+@pytest.mark.parametrize(("name", "windows"), [
+    # (hours of history, hours before the anchor it ends, [(kind, start h before its end, duration s)])
+    ("thermal_throttle", [(3.5, 0.5, [("thermal_throttle", 2.5, 7200.0)])]),
+    ("engine_leak", [(3.0, 4.0, [("rss_leak", 2.0, None)])]),
+    ("xid_critical", [(1.52, 1.48, [("xid", 0.52, 60.0)])]),
+    # A week's nuisance on its own day and hour, each with its own window.
+    ("fault_free_week", [(1.58, 116.42, [("traffic_spike", 0.58, 300.0)]),
+                         (1.52, 61.48, [("engine_restart", 0.52, 60.0)]),
+                         (1.53, 33.47, [("scrape_gap", 0.53, 120.0)])]),
+])
+def test_drill_windows(name: str, windows: list[tuple[float, float, list[tuple[str, float, float | None]]]],
+                       ) -> None:
+    got = [(round(w.days * 24, 2), round((DRILL_END_S - w.end_s) / 3600, 2),
+            [(f.kind, round(-f.start / 3600, 2), f.duration) for f in w.scenario.faults])
+           for w in drill_windows(load_scenario(LIBRARY / f"{name}.yaml"))]
+    assert got == windows
+
+
+def test_same_time_window_is_a_day_earlier_fault_free_and_wider() -> None:
+    [window] = drill_windows(load_scenario(LIBRARY / "thermal_throttle.yaml"))
+    before = same_time_window(window)
+    assert (before.scenario.faults, round(before.days * 24, 2), window.end_s - before.end_s) == \
+        ([], 4.5, 86400.0 - 1800.0)
+
+
+def test_scenario_paths(tmp_path: Path) -> None:
+    (tmp_path / "mine.yaml").write_text("name: mine\n")
+    assert scenario_paths("thermal_throttle", False, None) == [LIBRARY / "thermal_throttle.yaml"]
+    assert scenario_paths(str(tmp_path / "mine.yaml"), False, None) == [tmp_path / "mine.yaml"]
+    assert scenario_paths("mine", False, tmp_path) == [tmp_path / "mine.yaml"]
+    assert scenario_paths(None, True, tmp_path) == [tmp_path / "mine.yaml"]
+    with pytest.raises(ConfigError, match="no scenario files"):
+        scenario_paths(None, True, tmp_path / "empty")
+    with pytest.raises(ConfigError, match="give a SCENARIO"):
+        scenario_paths(None, False, None)

@@ -1,0 +1,115 @@
+"""``oximeter drill --live`` against real processes: the simulator (admin API), a simulated-GPU
+exporter, Prometheus scraping it every second and the analyzer daemon reading Prometheus.
+
+The scenario is an uncorrectable ECC error (it fires on its first sample: no baseline needed on
+a fresh Prometheus), written to a temporary folder as any user's scenario would be.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+from collections.abc import Iterator
+from dataclasses import dataclass
+from functools import partial
+from pathlib import Path
+
+import pytest
+import requests
+
+from oximeter.procs import ManagedProcess, free_port, http_ok, oximeter_argv
+
+PROMETHEUS = shutil.which("prometheus") or "/usr/bin/prometheus"
+TOKEN = "drill-admin-token"
+SCENARIO = """\
+name: live_ecc_uncorrectable
+description: an uncorrectable ECC error on n1 GPU 1
+nodes: 1
+gpus_per_node: 2
+faults:
+  - {kind: ecc_uncorrectable, node: n1, gpu: 1, start: -90m, duration: 10m, strength: 1}
+truth: {layer: infrastructure, entity: {node: n1, gpu: "1"}, rule: ecc_uncorrectable}
+"""
+
+pytestmark = pytest.mark.skipif(not Path(PROMETHEUS).exists(), reason="prometheus is not installed")
+
+
+@dataclass(frozen=True)
+class LiveStack:
+    """The URLs a live drill needs."""
+
+    sim_url: str
+    analyzer_url: str
+    root: Path
+
+
+@pytest.fixture(scope="module")
+def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LiveStack]:
+    """Simulator → exporter → Prometheus → analyzer, started in order and always stopped."""
+    root = tmp_path_factory.mktemp("live-drill")
+    logs = root / "logs"
+    sim_port, exporter_port, prom_port, api_port = free_port(), free_port(), free_port(), free_port()
+    sim_url, prom_url = f"http://127.0.0.1:{sim_port}", f"http://127.0.0.1:{prom_port}"
+    (root / "prometheus.yml").write_text(
+        "global: {scrape_interval: 1s, evaluation_interval: 1s}\n"
+        "scrape_configs:\n  - job_name: oximeter-exporter\n"
+        f"    static_configs: [{{targets: ['127.0.0.1:{exporter_port}']}}]\n")
+    (root / "oximeter.yaml").write_text(
+        f"analyzer: {{prometheus: {{url: '{prom_url}'}}, step_s: 1, interval_s: 1, live_window_s: 600}}\n"
+        f"incidents: {{store_path: '{root / 'oximeter.db'}', api_port: {api_port}}}\n")
+    procs = [
+        (ManagedProcess("simulator", oximeter_argv("sim", "serve", "--port", str(sim_port), "--nodes", "1",
+                                                   "--gpus-per-node", "2"), logs,
+                        env={"OXIMETER_ADMIN_TOKEN": TOKEN}), f"{sim_url}/fleet"),
+        (ManagedProcess("exporter", oximeter_argv("exporter", "--backend", "sim", "--sim-url", sim_url,
+                                                  "--node", "n1", "--port", str(exporter_port)), logs),
+         f"http://127.0.0.1:{exporter_port}/metrics"),
+        (ManagedProcess("prometheus", [PROMETHEUS, f"--config.file={root / 'prometheus.yml'}",
+                                       f"--storage.tsdb.path={root / 'tsdb'}",
+                                       f"--web.listen-address=127.0.0.1:{prom_port}"], logs),
+         f"{prom_url}/-/ready"),
+        (ManagedProcess("analyzer", oximeter_argv("--config", str(root / "oximeter.yaml"), "analyze"), logs,
+                        cwd=root), f"http://127.0.0.1:{api_port}/api/incidents"),
+    ]
+    try:
+        for proc, ready in procs:
+            proc.start()
+            proc.wait_ready(partial(http_ok, ready), timeout_s=60)
+        (root / "scenarios").mkdir()
+        (root / "scenarios" / "live_ecc_uncorrectable.yaml").write_text(SCENARIO)
+        yield LiveStack(sim_url, f"http://127.0.0.1:{api_port}", root)
+    finally:
+        for proc, _ in reversed(procs):
+            proc.stop()
+
+
+@pytest.mark.timeout(240)
+def test_live_drill_injects_scores_and_cleans_up(stack: LiveStack) -> None:
+    argv = oximeter_argv("drill", "--all", "--live", "--scenarios", str(stack.root / "scenarios"),
+                         "--sim-url", stack.sim_url, "--analyzer-url", stack.analyzer_url,
+                         "--time-scale", "0.05", "--timeout-s", "120", "--json")
+    env = {**os.environ, "OXIMETER_ADMIN_TOKEN": TOKEN}
+    result = subprocess.run(argv, capture_output=True, text=True, timeout=200, env=env, check=False)
+    assert result.returncode == 0, result.stdout + result.stderr
+    doc = json.loads(result.stdout)
+    [one] = doc["drills"]
+    assert (one["mode"], one["passed"], one["detected"], one["reason"]) == ("live", True, True, "right")
+    [got] = one["attributed"]
+    assert (got["layer"], got["rule"], got["entity"]["node"], got["entity"]["gpu"]) == \
+        ("infrastructure", "ecc_uncorrectable", "n1", "1")
+    assert one["messages"] >= 1 and 0 <= one["time_to_detect_s"] < 120
+    # The injected fault is gone afterwards: a drill leaves the stack as it found it.
+    faults = requests.get(f"{stack.sim_url}/admin/faults", headers={"Authorization": f"Bearer {TOKEN}"},
+                          timeout=10).json()["faults"]
+    assert [f["id"] for f in faults if f["id"].startswith("drill-")] == []
+
+
+def test_live_without_the_token_is_a_usage_error(stack: LiveStack) -> None:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("OXIMETER_ADMIN_TOKEN")}
+    result = subprocess.run(oximeter_argv("drill", "thermal_throttle", "--live", "--sim-url", stack.sim_url,
+                                          "--analyzer-url", stack.analyzer_url),
+                            capture_output=True, text=True, timeout=60, env=env, check=False)
+    assert result.returncode == 2
+    assert "OXIMETER_ADMIN_TOKEN" in result.stderr and TOKEN not in result.stderr
