@@ -27,10 +27,12 @@ from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pandas as pd
 
 from analyzer.baselines import BaselinePolicy
-from analyzer.daemon import CONTEXT, CONTEXT_RECIPES, snapshot_from_frames, topology_from_frames
+from analyzer.daemon import CONTEXT, CONTEXT_RECIPES, topology_from_frames
+from analyzer.diagnosis import Labels, Snapshot
 from analyzer.evaluate import evaluate_signal
 from analyzer.events import AnomalyEvent
 from analyzer.frame import SeriesFrame
@@ -221,10 +223,29 @@ def as_of(events: Sequence[AnomalyEvent], now: datetime) -> list[AnomalyEvent]:
     return out
 
 
-def frames_until(frames: Mapping[str, SeriesFrame], now: datetime, rows: int = 20) -> dict[str, SeriesFrame]:
-    """Frames cut at ``now`` (the context snapshot reads only the latest rows)."""
-    stamp = pd.Timestamp(now)
-    return {k: SeriesFrame(f.values.loc[:stamp].tail(rows), f.labels) for k, f in frames.items()}
+class Snapshots:
+    """The context snapshot (``analyzer.daemon.snapshot_from_frames``) of any moment, from frames
+    forward-filled once: the latest finite value within the last ``rows`` samples, per series."""
+
+    def __init__(self, frames: Mapping[str, SeriesFrame], rows: int = 20) -> None:
+        self._parts = []
+        for name, frame in frames.items():
+            if frame.values.empty:
+                continue
+            labels = [AnomalyEvent.labels_from(frame.labels_of(str(c))) for c in frame.values.columns]
+            filled = frame.values.ffill(limit=rows - 1)
+            self._parts.append((name, pd.DatetimeIndex(filled.index), filled.to_numpy(np.float64), labels))
+
+    def at(self, now: datetime) -> Snapshot:
+        """The snapshot a cycle at ``now`` reads."""
+        stamp = pd.Timestamp(now)
+        out: dict[str, dict[Labels, float]] = {}
+        for name, index, values, labels in self._parts:
+            row = int(index.searchsorted(stamp, side="right")) - 1
+            if row >= 0:
+                out[name] = {lab: float(v) for lab, v in zip(labels, values[row], strict=True)
+                             if math.isfinite(v)}
+        return out
 
 
 @dataclass(frozen=True)
@@ -245,11 +266,11 @@ def replay_cycles(frames: Mapping[str, SeriesFrame], events: Sequence[AnomalyEve
         return ReplayOutcome((), ())
     start, end = indexes[0][0].to_pydatetime(), indexes[0][-1].to_pydatetime()
     tracker, seen, changes = IncidentTracker(settings), {}, []
+    # oximeter_target_info's series are the same every cycle: the topology once, like the snapshots.
+    joined, snapshots = topology_from_frames(frames, topology or Topology()), Snapshots(frames)
     now = start + timedelta(seconds=interval_s)
     while now <= end:
-        cut = frames_until(frames, now)
-        found = findings(as_of(events, now), topology_from_frames(cut, topology or Topology()), now=now,
-                         snapshot=snapshot_from_frames(cut), settings=settings)
+        found = findings(as_of(events, now), joined, now=now, snapshot=snapshots.at(now), settings=settings)
         step_changes, touched = tracker.step(found, now)
         changes += step_changes
         seen.update({i.id: i for i in touched})
