@@ -26,7 +26,6 @@ from oximeter.errors import ConfigError, OximeterError
 
 LIBRARY = Path(__file__).resolve().parent.parent / "simulator" / "scenarios"
 DEFAULT_CACHE = Path(".oximeter") / "cache" / "drill"
-NOTIFY_KINDS = ("opened", "severity_up", "root_cause_changed", "resolved")
 
 
 @dataclass(frozen=True)
@@ -135,6 +134,7 @@ def score(scenario: str, mode: str, expected: list[dict[str, Any]], incidents: S
 # -- replay -----------------------------------------------------------------------------------------
 def replay_drill(path: Path, cache_dir: Path, step_s: float, interval_s: float) -> DrillScore:
     """The scenario's windows replayed through the analyzer, scored."""
+    from analyzer.incidents import NOTIFY_KINDS
     from analyzer.replay import DAY_S, drill_windows, history_dir, replay_history, same_time_window
     from simulator.scenario import load_scenario
 
@@ -190,6 +190,7 @@ def live_drill(path: Path, target: LiveTarget) -> DrillScore:
     """Inject the scenario's faults now (durations × time scale), watch the analyzer, score, clean up."""
     import requests
 
+    from analyzer.incidents import NOTIFY_KINDS
     from simulator.scenario import load_scenario
 
     sc = load_scenario(path)
@@ -220,7 +221,8 @@ def live_drill(path: Path, target: LiveTarget) -> DrillScore:
     finally:
         for fault_id in injected:
             requests.delete(f"{sim}/admin/faults/{fault_id}", headers=headers, timeout=10)
-    messages = sum(1 for i in new for c in _notifications(api, i["id"]) if c["kind"] in NOTIFY_KINDS)
+    messages = sum(1 for i in new for c in _notifications(api, i["id"])
+                   if c["kind"] in NOTIFY_KINDS and (_when(c.get("at")) or started) >= started)
     return score(sc.name, "live", expected, new, started, messages)
 
 
