@@ -204,7 +204,10 @@ def thermal_throttle(case: Case) -> Diagnosis | None:
     Utilisation is deliberately not consulted: a throttled GPU often looks idle-ish.
     """
     latency = case.of(*LATENCY_UP)
-    if not latency:
+    throttle = case.of("gpu_temperature", "gpu_sm_clock_ratio")
+    # The throttle's own anomaly also qualifies: at low traffic the latency rise can stay under
+    # its detector's margin while the GPU is plainly cooking (seed 003 §4.1).
+    if not latency and not throttle:
         return None
     t = case.thresholds
     temps, clocks, thermal = case.per_gpu("gpu_temperature"), case.per_gpu("gpu_sm_clock_ratio"), \
@@ -222,8 +225,8 @@ def thermal_throttle(case: Case) -> Diagnosis | None:
     cause = RootCause("gpu_temperature", labels)
     return _verdict(case, "thermal_throttle", "infrastructure", cause,
                     f"GPU {cause.entity} at {temps[hot[0]]:.0f} °C, "
-                    f"SM clock {clocks[hot[0]] * 100:.0f} % of max with a thermal reason, "
-                    f"while {describe(latency[0])}", "warning",
+                    f"SM clock {clocks[hot[0]] * 100:.0f} % of max with a thermal reason"
+                    + (f", while {describe(latency[0])}" if latency else ""), "warning",
                     ["gpu_temperature", "gpu_sm_clock_ratio"])
 
 
