@@ -30,6 +30,8 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
+import yaml
+
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from analyzer.drill import DEFAULT_CACHE
@@ -46,7 +48,7 @@ from analyzer.replay import (
     same_time_window,
     signal_frames,
 )
-from analyzer.signals import CATALOGUE
+from analyzer.signals import CATALOGUE, SignalSpec, build_catalogue
 from simulator.scenario import Scenario, load_scenario
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -68,11 +70,11 @@ class Fault:
     end: datetime
 
     @classmethod
-    def from_truth(cls, item: dict[str, object]) -> Fault:
-        """From one entry of ``truth.json``'s ``faults``."""
+    def from_truth(cls, item: dict[str, object], until: datetime) -> Fault:
+        """From one entry of ``truth.json``'s ``faults``; a fault without an end lasts ``until``."""
         start = datetime.fromtimestamp(float(item["start_epoch_s"]), UTC)  # type: ignore[arg-type]
         stop = item.get("end_epoch_s")
-        end = datetime.fromtimestamp(float(stop), UTC) if stop is not None else start  # type: ignore[arg-type]
+        end = datetime.fromtimestamp(float(stop), UTC) if stop is not None else until  # type: ignore[arg-type]
         gpu = item.get("gpu")
         return cls(str(item["kind"]), str(item["node"]), None if gpu is None else str(gpu), start, end)
 
@@ -93,9 +95,14 @@ class Verdict:
         return self.delay_s is not None and self.target_s is not None and self.delay_s <= self.target_s
 
 
+# The catalogue evaluated: the shipped one, or with ``--signals`` overrides (as the config's
+# ``analyzer.signals`` section would apply them), to measure a proposed threshold before shipping it.
+SIGNALS: dict[str, SignalSpec] = dict(CATALOGUE)
+
+
 def target_s(signal: str, step_s: float) -> float:
     """The signal's persistence window on this grid, plus two steps."""
-    persistence = CATALOGUE[signal].persistence(step_s)
+    persistence = SIGNALS[signal].persistence(step_s)
     return (persistence.n + 2) * step_s
 
 
@@ -129,17 +136,19 @@ def false_alarms(events: Sequence[AnomalyEvent], faults: Sequence[Fault]) -> lis
     return [e for e in events if not explained(e)]
 
 
-def events_of(directory: Path, yesterday: Path | None) -> tuple[list[AnomalyEvent], float]:
-    """Every catalogue signal's events over one history window (the daemon's detection path)."""
-    frames, step_s = signal_frames(directory)
-    same_time = None if yesterday is None else {DAY_S: signal_frames(yesterday)[0]}
-    return detect(frames, step_s, same_time=same_time), step_s
+def events_of(directory: Path, yesterday: Path | None) -> tuple[list[AnomalyEvent], float, datetime]:
+    """Every catalogue signal's events over one history window (the daemon's detection path),
+    the step and the window's last timestamp."""
+    frames, step_s = signal_frames(directory, SIGNALS)
+    same_time = None if yesterday is None else {DAY_S: signal_frames(yesterday, SIGNALS)[0]}
+    end = max(f.values.index[-1] for f in frames.values() if len(f.values.index)).to_pydatetime()
+    return detect(frames, step_s, SIGNALS, same_time=same_time), step_s, end
 
 
-def faults_of(directory: Path) -> list[Fault]:
-    """The window's faults from its ``truth.json``."""
+def faults_of(directory: Path, until: datetime) -> list[Fault]:
+    """The window's faults from its ``truth.json`` (open-ended ones last ``until``)."""
     truth = json.loads((directory / "truth.json").read_text(encoding="utf-8"))
-    return [Fault.from_truth(f) for f in truth["faults"]]
+    return [Fault.from_truth(f, until) for f in truth["faults"]]
 
 
 def generate(windows: Sequence[HistoryWindow], cache: Path, step_s: float, jobs: int,
@@ -166,8 +175,8 @@ def scenario_row(sc: Scenario, cache: Path, step_s: float, jobs: int) -> tuple[s
     total = 0
     started = time.perf_counter()
     for directory, yesterday in zip(paths[:len(windows)], paths[len(windows):], strict=True):
-        events, step = events_of(directory, yesterday)
-        faults = faults_of(directory)
+        events, step, end = events_of(directory, yesterday)
+        faults = faults_of(directory, end)
         found += verdicts(events, faults, step)
         false += false_alarms(events, faults)
         total += len(events)
@@ -189,9 +198,9 @@ def week_report(sc: Scenario, cache: Path, step_s: float, days: float) -> list[s
     window = HistoryWindow(sc, days, DRILL_END_S)
     [directory], hours, gen_s = generate([window], cache, step_s, 1)
     started = time.perf_counter()
-    events, _ = events_of(directory, None)
+    events, _, end = events_of(directory, None)
     detect_s = time.perf_counter() - started
-    nuisance = faults_of(directory)
+    nuisance = faults_of(directory, end)
     first = datetime.fromtimestamp(DRILL_END_S - days * DAY_S, UTC)
     lines = [f"fault-free week: {days:g} simulated days ({_gen_text(hours, gen_s)}; detection "
              f"{detect_s:.0f} s), {len(events)} false alarm(s), {len(events) / days:.2f} per simulated day"]
@@ -215,7 +224,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--cache", type=Path, default=ROOT / DEFAULT_CACHE)
     parser.add_argument("--week-days", type=float, default=7.0)
     parser.add_argument("--no-week", action="store_true", help="skip the fault-free week")
+    parser.add_argument("--signals", type=Path, default=None,
+                        help="YAML: signal name -> fields to override (as the config's analyzer.signals)")
     args = parser.parse_args(argv)
+    if args.signals is not None:
+        SIGNALS.update(build_catalogue(yaml.safe_load(args.signals.read_text(encoding="utf-8")) or {}))
+        print(f"signal overrides from {args.signals}")
     step_s = parse_duration(args.step).total_seconds()
     paths = sorted(SCENARIOS.glob("*.yaml"))
     names = [p.stem for p in paths if not args.only or p.stem in args.only]
