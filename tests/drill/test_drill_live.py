@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 import requests
 
-from oximeter.procs import ManagedProcess, free_port, http_ok, oximeter_argv
+from oximeter.procs import ManagedProcess, free_port, http_ok, oximeter_argv, wait_until
 
 PROMETHEUS = shutil.which("prometheus") or "/usr/bin/prometheus"
 TOKEN = "drill-admin-token"
@@ -43,6 +43,13 @@ class LiveStack:
     sim_url: str
     analyzer_url: str
     root: Path
+
+
+def _cycles_done(url: str, count: int) -> bool:
+    for line in requests.get(url, timeout=5).text.splitlines():
+        if line.startswith("oximeter_analyzer_cycle_seconds_count"):
+            return float(line.split()[-1]) >= count
+    return False
 
 
 @pytest.fixture(scope="module")
@@ -77,6 +84,9 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LiveStack]:
         for proc, ready in procs:
             proc.start()
             proc.wait_ready(partial(http_ok, ready), timeout_s=60)
+        # A drill starts against a running analyzer: its first (cold) cycles are done.
+        wait_until(partial(_cycles_done, f"http://127.0.0.1:{api_port}/metrics", 3), 60, 0.5,
+                   what="three analyzer cycles")
         (root / "scenarios").mkdir()
         (root / "scenarios" / "live_ecc_uncorrectable.yaml").write_text(SCENARIO)
         yield LiveStack(sim_url, f"http://127.0.0.1:{api_port}", root)
