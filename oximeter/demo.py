@@ -1,40 +1,64 @@
-"""``oximeter demo``: the local stack (``oximeter/stack.py``) with a simulated fleet, watched live.
+"""``oximeter demo``: the whole stack on 127.0.0.1 with a simulated fleet, then a fault drill.
 
-Every child process is started by the stack and stopped on exit, on errors and on Ctrl-C or
-SIGTERM during set-up. Issue 8 grows this into the drill (analyzer, chat sink, digest).
+Set-up (rich progress bars): two days of history backfilled into a fresh Prometheus, then
+Prometheus with time-scaled alert rules, Alertmanager routing to the analyzer's relay, Redis, the
+simulator, an exporter and a gateway per node, the analyzer daemon (config generated into the
+workspace) and traffic; a chat sink in this process prints each WeCom message as a panel. The
+drill injects the scenario's faults through the simulator's admin API, follows the incident from
+opened to resolved through the analyzer API, and previews the daily digest. Every child process
+is stopped on exit, on errors and on Ctrl-C or SIGTERM during set-up.
 """
 
 from __future__ import annotations
 
 import argparse
 import contextlib
+import json
+import secrets
 import signal
+import subprocess
 import time
 from collections.abc import Iterator
+from datetime import UTC, datetime
 from pathlib import Path
 from types import FrameType
 
 from rich.console import Console
-from rich.live import Live
+from rich.panel import Panel
 from rich.progress import Progress, SpinnerColumn, TaskID, TextColumn, TimeElapsedColumn
 
 from oximeter.backfill import BackfillSpec
-from oximeter.live_view import GatewayWatch, render
+from oximeter.demo_stack import (
+    ALERT_GROUP_WAIT_S,
+    DEMO_SCALE,
+    DemoDrill,
+    IncidentWatch,
+    analyzer_addon,
+    describe_incident,
+    drill_faults,
+    prebuild_backfill,
+)
+from oximeter.errors import OximeterError
+from oximeter.procs import oximeter_argv
 from oximeter.stack import Endpoints, Stack, StackError, StackOptions
+from reporter.sink import ChatSink, SinkMessage
 
 DEFAULT_WORKSPACE = Path(".oximeter/demo")
+DASHBOARDS = Path(__file__).resolve().parent.parent / "dashboards" / "build"
+# A finished backfill younger than this is reused: its "yesterday" still covers today's baselines.
+BACKFILL_REUSE_S = 6 * 3600.0
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
     """Add ``demo`` arguments."""
-    parser.add_argument("--nodes", type=int, default=2, help="simulated nodes (one engine and gateway each)")
-    parser.add_argument("--gpus-per-node", type=int, default=2, help="simulated GPUs per node")
-    parser.add_argument("--duration", type=float, default=None, help="seconds to run (default: until Ctrl-C)")
-    parser.add_argument("--day-seconds", type=float, default=86400.0,
-                        help="one simulated day of traffic shape in this many seconds")
-    parser.add_argument("--base-rps", type=float, default=1.0, help="mean requests per second per gateway")
-    parser.add_argument("--backfill-days", type=float, default=0.0,
-                        help="days of simulated history backfilled into Prometheus first (0 = none)")
+    parser.add_argument("--scenario", default="thermal_throttle",
+                        help="drill scenario from the library (simulator/scenarios), or a YAML path")
+    parser.add_argument("--duration", type=float, default=None,
+                        help="seconds to run once set up (default: until Ctrl-C)")
+    parser.add_argument("--fault-s", type=float, default=60.0, help="how long the drill's fault lasts")
+    parser.add_argument("--backfill-days", type=float, default=2.0, help="days of history backfilled first")
+    parser.add_argument("--backfill-step", type=float, default=120.0,
+                        help="seconds between backfilled samples (a rate over 5 minutes needs ≤ 150)")
     parser.add_argument("--workspace", type=Path, default=DEFAULT_WORKSPACE)
     parser.set_defaults(func=run)
 
@@ -64,58 +88,139 @@ class _ProgressObserver:
         self.progress.update(self.tasks[name], total=1, completed=1)
 
 
-def options_from(args: argparse.Namespace) -> StackOptions:
-    """The stack the demo runs."""
-    backfill = None
-    if args.backfill_days > 0:
-        backfill = BackfillSpec(nodes=args.nodes, gpus_per_node=args.gpus_per_node, base_rps=args.base_rps,
-                                days=args.backfill_days)
-    return StackOptions(nodes=args.nodes, gpus_per_node=args.gpus_per_node, backfill=backfill,
-                        traffic_rps_per_node=args.base_rps, day_seconds=args.day_seconds)
+def _backfill_dir(workspace: Path, spec: BackfillSpec) -> Path:
+    """The workspace's backfill folder, emptied when its history ended too long ago to be "yesterday"."""
+    folder = workspace / "backfill"
+    manifest = folder / "backfill.json"
+    if manifest.is_file():
+        done = json.loads(manifest.read_text(encoding="utf-8"))
+        if time.time() - float(done.get("end_s", 0)) > BACKFILL_REUSE_S:
+            manifest.unlink()  # build_backfill starts over without a manifest
+    return folder
 
 
 def run(args: argparse.Namespace) -> int:
-    """Start the stack, show it live until Ctrl-C or ``--duration``, then stop everything."""
+    """Set up, drill, show, and stop everything."""
     console = Console()
-    args.workspace.mkdir(parents=True, exist_ok=True)
+    started = time.monotonic()
+    workspace: Path = args.workspace.resolve()
+    workspace.mkdir(parents=True, exist_ok=True)
+    for old in workspace.glob("oximeter.db*"):
+        old.unlink()  # incidents of an earlier run would re-open against a fresh Prometheus
+    try:
+        drill = DemoDrill.from_scenario(args.scenario, fault_s=args.fault_s)
+    except OximeterError as exc:
+        console.print(f"[red]oximeter demo: {exc}[/]")
+        return 2
+    sink = ChatSink(lambda m: _print_message(m, console))
+    token_file = workspace / "relay.token"
+    token_file.write_text(secrets.token_urlsafe(24), encoding="utf-8")
+    token_file.chmod(0o600)
+    spec = BackfillSpec(nodes=2, gpus_per_node=2, days=args.backfill_days, step_s=args.backfill_step)
+    backfill_dir = _backfill_dir(workspace, spec)
+    options = StackOptions(
+        nodes=2, gpus_per_node=2, time_scale=DEMO_SCALE, scrape_interval_s=2.0, eval_interval_s=2.0,
+        lookback_delta_s=300 / DEMO_SCALE, backfill=spec, backfill_dir=backfill_dir,
+        alert_group_wait_s=ALERT_GROUP_WAIT_S, alert_group_interval_s=5.0,
+        alert_repeat_interval_s=3600.0, relay_token_file=token_file,
+        addons=(analyzer_addon(workspace, sink.url, token_file),))
     progress = Progress(SpinnerColumn(), TextColumn("{task.description}"), TimeElapsedColumn(),
                         console=console)
-    stack = Stack(args.workspace, options_from(args), _ProgressObserver(progress))
+    observer = _ProgressObserver(progress)
+    stack = Stack(workspace, options, observer)
     with _sigterm_as_interrupt():
         try:
+            sink.start()
             with progress:
+                observer.step("history", f"{spec.days:g} days of history for {spec.nodes} nodes, every "
+                                         f"{spec.step_s:g} s (reused for {BACKFILL_REUSE_S / 3600:g} h)")
+                t0 = time.monotonic()
+                prebuild_backfill(spec, backfill_dir)
+                history_s = time.monotonic() - t0
+                observer.done("history")
                 endpoints = stack.start()
-            _print_endpoints(endpoints, console)
-            watches = [GatewayWatch(node, url) for node, url in endpoints.gateways.items()]
-            _watch(watches, args.duration, console)
-        except StackError as exc:
+            steps = {"history": history_s, **stack.timings_s}
+            console.print(f"set up in {time.monotonic() - started:.0f} s: "
+                          + ", ".join(f"{k} {v:.0f} s" for k, v in steps.items()))
+            _print_endpoints(endpoints, workspace, console)
+            deadline = None if args.duration is None else time.monotonic() + args.duration
+            _drill(stack, drill, deadline, console)
+            _digest(endpoints, workspace, console)
+            if deadline is None or time.monotonic() < deadline:
+                left = "" if deadline is None else f" for {deadline - time.monotonic():.0f} s more"
+                console.print(f"running{left}; Ctrl-C stops everything")
+                while deadline is None or time.monotonic() < deadline:
+                    time.sleep(min(1.0, max(0.0, deadline - time.monotonic())) if deadline else 1.0)
+        except OximeterError as exc:
             console.print(f"[red]oximeter demo: {exc}[/]")
+            if not isinstance(exc, StackError):
+                console.print(f"logs in {workspace / 'logs'}")
             return 1
         except KeyboardInterrupt:
             console.print("[yellow]interrupted[/]")
         finally:
             stack.stop()
-            console.print(f"stopped every process; logs in {stack.workspace / 'logs'}")
+            sink.stop()
+            console.print(f"stopped every process after {time.monotonic() - started:.0f} s; "
+                          f"logs in {workspace / 'logs'}")
     return 0
 
 
-def _print_endpoints(ep: Endpoints, console: Console) -> None:
-    console.print("[bold]SIMULATION[/]: engines and GPUs are simulated; gateways, exporters, Prometheus "
-                  "and Alertmanager are the real thing.")
-    console.print(f"  Prometheus:   {ep.prometheus}/alerts")
+def _drill(stack: Stack, drill: DemoDrill, deadline: float | None, console: Console) -> None:
+    """Inject, then report the incident as it opens and resolves (or the deadline passes)."""
+    assert stack.endpoints is not None
+    api = stack.endpoints.addons["analyzer"]
+    watch = IncidentWatch(api)
+    console.rule(f"[bold]drill: {drill.description}")
+    t0 = time.monotonic()
+    for fault in drill_faults(drill, stack.nodes, stack.options.gpus_per_node):
+        stack.fault(fault.kind, fault.node, gpu=fault.gpu, strength=fault.strength,
+                    duration_s=fault.duration_s)
+        where = f"{fault.node}" + (f" GPU {fault.gpu}" if fault.gpu is not None else "")
+        console.print(f"injected {fault.kind} on {where} for {fault.duration_s:.0f} s "
+                      f"(strength {fault.strength}) at {datetime.now(UTC):%H:%M:%S} UTC")
+    limit = time.monotonic() + drill.fault_s + 240.0
+    if deadline is not None:
+        limit = min(limit, deadline)
+    while time.monotonic() < limit:
+        for incident, what in watch.poll():
+            console.print(Panel(describe_incident(incident), title=f"incident {what} after "
+                                f"{time.monotonic() - t0:.0f} s", border_style="red" if what == "opened"
+                                else "green"))
+        if watch.seen and all(i["state"] == "resolved" for i in watch.seen.values()) \
+                and time.monotonic() - t0 > drill.fault_s:
+            break
+        time.sleep(1.0)
+    if not watch.seen:
+        console.print("[red]no incident within the time left[/]")
+
+
+def _digest(ep: Endpoints, workspace: Path, console: Console) -> None:
+    """``oximeter report --dry-run`` against the demo Prometheus (yesterday = the backfill)."""
+    out = workspace / "digest-preview"
+    result = subprocess.run(oximeter_argv("--config", str(workspace / "oximeter.yaml"), "report", "--dry-run",
+                                          "--prometheus", ep.prometheus, "--out", str(out)),
+                            capture_output=True, text=True, timeout=120, check=False)
+    text = result.stdout.strip() or result.stderr.strip()
+    console.print(Panel(text[-3000:], title=f"daily digest (dry run) — files in {out}",
+                        border_style="blue" if result.returncode == 0 else "red"))
+
+
+def _print_message(message: SinkMessage, console: Console) -> None:
+    console.print(Panel(message.text, title=f"WeCom robot ({message.msgtype})", border_style="cyan"))
+
+
+def _print_endpoints(ep: Endpoints, workspace: Path, console: Console) -> None:
+    console.print("[bold]SIMULATION[/]: engines and GPUs are simulated; gateways, exporters, Prometheus, "
+                  "Alertmanager and the analyzer are the real thing.")
+    console.print(f"  Prometheus UI:  {ep.prometheus}/alerts")
     if ep.alertmanager:
-        console.print(f"  Alertmanager: {ep.alertmanager}")
+        console.print(f"  Alertmanager:   {ep.alertmanager}")
+    api = ep.addons["analyzer"]
+    console.print(f"  analyzer API:   {api}/api/incidents  (OpenAPI {api}/openapi.json, "
+                  f"metrics {api}/metrics)")
     for node, url in ep.gateways.items():
-        console.print(f"  gateway {node}: {url}/v1/chat/completions  metrics: {url}/metrics  "
-                      f"exporter: {ep.exporters[node]}/metrics")
-    console.print("  dashboards JSON: dashboards/build/")
-
-
-def _watch(gateways: list[GatewayWatch], duration_s: float | None, console: Console) -> None:
-    deadline = None if duration_s is None else time.monotonic() + duration_s
-    with Live(render(gateways), console=console, refresh_per_second=2) as live:
-        while deadline is None or time.monotonic() < deadline:
-            for g in gateways:
-                g.poll()
-            live.update(render(gateways))
-            time.sleep(1.0)
+        console.print(f"  {node}: gateway {url}/v1/chat/completions  metrics {url}/metrics  "
+                      f"exporter {ep.exporters[node]}/metrics  engine {ep.engines[node]}/metrics")
+    console.print(f"  dashboards JSON: {DASHBOARDS} (oximeter dashboards build)")
+    console.print(f"  workspace: {workspace} (config oximeter.yaml, logs/, store oximeter.db)")
