@@ -32,7 +32,7 @@ from simulator.scenario import Scenario, load_scenario
 from simulator.traffic import PreparedRequest, RequestMix, Result, new_session, send
 from tests.simulator.sim_harness import MODEL, Sim, StartSim
 
-RATE_RPS = 3.0  # per node; n1 (throttled) then runs ~10 of its 16 sequences, n2 ~6
+RATE_RPS = 2.5  # per node: n1 (throttled) runs ~8 of its 16 sequences and never queues, n2 ~4
 DURATION_S = 40
 SAMPLE_S = 1  # history step = live sampling interval
 THROTTLE = 0.6  # SM clock fraction of n1's GPU 0: n1 decodes 1/0.6 ≈ 1.7× slower
@@ -106,17 +106,19 @@ def _gpu_checks(gpu: int) -> list[Check]:
         Check(
             f"gpu{gpu} utilisation median",
             lambda o: statistics.median(o.util[gpu]),
-            0.12,
+            0.10,
             0.02,
-            "8-token iterations read a near-saturated engine lower: n1's GPUs 0.91 in history, 0.98 "
-            "live and 0.986 for the same history at 1 token per iteration; elsewhere within 2 %",
+            "live reads busy time over 0.5 s ticks, history over 1 s steps of 8-token iterations; "
+            "measured live 0-5 % lower (near saturation, at 3 req/s, history read 7 % lower instead)",
         ),
         Check(
             f"gpu{gpu} temperature median (°C)",
             lambda o: statistics.median(o.temperature[gpu]),
             0.0,
-            1.0,
-            "±0.4 °C reading noise, plus the live GPUs idling a few seconds before the first request",
+            1.5,
+            "±0.4 °C reading noise; the live GPUs idle between the simulator's start and the first "
+            "request, cooling from 35 °C toward the 32 °C ambient (measured 0.35 °C lower; a 15 s "
+            "start on a loaded machine leaves ~0.7 °C at the run's median)",
         ),
     ]
 
@@ -127,29 +129,30 @@ CHECKS = [
         lambda o: quantile(0.5, o, TTFT),
         0.12,
         0.0,
-        "history times a first token inside a coarse iteration; measured within 4 %, and the median "
-        "is interpolated inside vLLM's 20 ms-wide buckets",
+        "history times a first token inside a coarse iteration; measured history 2-6 % higher, "
+        "varying by ~3 % from run to run with where live arrivals fall in an iteration",
     ),
     Check(
         "engine TTFT mean (s)",
         lambda o: mean(o, TTFT),
         0.12,
         0.0,
-        "measured history +4.5 % (n1) and +4 % (n2); README: −5 % at k=8 on other arrivals",
+        "measured history 4-7 % higher (README: −5 % at k=8 on other arrivals), as the median",
     ),
     Check(
         "inter-token latency median (s)",
         lambda o: quantile(0.5, o, ITL),
-        0.08,
+        0.06,
         0.0,
-        "history spreads each 8-token iteration evenly over its tokens; measured within 4 %",
+        "history spreads each 8-token iteration evenly over its tokens; measured history 0-2.5 % "
+        "higher, the same in every run (the live engine's timeline does not depend on wake-ups)",
     ),
     Check(
         "inter-token latency mean (s)",
         lambda o: mean(o, ITL),
-        0.08,
+        0.06,
         0.0,
-        "measured history +3.5 % (n1) and +4.3 % (n2), as the README's ITL +4 % at k=8",
+        "measured history +4 % (n1) and +3.7 % (n2) in every run, as the README's ITL +4 % at k=8",
     ),
     Check(
         "generation tokens per second",
@@ -164,7 +167,7 @@ CHECKS = [
         0.15,
         1.0,
         "coarse iterations end a request at its last iteration's end (e2e +3.5 %); ±1 sequence "
-        "for a sample landing either side of a finish (measured 10/10 and 4.5/5)",
+        "for a sample landing either side of a finish (measured 8/8 and 3.5/4)",
     ),
     *[c for gpu in range(4) for c in _gpu_checks(gpu)],
 ]
