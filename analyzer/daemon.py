@@ -16,14 +16,12 @@ import argparse
 import asyncio
 import contextlib
 import importlib
-import math
 import signal
 import sqlite3
 import time
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from collections.abc import Callable
 from datetime import datetime, timedelta
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, Protocol, get_args
 
 import requests
 from aiohttp import web
@@ -32,15 +30,21 @@ from prometheus_client import CollectorRegistry, Gauge, Histogram, generate_late
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
 from analyzer.api import build_app, start_api
-from analyzer.diagnosis import THERMAL_REASON, THROTTLE_REASON, Labels, Snapshot
-from analyzer.evaluate import evaluate_signal
+from analyzer.diagnosis import LAYER_ORDER, Severity
 from analyzer.events import AnomalyEvent, parse_iso
-from analyzer.frame import SeriesFrame
 from analyzer.incident_store import IncidentStore
 from analyzer.incidents import Change, Incident, IncidentSettings, IncidentTracker, findings
-from analyzer.signals import SignalSpec
+from analyzer.pipeline import (
+    CONTEXT,
+    CONTEXT_RECIPES,
+    TARGET_INFO,
+    CyclePipeline,
+    Pipeline,
+    snapshot_from_frames,
+    topology_from_frames,
+)
 from analyzer.sources import recipes
-from analyzer.sources.base import LiveWindow, ReplayClock, Source
+from analyzer.sources.base import ReplayClock, Source
 from analyzer.topology import Topology
 from oximeter.config import OximeterConfig, load_config
 from oximeter.errors import OximeterError
@@ -50,47 +54,13 @@ from oximeter.store import connect
 if TYPE_CHECKING:
     from reporter.wiring import Reporting
 
-TARGET_INFO = "target_info"
-# Context the rules read but that is not itself judged (analyzer/diagnosis.py "Snapshot").
-CONTEXT: dict[str, SignalSpec] = {s.name: s for s in (
-    SignalSpec(name=THERMAL_REASON, layer="infrastructure", kind="gauge", entity_labels=("node", "gpu"),
-               promql="max without (instance, job, reason) "
-                      '(oximeter_gpu_clock_event_active{reason=~"hw_thermal|sw_thermal"})'),
-    SignalSpec(name=THROTTLE_REASON, layer="infrastructure", kind="gauge", entity_labels=("node", "gpu"),
-               promql="max without (instance, job, reason) "
-                      '(oximeter_gpu_clock_event_active{reason!="idle"})'),
-    SignalSpec(name=TARGET_INFO, layer="platform", kind="gauge", entity_labels=("service", "model", "node"),
-               promql="oximeter_target_info"),
-)}
-# The same context for replay frames (analyzer/sources/recipes.py operations).
-CONTEXT_RECIPES: dict[str, recipes.Recipe] = {
-    THERMAL_REASON: recipes.Gauge("oximeter_gpu_clock_event_active", {"reason": "~hw_thermal|sw_thermal"},
-                          drop=("reason",)),
-    THROTTLE_REASON: recipes.Gauge("oximeter_gpu_clock_event_active", {"reason": "!idle"}, drop=("reason",)),
-    TARGET_INFO: recipes.Gauge("oximeter_target_info"),
-}
+# Kept importable from here (analyzer/replay.py and the tests import them from the daemon).
+__all__ = ["CONTEXT", "CONTEXT_RECIPES", "TARGET_INFO", "Analyzer", "CyclePipeline", "DaemonMetrics",
+           "LogNotifier", "Notifier", "Pipeline", "configure", "run", "serve", "snapshot_from_frames",
+           "topology_from_frames"]
 SOURCE_ERRORS = (OximeterError, OSError, requests.RequestException)
-
-
-def snapshot_from_frames(frames: Mapping[str, SeriesFrame]) -> Snapshot:
-    """The latest finite value of every series, keyed by signal then entity labels."""
-    out: dict[str, dict[Labels, float]] = {}
-    for name, frame in frames.items():
-        values = frame.values.ffill()
-        if values.empty:
-            continue
-        last = values.iloc[-1]
-        out[name] = {AnomalyEvent.labels_from(frame.labels_of(str(col))): float(v)
-                     for col, v in last.items() if math.isfinite(float(v))}
-    return out
-
-
-def topology_from_frames(frames: Mapping[str, SeriesFrame], base: Topology) -> Topology:
-    """``base`` (the config's map) merged with what ``oximeter_target_info`` says now."""
-    frame = frames.get(TARGET_INFO)
-    if frame is None or frame.values.empty:
-        return base
-    return base.merged(Topology.from_target_info(frame.labels_of(str(c)) for c in frame.values.columns))
+# Every layer × severity the open-incidents gauge starts at 0 for (dashboards show 0, not "No data").
+SEVERITIES: tuple[str, ...] = get_args(Severity)
 
 
 class Notifier(Protocol):
@@ -117,37 +87,6 @@ class LogNotifier:
         logger.warning("analyzer notice {}: {}", key, text)
 
 
-class Pipeline(Protocol):
-    """One cycle of detection: the anomaly events and the frames they were found in."""
-
-    def run(self, now: datetime) -> tuple[list[AnomalyEvent], dict[str, SeriesFrame]]:
-        """Events and frames as of ``now``."""
-        ...
-
-
-@dataclass
-class WindowPipeline:
-    """Each signal's live window, extended incrementally, through ``evaluate_signal``."""
-
-    source: Source
-    catalogue: Mapping[str, SignalSpec]
-    step_s: float
-    window_s: float
-    windows: dict[str, LiveWindow] = field(default_factory=dict)
-
-    def run(self, now: datetime) -> tuple[list[AnomalyEvent], dict[str, SeriesFrame]]:
-        """Fetch what is new, evaluate every catalogue signal, fetch the context series."""
-        events: list[AnomalyEvent] = []
-        frames: dict[str, SeriesFrame] = {}
-        for name, spec in {**self.catalogue, **CONTEXT}.items():
-            window = self.windows.setdefault(name, LiveWindow(spec, self.window_s, self.step_s))
-            frame = window.update(self.source, now)
-            frames[name] = frame
-            if name not in CONTEXT and not frame.values.empty and len(frame.values.columns):
-                events += evaluate_signal(spec, frame, step_s=self.step_s)
-        return events, frames
-
-
 class DaemonMetrics:
     """The daemon's own metrics, on a registry of its own."""
 
@@ -161,13 +100,21 @@ class DaemonMetrics:
                                registry=self.registry)
         self.anomalies = Gauge("oximeter_anomalies_active", "Active anomaly events.", ("signal", "layer"),
                                registry=self.registry)
+        self._open_labels = {(layer, sev) for layer in LAYER_ORDER for sev in SEVERITIES}
+        for layer, sev in self._open_labels:
+            self.open.labels(layer, sev).set(0)
 
     def update(self, incidents: list[Incident], events: list[AnomalyEvent]) -> None:
-        """Set the gauges from this cycle's state (series that went to zero are removed)."""
-        self.open.clear()
+        """Set the gauges from this cycle's state: every known layer × severity (and any other
+        pair ever seen) is set, to 0 when nothing is open there; anomaly series that went to zero
+        are removed."""
+        counts: dict[tuple[str, str], int] = {}
         for inc in incidents:
             if inc.state == "open":
-                self.open.labels(inc.layer, inc.severity).inc()
+                counts[(inc.layer, inc.severity)] = counts.get((inc.layer, inc.severity), 0) + 1
+        self._open_labels |= counts.keys()
+        for layer, sev in self._open_labels:
+            self.open.labels(layer, sev).set(counts.get((layer, sev), 0))
         self.anomalies.clear()
         for event in events:
             if event.active:
@@ -327,9 +274,10 @@ def run(args: argparse.Namespace) -> int:
         print(f"oximeter analyze: {exc}")
         return 2
     settings = config.incidents
-    pipeline = WindowPipeline(source, config.analyzer.catalogue(), config.analyzer.step_s,
-                              config.analyzer.live_window_s)
     store = IncidentStore(connect(args.store or settings.store_path))
+    pipeline = CyclePipeline(source, config.analyzer.catalogue(), config.analyzer.step_s,
+                             config.analyzer.live_window_s, policy=config.analyzer.baseline.policy(),
+                             change_events=store.change_events)
     metrics = DaemonMetrics()
     try:
         from reporter.wiring import build_reporting

@@ -1,0 +1,166 @@
+"""One detection cycle over a source: a :class:`~analyzer.cycle.SignalCycle` per catalogue signal
+(live window fetched incrementally, 1 d / 7 d same-time windows cached, baselines computed for new
+rows only) plus the context series the diagnosis rules read.
+
+What the daemon already knows is kept out of the baselines: each signal's events of the previous
+cycle (onset to clearing, or to now while active) and the declared change events (deploys,
+restarts, maintenance) for a settling time after each, so that neither a persisting fault nor a
+deploy becomes "normal" within the hour the recent baseline spans.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from typing import Protocol
+
+import numpy as np
+import pandas as pd
+
+from analyzer.baselines import BaselinePolicy, ChangeWindow
+from analyzer.cycle import SignalCycle
+from analyzer.diagnosis import THERMAL_REASON, THROTTLE_REASON, Labels, Snapshot
+from analyzer.evaluate import needs_history
+from analyzer.events import AnomalyEvent
+from analyzer.frame import SeriesFrame
+from analyzer.incidents import ChangeEvent
+from analyzer.signals import SignalSpec
+from analyzer.sources import recipes
+from analyzer.sources.base import LiveWindow, Source, grid_index
+from analyzer.topology import Topology
+
+TARGET_INFO = "target_info"
+# Context the rules read but that is not itself judged (analyzer/diagnosis.py "Snapshot").
+CONTEXT: dict[str, SignalSpec] = {s.name: s for s in (
+    SignalSpec(name=THERMAL_REASON, layer="infrastructure", kind="gauge", entity_labels=("node", "gpu"),
+               promql="max without (instance, job, reason) "
+                      '(oximeter_gpu_clock_event_active{reason=~"hw_thermal|sw_thermal"})'),
+    SignalSpec(name=THROTTLE_REASON, layer="infrastructure", kind="gauge", entity_labels=("node", "gpu"),
+               promql="max without (instance, job, reason) "
+                      '(oximeter_gpu_clock_event_active{reason!="idle"})'),
+    SignalSpec(name=TARGET_INFO, layer="platform", kind="gauge", entity_labels=("service", "model", "node"),
+               promql="oximeter_target_info"),
+)}
+# The same context for replay frames (analyzer/sources/recipes.py operations).
+CONTEXT_RECIPES: dict[str, recipes.Recipe] = {
+    THERMAL_REASON: recipes.Gauge("oximeter_gpu_clock_event_active", {"reason": "~hw_thermal|sw_thermal"},
+                          drop=("reason",)),
+    THROTTLE_REASON: recipes.Gauge("oximeter_gpu_clock_event_active", {"reason": "!idle"}, drop=("reason",)),
+    TARGET_INFO: recipes.Gauge("oximeter_target_info"),
+}
+# How long after a declared change its effects (restart, warm-up, cache refill) stay out of baselines.
+CHANGE_SETTLE_S = 600.0
+# Change events the relay records for attached alerts are evidence, not declared changes.
+NOT_DECLARED = frozenset({"alertmanager"})
+
+
+def snapshot_from_frames(frames: Mapping[str, SeriesFrame]) -> Snapshot:
+    """The latest finite value of every series, keyed by signal then entity labels."""
+    out: dict[str, dict[Labels, float]] = {}
+    for name, frame in frames.items():
+        values = frame.values.ffill()
+        if values.empty:
+            continue
+        last = values.iloc[-1]
+        out[name] = {AnomalyEvent.labels_from(frame.labels_of(str(col))): float(v)
+                     for col, v in last.items() if math.isfinite(float(v))}
+    return out
+
+
+def topology_from_frames(frames: Mapping[str, SeriesFrame], base: Topology) -> Topology:
+    """``base`` (the config's map) merged with what ``oximeter_target_info`` says now."""
+    frame = frames.get(TARGET_INFO)
+    if frame is None or frame.values.empty:
+        return base
+    return base.merged(Topology.from_target_info(frame.labels_of(str(c)) for c in frame.values.columns))
+
+
+def change_windows(events: Sequence[ChangeEvent], settle_s: float = CHANGE_SETTLE_S) -> list[ChangeWindow]:
+    """Declared changes as the windows baselines leave out: [at, at + ``settle_s``]."""
+    settle = timedelta(seconds=settle_s)
+    return [(e.at, e.at + settle) for e in events if e.source not in NOT_DECLARED]
+
+
+def anomalous_mask(events: Sequence[AnomalyEvent], frame: SeriesFrame, index: pd.DatetimeIndex,
+                   ) -> pd.DataFrame | None:
+    """Where ``events`` (one signal's, from the last cycle) held, on ``index`` × the frame's columns:
+    onset to clearing, or to the end of ``index`` while active. None when nothing is marked."""
+    if not events or frame.values.columns.empty:
+        return None
+    columns = frame.values.columns
+    column = {AnomalyEvent.labels_from(frame.labels_of(str(c))): i for i, c in enumerate(columns)}
+    mask = np.zeros((len(index), len(column)), dtype=bool)
+    for event in events:
+        col = column.get(event.labels)
+        if col is None:
+            continue
+        lo = int(index.searchsorted(pd.Timestamp(event.onset), side="left"))
+        hi = len(index) if event.cleared_at is None else \
+            int(index.searchsorted(pd.Timestamp(event.cleared_at), side="left"))
+        mask[lo:hi, col] = True
+    if not mask.any():
+        return None
+    return pd.DataFrame(mask, index=index, columns=columns)
+
+
+class Pipeline(Protocol):
+    """One cycle of detection: the anomaly events and the frames they were found in."""
+
+    def run(self, now: datetime) -> tuple[list[AnomalyEvent], dict[str, SeriesFrame]]:
+        """Events and frames as of ``now``."""
+        ...
+
+
+def _no_changes(start: datetime, end: datetime) -> list[ChangeEvent]:
+    return []
+
+
+@dataclass
+class CyclePipeline:
+    """Every catalogue signal through its own :class:`SignalCycle`, and the context series.
+
+    ``change_events(start, end)`` lists the declared changes in a span (the incident store's);
+    the span covers the live window and the same-time windows, so yesterday's deploy is left out
+    of yesterday's window too.
+    """
+
+    source: Source
+    catalogue: Mapping[str, SignalSpec]
+    step_s: float
+    live_s: float
+    policy: BaselinePolicy = field(default_factory=BaselinePolicy)
+    change_events: Callable[[datetime, datetime], Sequence[ChangeEvent]] = _no_changes
+    # First cycle: baselines for at most this many newest rows per signal (a restart costs seconds).
+    cold_rows: int | None = 40
+    cycles: dict[str, SignalCycle] = field(init=False, default_factory=dict)
+    context: dict[str, LiveWindow] = field(init=False, default_factory=dict)
+    previous: dict[str, list[AnomalyEvent]] = field(init=False, default_factory=dict)
+
+    def __post_init__(self) -> None:
+        self.cycles = {name: SignalCycle(spec, policy=self.policy, live_s=self.live_s, step_s=self.step_s,
+                                         cold_rows=self.cold_rows)
+                       for name, spec in self.catalogue.items()}
+        self.context = {name: LiveWindow(spec, self.live_s, self.step_s) for name, spec in CONTEXT.items()}
+
+    def run(self, now: datetime) -> tuple[list[AnomalyEvent], dict[str, SeriesFrame]]:
+        """Fetch what is new, evaluate every catalogue signal, fetch the context series."""
+        reach = self.live_s + max(self.policy.lags_s, default=0.0) + self.policy.seasonal_half_window_s
+        changes = change_windows(self.change_events(now - timedelta(seconds=reach), now))
+        index = grid_index(now - timedelta(seconds=self.live_s), now, self.step_s)
+        events: list[AnomalyEvent] = []
+        frames: dict[str, SeriesFrame] = {}
+        for name, cycle in self.cycles.items():
+            known = self.previous.get(name, [])
+            mask = None
+            if known and cycle.last_frame is not None and needs_history(cycle.spec):
+                mask = anomalous_mask(known, cycle.last_frame, index)
+            found = cycle.run(self.source, now, anomalous=mask, changes=changes)
+            self.previous[name] = found
+            events += found
+            if cycle.last_frame is not None:
+                frames[name] = cycle.last_frame
+        for name, window in self.context.items():
+            frames[name] = window.update(self.source, now)
+        return events, frames
