@@ -1,0 +1,49 @@
+"""``oximeter analyze --replay DIR``: simulator history replayed through the same live pipeline
+(SignalCycles over a frame source) opens the scenario's incident, with its layer, rule and entity."""
+
+from __future__ import annotations
+
+import subprocess
+from datetime import UTC, datetime
+from pathlib import Path
+
+from analyzer.incident_store import IncidentQuery, IncidentStore
+from oximeter.procs import oximeter_argv
+from oximeter.store import connect
+
+END_S = 1767808800  # 2026-01-07T18:00:00Z
+SCENARIO = """\
+name: replay_xid
+description: a paging Xid on n1 GPU 1
+nodes: 1
+gpus_per_node: 2
+faults:
+  - {kind: xid, node: n1, gpu: 1, start: -30m, duration: 10m, strength: 79}
+truth: {layer: infrastructure, entity: {node: n1, gpu: "1"}, rule: xid_critical}
+"""
+
+
+def _run(argv: list[str], cwd: Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(argv, cwd=cwd, capture_output=True, text=True, timeout=180, check=False)
+
+
+def test_replay_once_opens_the_scenario_incident(tmp_path: Path) -> None:
+    (tmp_path / "scenario.yaml").write_text(SCENARIO)
+    made = _run(oximeter_argv("sim", "history", "--scenario", "scenario.yaml", "--days", "0.05",
+                              "--step", "15s", "--out", "history", "--end", str(END_S)), tmp_path)
+    assert made.returncode == 0, made.stderr[-2000:]
+    # 17:38: the Xid came at 17:30, the live hour holds it and it cleared less than 10 min ago.
+    ran = _run(oximeter_argv("analyze", "--replay", "history", "--once", "--replay-start",
+                             "2026-01-07T17:38:00Z", "--store", "oximeter.db"), tmp_path)
+    assert ran.returncode == 0, ran.stdout[-2000:] + ran.stderr[-2000:]
+    store = IncidentStore(connect(tmp_path / "oximeter.db"))
+    try:
+        (incident,) = store.query(IncidentQuery(), datetime.fromtimestamp(END_S, UTC))
+    finally:
+        store.conn.close()
+    assert (incident.state, incident.layer, incident.rule, incident.severity) == (
+        "open", "infrastructure", "xid_critical", "critical")
+    assert incident.root_cause.signal == "xid_paging"
+    assert {k: v for k, v in incident.root_cause.labels if k in ("node", "gpu", "xid")} == {
+        "node": "n1", "gpu": "1", "xid": "79"}
+    assert incident.first_onset == datetime(2026, 1, 7, 17, 30, tzinfo=UTC)
