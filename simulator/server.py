@@ -172,6 +172,10 @@ def engine_app(server: SimServer, rt: NodeRuntime) -> web.Application:
         wait_s = rt.node.dependency.call(server.now(), fleet.faults)
         if wait_s > 0:
             await asyncio.sleep(wait_s)
+        # Bring the engine up to now first (as history does): when the event loop runs late, an
+        # iteration that ended while we waited must not start again with this request in it,
+        # which would time its first token from before it arrived.
+        server.notify(engine.advance(server.now()), rt)
         seq = engine.submit(req.prompt_tokens, req.max_tokens, server.now(), req.stop_tokens)
         event = asyncio.Event()
         rt.waiters[seq.id] = event
