@@ -122,6 +122,12 @@ def fmt_value(signal: str, value: float | None) -> str:
     return f"{value:.3g}"
 
 
+def opens_incident(signal: str) -> bool:
+    """Whether ``signal`` may open an incident (context-only symptoms may not; unknown ones may)."""
+    spec = CATALOGUE.get(signal)
+    return spec is None or spec.opens_incident
+
+
 def describe(event: AnomalyEvent) -> str:
     """``queue_wait p99 4.8 s = 6.1 × baseline`` (or against its baseline value when that is 0)."""
     text = f"{_name(event.signal)} {fmt_value(event.signal, event.value)}"
@@ -361,7 +367,9 @@ def unclassified(case: Case) -> Diagnosis:
     # Ties (same layer, same onset) go to the catalogue's order, which lists causes before
     # consequences (temperature before clock), so the root does not flip as evidence arrives.
     order = {name: i for i, name in enumerate(CATALOGUE)}
-    e = min(case.events, key=lambda x: (LAYER_ORDER.index(x.layer) if x.layer in LAYER_ORDER else 99,
+    # Context-only symptoms (end-to-end p99) are impact, never the root cause, when anything else is there.
+    candidates = [x for x in case.events if opens_incident(x.signal)] or list(case.events)
+    e = min(candidates, key=lambda x: (LAYER_ORDER.index(x.layer) if x.layer in LAYER_ORDER else 99,
                                         x.onset, order.get(x.signal, len(order)), x.signal))
     sev: Severity = "warning" if len(case.events) > 1 else "info"
     return _verdict(case, "unclassified", e.layer, RootCause(e.signal, e.labels),

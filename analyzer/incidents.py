@@ -25,6 +25,7 @@ from analyzer.diagnosis import (
     Snapshot,
     Thresholds,
     diagnose,
+    opens_incident,
 )
 from analyzer.events import AnomalyEvent, iso_utc, parse_iso
 from analyzer.topology import Labels, Topology
@@ -227,6 +228,8 @@ def findings(events: Sequence[AnomalyEvent], topology: Topology, *, now: datetim
     settings = settings or IncidentSettings()
     out = []
     for group in correlate(events, topology, now=now, lookback=timedelta(seconds=settings.lookback_s)):
+        if not any(opens_incident(e.signal) for e in group.events):
+            continue  # context alone (end-to-end p99): evidence for an incident, never one by itself
         case = Case(group.events, group.nodes, snapshot or {}, settings.thresholds())
         services = sorted({s for e in group.events for s in topology.services_of(e.labels)})
         out.append(Finding(group, diagnose(case), tuple(services)))

@@ -67,6 +67,9 @@ class SignalSpec(BaseModel):
     min_samples: int = Field(3, ge=1)
     clear_s: float | None = None
     cooldown_s: float = Field(0.0, ge=0)
+    # False: a symptom that is only context (evidence and impact in an incident another signal
+    # opened), never a reason to open one by itself (ARCHITECTURE "Gateway signals").
+    opens_incident: bool = True
     unit: str = ""
     description: str = ""
 
@@ -135,10 +138,13 @@ CATALOGUE: dict[str, SignalSpec] = {s.name: s for s in (
        record="service_node:oximeter_queue_wait_seconds:p99_5m",
        promql="histogram_quantile(0.99, sum without (instance, job) "
               "(rate(oximeter_queue_wait_seconds_bucket[5m])))",
-       entity_labels=("service", "node"), threshold=1.0, ratio=1.5, min_delta=0.2, for_s=300,
+       entity_labels=("service", "node"), threshold=1.0, ratio=1.5, min_delta=0.2, for_s=600,
        min_traffic=TrafficGuard(promql="sum without (instance, job) "
                                        "(increase(oximeter_queue_wait_seconds_count[1m]))", minimum=20),
-       description="queue_wait p99 > 1 s (P0) or > 1.5 × its baseline for 5 min; healthy < 200 ms"),
+       # for_s 600: the p99's own 5-min window holds one burst for 5 min, so "for 5 min" (seed)
+       # is counted beyond it (ARCHITECTURE: window and for stacked on purpose, said here).
+       description="queue_wait p99 > 1 s (P0) or > 1.5 × its baseline, held 5 min beyond its "
+                   "5-min window; healthy < 200 ms"),
     _s(name="queue_length", layer="scheduling", kind="gauge", unit="requests",
        record="service_node:oximeter_queue_length:max_1m",
        promql="max without (instance, job) (max_over_time(oximeter_queue_length[1m]))",
@@ -162,14 +168,19 @@ CATALOGUE: dict[str, SignalSpec] = {s.name: s for s in (
        record="service_node:oximeter_time_to_first_token_seconds:p99_5m",
        promql="histogram_quantile(0.99, sum without (instance, job) "
               "(rate(oximeter_time_to_first_token_seconds_bucket[5m])))",
-       entity_labels=("service", "node"), ratio=1.5, min_delta=0.1, for_s=300,
-       description="gateway TTFT p99 > 1.5 × same time yesterday for 5 min (SLO × 2 via threshold)"),
+       entity_labels=("service", "node"), ratio=1.5, min_delta=0.1, for_s=600,
+       description="gateway TTFT p99 > 1.5 × same time yesterday for 5 min beyond its 5-min window "
+                   "(SLO × 2 via threshold)"),
     _s(name="request_p99", layer="ingress", kind="latency", unit="s",
        record="service_node_route:oximeter_request_duration_seconds:p99_5m",
        promql="histogram_quantile(0.99, sum without (instance, job) "
               "(rate(oximeter_request_duration_seconds_bucket[5m])))",
        entity_labels=("service", "node", "route"), ratio=1.5, min_delta=0.5, for_s=300,
-       description="request P99 > 1.5 × same time yesterday for 5 min (context, not an SLO)"),
+       # End-to-end latency follows output length (a few long answers move a 5-min p99 by
+       # seconds at 1 req/s): context and impact, not an SLO, so it never opens an incident.
+       opens_incident=False,
+       description="request P99 > 1.5 × same time yesterday for 5 min (context, not an SLO: "
+                   "impact only, opens no incident)"),
     _s(name="error_504_ratio", layer="ingress", kind="ratio",
        record="service_node_route:oximeter_requests_504:ratio_1m",
        promql='sum without (instance, job, code) (increase(oximeter_requests_total{code="504"}[1m])) '
@@ -187,7 +198,11 @@ CATALOGUE: dict[str, SignalSpec] = {s.name: s for s in (
        promql="max without (instance, job) (oximeter_gpu_sm_clock_hertz) "
               "/ max without (instance, job) (oximeter_gpu_sm_clock_max_hertz)",
        entity_labels=("node", "gpu"), threshold=0.7, for_s=60,
-       description="SM clock well below its maximum (throttling)"),
+       # Idle cards clock down with only the "idle" reason: a clock drop counts as throttling
+       # only while some other clock-event reason is active (ARCHITECTURE "Layers").
+       min_traffic=TrafficGuard(promql="max without (instance, job, reason) "
+                                       '(oximeter_gpu_clock_event_active{reason!="idle"})', minimum=1),
+       description="SM clock well below its maximum with a throttle reason other than idle"),
     _s(name="gpu_utilization_p95", layer="infrastructure", kind="gauge",
        record="node_gpu:oximeter_gpu_utilization_ratio:p95_5m",
        promql="max without (instance, job) (quantile_over_time(0.95, oximeter_gpu_utilization_ratio[5m]))",
@@ -254,8 +269,8 @@ CATALOGUE: dict[str, SignalSpec] = {s.name: s for s in (
        record="node_model:vllm_time_to_first_token_seconds:p99_5m",
        promql='label_replace(histogram_quantile(0.99, sum without (instance, job) '
               '(rate(vllm:time_to_first_token_seconds_bucket[5m]))), "model", "$1", "model_name", "(.*)")',
-       entity_labels=("node", "model"), ratio=1.5, min_delta=0.1, for_s=300,
-       description="engine TTFT p99 > 1.5 × its baseline for 5 min"),
+       entity_labels=("node", "model"), ratio=1.5, min_delta=0.1, for_s=600,
+       description="engine TTFT p99 > 1.5 × its baseline for 5 min beyond its 5-min window"),
     _s(name="process_rss_trend", layer="engine", kind="trend", unit="bytes",
        promql="max without (instance, job) (oximeter_process_resident_memory_bytes)",
        entity_labels=("node", "process"), window_s=1800, for_s=600,

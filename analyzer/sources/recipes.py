@@ -246,6 +246,8 @@ RECIPES: dict[str, Recipe] = {
     "dependency_latency_p99": HistogramQuantile(0.99, "oximeter_dependency_duration_seconds", 300),
     # Minimum-traffic guards (SignalSpec.traffic_spec): the same PromQL as each min_traffic.
     "queue_wait_p99:traffic": Increase("oximeter_queue_wait_seconds_count", 60),
+    "gpu_sm_clock_ratio:traffic": Gauge("oximeter_gpu_clock_event_active", {"reason": "!idle"},
+                                        drop=("reason",)),
     "rejected_429_ratio:traffic": Increase("oximeter_requests_total", 60, drop=("code",)),
     "error_504_ratio:traffic": Increase("oximeter_requests_total", 60, drop=("code",)),
     "cache_hit_ratio:traffic": Increase("oximeter_cache_requests_total", 300, drop=("result",),

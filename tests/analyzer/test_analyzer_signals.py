@@ -62,7 +62,7 @@ def test_every_signal_has_detectors_and_a_persistence() -> None:
     ("gpu_temperature", 85.0, 60.0, "infrastructure"),
     ("queue_length", 20.0, 60.0, "scheduling"),
     ("queue_limit_ratio", 0.9, 60.0, "scheduling"),
-    ("queue_wait_p99", 1.0, 300.0, "scheduling"),
+    ("queue_wait_p99", 1.0, 600.0, "scheduling"),  # 5-min p99 window + 5 min for
     ("error_504_ratio", 0.01, 60.0, "ingress"),
     ("kv_cache_usage", 0.95, 300.0, "engine"),
     ("gpu_utilization_p95", 0.95, 300.0, "infrastructure"),

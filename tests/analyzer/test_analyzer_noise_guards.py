@@ -1,0 +1,60 @@
+"""Guards against false alarms at their cause: a p99 burst that only its own window holds, an idle
+GPU's clock drop, and context-only symptoms (ARCHITECTURE "Thresholds", "Gateway signals")."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import pytest
+from analyzer_frames import at, frame
+
+from analyzer.evaluate import evaluate_signal
+from analyzer.frame import SeriesFrame
+from analyzer.signals import CATALOGUE
+
+ROWS = 40
+
+
+def _burst(start: int, rows: int, high: float, low: float) -> np.ndarray:
+    out = np.full(ROWS, low, dtype=np.float32)
+    out[start:start + rows] = high
+    return out
+
+
+# A 5-min p99 holds one burst for 5 samples (+1 for the edge); only a rise that outlasts its own
+# window by the seed's 5 minutes opens an event: 8 of 10 one-minute samples (k-of-n, 75 %).
+P99_CASES = [
+    ("ttft_p99", 0.15, 0.45, 6, None),
+    ("ttft_p99", 0.15, 0.45, 20, 17),
+    ("engine_ttft_p99", 0.10, 0.30, 6, None),
+    ("engine_ttft_p99", 0.10, 0.30, 20, 17),
+    ("queue_wait_p99", 0.005, 0.6, 6, None),
+    ("queue_wait_p99", 0.005, 0.6, 20, 17),
+]
+
+
+@pytest.mark.parametrize(("signal", "baseline", "high", "rows", "detected_row"), P99_CASES)
+def test_a_p99_burst_inside_its_own_window_does_not_fire(signal: str, baseline: float, high: float, rows: int,
+                                                          detected_row: int | None) -> None:
+    values = frame({"s": _burst(10, rows, high, baseline)})
+    history = {86400.0: frame({"s": np.full(ROWS + 60, baseline)}).set_axis(
+        pd.date_range(at(-30) - pd.Timedelta(days=1), periods=ROWS + 60, freq="60s"), axis=0)}
+    # Plenty of traffic: the guard is not what keeps these quiet.
+    traffic = frame({"s": np.full(ROWS, 100.0)})
+    events = evaluate_signal(CATALOGUE[signal], SeriesFrame(values), history=history, traffic=traffic,
+                             step_s=60.0)
+    assert [e.detected_at for e in events] == ([] if detected_row is None else [at(detected_row)])
+
+
+@pytest.mark.parametrize(("reason_active", "expected"), [(0.0, []), (1.0, [at(12)])])
+def test_sm_clock_drop_counts_only_with_a_non_idle_reason(reason_active: float, expected: list) -> None:
+    clock = frame({"g": _burst(10, 20, 0.5, 1.0)})
+    # The guard's series: 1 while a clock-event reason other than idle is active.
+    guard = frame({"g": _burst(10, 20, reason_active, 0.0)})
+    events = evaluate_signal(CATALOGUE["gpu_sm_clock_ratio"], SeriesFrame(clock), traffic=guard, step_s=60.0)
+    assert [e.detected_at for e in events] == expected
+
+
+def test_end_to_end_p99_is_context_only() -> None:
+    assert not CATALOGUE["request_p99"].opens_incident
+    assert all(spec.opens_incident for name, spec in CATALOGUE.items() if name != "request_p99")
