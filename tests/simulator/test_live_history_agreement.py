@@ -106,10 +106,10 @@ def _gpu_checks(gpu: int) -> list[Check]:
         Check(
             f"gpu{gpu} utilisation median",
             lambda o: statistics.median(o.util[gpu]),
-            0.10,
+            0.15,
             0.02,
-            "live reads busy time over 0.5 s ticks, history over 1 s steps of 8-token iterations; "
-            "measured live 0-5 % lower (near saturation, at 3 req/s, history read 7 % lower instead)",
+            "each live sample is the last 0.5 s tick's busy time, a wider spread than history's 1 s "
+            "steps, so the medians move apart: measured live 0-5 % lower, once 13 % on a busy machine",
         ),
         Check(
             f"gpu{gpu} temperature median (°C)",
@@ -129,7 +129,7 @@ CHECKS = [
         lambda o: quantile(0.5, o, TTFT),
         0.12,
         0.0,
-        "history times a first token inside a coarse iteration; measured history 2-6 % higher, "
+        "history times a first token inside a coarse iteration; measured history 0-5 % higher, "
         "varying by ~3 % from run to run with where live arrivals fall in an iteration",
     ),
     Check(
@@ -137,7 +137,8 @@ CHECKS = [
         lambda o: mean(o, TTFT),
         0.12,
         0.0,
-        "measured history 4-7 % higher (README: −5 % at k=8 on other arrivals), as the median",
+        "measured history 0-4 % higher (README: −5 % at k=8 on other arrivals); within 3 % with "
+        "two CPU hogs beside the test",
     ),
     Check(
         "inter-token latency median (s)",
