@@ -1,4 +1,4 @@
-"""Shared fixtures: child processes on free ports, always stopped."""
+"""Shared fixtures: child processes on free ports, always stopped; the session's one live stack."""
 
 from __future__ import annotations
 
@@ -6,8 +6,12 @@ from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 
 import pytest
+from shared_stack import BACKFILL, STARTED, setup_summary, shared_options
 
+from oximeter.demo_stack import prebuild_backfill
 from oximeter.procs import ManagedProcess
+from oximeter.stack import Stack
+from reporter.sink import ChatSink
 
 StartProcess = Callable[..., ManagedProcess]
 
@@ -26,3 +30,45 @@ def start_process(tmp_path: Path) -> Iterator[StartProcess]:
     yield start
     for proc in reversed(started):
         proc.stop()
+
+
+# Soaks that need the shared stack fault-free since it started run before any test injects a fault.
+SOAKS_FIRST = ("tests/e2e/test_e2e_quiet.py", "tests/live/test_live_quiet.py")
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Move the fault-free soaks to the front (stable otherwise)."""
+    def soak(item: pytest.Item) -> bool:
+        return any(item.nodeid.startswith(p) for p in SOAKS_FIRST)
+    items.sort(key=lambda item: not soak(item))
+
+
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
+    """The live stack's set-up steps, when one was started."""
+    for line in setup_summary():
+        terminalreporter.write_line(line)
+
+
+@pytest.fixture(scope="session")
+def live_backfill_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Where the session's one backfill is built (and reused by every stack of the session)."""
+    return tmp_path_factory.mktemp("backfill")
+
+
+@pytest.fixture(scope="session")
+def chat_sink() -> Iterator[ChatSink]:
+    """The WeCom sink the shared stack's analyzer tells (every accepted message is kept)."""
+    with ChatSink() as sink:
+        yield sink
+
+
+@pytest.fixture(scope="session")
+def live_stack(tmp_path_factory: pytest.TempPathFactory, live_backfill_dir: Path,
+               chat_sink: ChatSink) -> Iterator[Stack]:
+    """The session's one stack (tests/live and tests/e2e), started once and always stopped."""
+    workspace = tmp_path_factory.mktemp("stack")
+    prebuild_backfill(BACKFILL, live_backfill_dir)  # ends before the analyzer's window: no false gap
+    stack = Stack(workspace, shared_options(workspace, live_backfill_dir, chat_sink.url))
+    with stack:
+        STARTED.append(stack)
+        yield stack

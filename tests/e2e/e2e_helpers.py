@@ -1,0 +1,66 @@
+"""What the end-to-end tests read from the shared stack: the analyzer API and the chat sink."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import requests
+
+from oximeter.stack import Stack
+from reporter.sink import SinkMessage
+
+THERMAL_ALERT = "GpuTemperatureHigh"
+
+
+def analyzer_url(stack: Stack) -> str:
+    """The shared stack's analyzer API."""
+    assert stack.endpoints is not None
+    return stack.endpoints.addons["analyzer"]
+
+
+def incidents(api: str) -> list[dict[str, Any]]:
+    """Every incident the analyzer has stored (open and resolved)."""
+    reply = requests.get(f"{api}/api/incidents", timeout=10)
+    reply.raise_for_status()
+    return list(reply.json()["incidents"])
+
+
+def incident(api: str, incident_id: str) -> dict[str, Any]:
+    """One incident with its changes and notifications."""
+    reply = requests.get(f"{api}/api/incidents/{incident_id}", timeout=10)
+    reply.raise_for_status()
+    found: dict[str, Any] = reply.json()
+    return found
+
+
+def new_incidents(api: str, before: set[str], **match: str) -> list[dict[str, Any]]:
+    """Incidents not in ``before`` whose fields (``layer``, ``state``) and root-cause labels match."""
+    out = []
+    for inc in incidents(api):
+        labels = inc["root_cause"]["labels"]
+        fields = {**labels, "layer": inc["layer"], "state": inc["state"]}
+        if inc["id"] not in before and all(fields.get(k) == v for k, v in match.items()):
+            out.append(inc)
+    return out
+
+
+def headline(message: SinkMessage) -> str:
+    """The first line of a chat message (its heading)."""
+    return message.text.strip().splitlines()[0] if message.text.strip() else ""
+
+
+def kind_of(message: SinkMessage) -> str:
+    """``incident``, ``alert`` (forwarded by the relay), ``digest`` or ``image`` (the digest's chart)."""
+    head = headline(message)
+    if message.msgtype == "image":
+        return "image"
+    if "Daily health digest" in head:
+        return "digest"
+    if "[FIRING:" in head or "[RESOLVED:" in head:
+        return "alert"
+    return "incident"
+
+
+def incident_messages(messages: list[SinkMessage]) -> list[str]:
+    """The headings of incident messages (opened, severity up, root cause changed, resolved)."""
+    return [headline(m) for m in messages if kind_of(m) == "incident"]

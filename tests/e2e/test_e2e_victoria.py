@@ -1,0 +1,86 @@
+"""Issue 8: the same analyzer configuration against VictoriaMetrics single-node finds the same
+thermal incident: the PromQL source is not tied to Prometheus.
+
+VictoriaMetrics scrapes the shared stack's targets with the Prometheus job definitions
+(``prometheus.yml`` in the stack's workspace: same jobs, same stable ``instance`` labels) and has
+no rule engine, so the analyzer reads every signal through its raw-PromQL fallback. It has no
+history either: baselines are absent and the static thresholds judge.
+"""
+
+from __future__ import annotations
+
+import shutil
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+import requests
+import yaml
+from e2e_helpers import THERMAL_ALERT, incidents, new_incidents
+from shared_stack import ANALYZER_STEP_S, SCALE
+
+from oximeter.demo_stack import CHAT_URL_ENV, analyzer_config
+from oximeter.procs import ManagedProcess, free_port, http_ok, oximeter_argv, wait_until
+from oximeter.stack import Stack
+from oximeter.stack_config import ANALYZER_JOB
+from reporter.sink import ChatSink
+
+VICTORIA = shutil.which("victoria-metrics") or "/usr/bin/victoria-metrics"
+FAULT_S = 40.0
+
+pytestmark = [pytest.mark.e2e,
+              pytest.mark.skipif(not Path(VICTORIA).exists(), reason="victoria-metrics is not installed")]
+
+
+def _scrape_config(stack: Stack, path: Path) -> Path:
+    prometheus = yaml.safe_load((stack.workspace / "prometheus.yml").read_text(encoding="utf-8"))
+    jobs = [job for job in prometheus["scrape_configs"] if job["job_name"] != ANALYZER_JOB]
+    path.write_text(yaml.safe_dump({"global": {"scrape_interval": "1s"}, "scrape_configs": jobs}),
+                    encoding="utf-8")
+    return path
+
+
+def test_victoria_metrics_finds_the_thermal_incident(live_stack: Stack, tmp_path: Path,
+                                                     start_process: Callable[..., ManagedProcess]) -> None:
+    vm_url, api_port = f"http://127.0.0.1:{free_port()}", free_port()
+    vm = start_process("victoria-metrics", [
+        VICTORIA, f"-httpListenAddr={vm_url.removeprefix('http://')}", f"-storageDataPath={tmp_path / 'vm'}",
+        f"-promscrape.config={_scrape_config(live_stack, tmp_path / 'scrape.yml')}",
+        "-search.latencyOffset=1s", "-retentionPeriod=1d"])
+    vm.wait_ready(lambda: http_ok(f"{vm_url}/health"), 60)
+    config = analyzer_config(tmp_path, vm_url, scale=SCALE, step_s=ANALYZER_STEP_S, interval_s=1.0,
+                             use_recording_rules=False, api_url=f"http://127.0.0.1:{api_port}")
+    (tmp_path / "oximeter.yaml").write_text(yaml.safe_dump(config), encoding="utf-8")
+    with ChatSink() as sink:
+        analyzer = start_process("analyzer-vm", oximeter_argv(
+            "--config", str(tmp_path / "oximeter.yaml"), "analyze", "--port", str(api_port)),
+            env={CHAT_URL_ENV: sink.url})
+        api = f"http://127.0.0.1:{api_port}"
+        analyzer.wait_ready(lambda: http_ok(f"{api}/metrics"), 60)
+        # Scraped series first: the analyzer's windows need some live samples before the fault.
+        wait_until(lambda: "oximeter_gpu_temperature_celsius" in vm_metrics(vm_url), 60,
+                   what="VictoriaMetrics has scraped the exporters")
+        before = {i["id"] for i in incidents(api)}
+        t0 = time.monotonic()
+        fault_id = live_stack.fault("thermal_throttle", "n1", gpu=1, strength=0.45, duration_s=FAULT_S)
+        try:
+            found = wait_until(lambda: new_incidents(api, before, layer="infrastructure", node="n1", gpu="1"),
+                               120, interval_s=1.0, what="the thermal incident read from VictoriaMetrics")
+        finally:
+            live_stack.delete_fault(fault_id)
+        (got,) = found
+        assert got["rule"] == "thermal_throttle", got
+        assert [(i["layer"], i["root_cause"]["labels"].get("node")) for i in incidents(api)] == \
+            [("infrastructure", "n1")]
+        print(f"victoria-metrics: thermal incident after {time.monotonic() - t0:.0f} s ({got['rule']})")
+        assert sink.problems == []
+    # The shared stack is left quiet for the tests after this one (tests/live expects no alert firing).
+    wait_until(lambda: not any(a["labels"]["alertname"] == THERMAL_ALERT for a in live_stack.alerts()),
+               120, interval_s=1.0, what=f"{THERMAL_ALERT} resolved")
+
+
+def vm_metrics(vm_url: str) -> str:
+    """Metric names VictoriaMetrics holds (its label-values API, as Prometheus has it)."""
+    reply = requests.get(f"{vm_url}/api/v1/label/__name__/values", timeout=10)
+    return reply.text if reply.ok else ""

@@ -1,0 +1,62 @@
+"""The test session's one live stack (ARCHITECTURE "Real components, and keeping the suite fast").
+
+``tests/live`` (issue 4) and ``tests/e2e`` (issue 8) share it: one cached backfill, Prometheus with
+rules time-scaled by ``SCALE`` (10 minutes of real durations take one minute), 1 s scrapes and
+evaluations, Prometheus's lookback scaled with them (5m -> 30s, so an instant query sees live
+samples, not the backfill that ended earlier), Alertmanager with 1 s grouping routing to the
+analyzer daemon's relay, and the analyzer (``oximeter/demo_stack.py``'s configuration, persistence
+scaled alike) telling a local WeCom sink. The backfill covers the scaled day (``offset 1d`` reads
+1d/SCALE back) plus margin; the analyzer's own baselines read the same-time windows it has.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+from typing import Any
+
+from oximeter.backfill import BackfillSpec
+from oximeter.demo_stack import ALERT_GROUP_WAIT_S, BACKFILL_GAP_S, analyzer_addon
+from oximeter.stack import Stack, StackOptions
+
+SCALE = 10.0
+LOOKBACK_S = 300 / SCALE
+BACKFILL = BackfillSpec(nodes=2, gpus_per_node=2, base_rps=1.0, days=0.125, step_s=15.0)
+# The history ends BACKFILL_GAP_S before the stack starts (oximeter/demo_stack.py says why).
+assert BACKFILL.days * 86400 >= 86400 / SCALE + 1800 + BACKFILL_GAP_S, \
+    "the scaled `offset 1d` must fall inside the backfill"
+ANALYZER_STEP_S = 1.0
+STARTED: list[Stack] = []
+
+
+def live_options(**overrides: Any) -> StackOptions:
+    """The live tests' stack: scaled rules, 1 s scrapes, 1 s Alertmanager grouping, the backfill."""
+    base = StackOptions(
+        nodes=BACKFILL.nodes, gpus_per_node=BACKFILL.gpus_per_node, seed=BACKFILL.seed,
+        time_scale=SCALE, scrape_interval_s=1.0, eval_interval_s=1.0, lookback_delta_s=LOOKBACK_S,
+        backfill=BACKFILL, alert_group_wait_s=1.0, alert_group_interval_s=1.0, alert_repeat_interval_s=60.0,
+        traffic_rps_per_node=BACKFILL.base_rps,
+    )
+    return dataclasses.replace(base, **overrides)
+
+
+def shared_options(workspace: Path, backfill_dir: Path, chat_url: str) -> StackOptions:
+    """``live_options`` plus the analyzer daemon (telling ``chat_url``) and the relay's token."""
+    token_file = workspace / "relay.token"
+    token_file.parent.mkdir(parents=True, exist_ok=True)
+    token_file.write_text("e2e-relay-token", encoding="utf-8")
+    addon = analyzer_addon(workspace, chat_url, token_file, scale=SCALE, step_s=ANALYZER_STEP_S,
+                           interval_s=1.0)
+    return live_options(backfill_dir=backfill_dir, relay_token_file=token_file, addons=(addon,),
+                        alert_group_wait_s=ALERT_GROUP_WAIT_S)
+
+
+def setup_summary() -> list[str]:
+    """Where each started stack's set-up time went (``--durations`` shows it as one fixture)."""
+    lines = []
+    for stack in STARTED:
+        steps = dict(stack.timings_s)
+        if stack.backfill is not None:
+            steps.update({f"backfill.{k}": v for k, v in stack.backfill.timings_s.items()})
+        lines.append("live stack set-up (s): " + ", ".join(f"{n} {s:.1f}" for n, s in steps.items()))
+    return lines
