@@ -31,6 +31,7 @@ THROTTLE_REASON = "gpu_clock_throttle"  # 1 while any clock event reason but idl
 QUEUE_UP = ("queue_wait_p99", "queue_length", "queue_limit_ratio")
 LATENCY_UP = ("queue_wait_p99", "ttft_p99", "request_p99", "engine_ttft_p99", "engine_itl_peer")
 TTFT_UP = ("ttft_p99", "engine_ttft_p99")
+PEER_SIGNALS = ("gpu_utilization_peer", "engine_itl_peer")
 RUNBOOK = "docs/runbook.md#{rule}"
 DESCRIPTIVE_LABELS = frozenset({"uuid", "pci_bus_id", "gpu_model"})
 
@@ -237,18 +238,22 @@ def thermal_throttle(case: Case) -> Diagnosis | None:
 
 
 def peer_outlier(case: Case) -> Diagnosis | None:
-    """One node much slower than its same-model peers with no throttle reason (seed 001 §4.2)."""
-    e = _first(case, "engine_itl_peer")
+    """One GPU or node much slower than its same-model peers with no throttle reason (seed 001 §4.2)."""
+    e = _first(case, "gpu_utilization_peer", "engine_itl_peer")
     if e is None:
         return None
     node = e.entity.get("node")
     throttled = any(v >= 1 for (n, _), v in case.per_gpu(THROTTLE_REASON).items() if n == node)
+    # A throttle anomaly in the window counts too: a cooling GPU drops its reason before the
+    # peer gap (a 5-min median) closes, and that gap is the throttle's, not a slow card's.
+    throttled = throttled or any(x.entity.get("node") == node
+                                 for x in case.of("gpu_temperature", "gpu_sm_clock_ratio"))
     if throttled:
         return None
     cause = RootCause(e.signal, e.labels)
     return _verdict(case, "peer_outlier", "infrastructure", cause,
                     f"{cause.entity}: {describe(e)} of its same-model peers, no throttle reason"
-                    + _impact_text(case, [e.signal]), "warning", [e.signal])
+                    + _impact_text(case, PEER_SIGNALS), "warning", PEER_SIGNALS)
 
 
 def telemetry_lost(case: Case) -> Diagnosis | None:

@@ -399,7 +399,7 @@ class IncidentTracker:
         evidence = self._evidence(finding, incident.evidence)
         new_signals = sorted({e.key for e in evidence} - incident.members)
         sticky = d.rule == "unclassified" and incident.rule != "unclassified" and not new_signals
-        if not finding.group.active or sticky:
+        if not finding.group.active or sticky or self._cause_cleared(incident, finding):
             # Recovering: the context that made the diagnosis (a hot GPU, a full KV cache) is back to
             # normal while the cleared events are still in the window; keep the verdict, not re-judge.
             # Likewise when a rule stops matching with no new evidence (the GPUs cooled, the
@@ -440,6 +440,18 @@ class IncidentTracker:
                                          f"severity {incident.severity} → {d.severity}", notify="severity_up")
             changes += more
         return updated, changes
+
+    @staticmethod
+    def _cause_cleared(incident: Incident, finding: Finding) -> bool:
+        """Whether every event of the incident's cause signals has cleared while symptoms linger.
+
+        Lingering symptoms (a 5-min p99, a peer gap) outlive their cause by a window; judged
+        alone they would re-root the incident on a symptom (a cooled GPU's busy peer gap is no
+        longer "throttled", so it would read as a peer outlier): that is recovery, not a new cause.
+        """
+        causes = {e.signal for e in incident.evidence if e.role == "cause"}
+        events = [e for e in finding.group.events if e.signal in causes]
+        return bool(events) and not any(e.active for e in events)
 
     def _maybe_resolve(self, incident: Incident, now: datetime) -> tuple[Incident, Change] | None:
         quiet_s = (now - incident.last_active_at).total_seconds()

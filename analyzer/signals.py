@@ -32,6 +32,9 @@ Layer = Literal["infrastructure", "platform", "engine", "dependency", "schedulin
 Kind = Literal["latency", "ratio", "counter_growth", "gauge", "hit_rate", "trend", "peer", "presence"]
 
 PAGING_XIDS = "48|63|64|74|79|92|94|95|119|120"
+# A latency p99 must clear its baseline by this many robust scales (the recent IQR as σ) as well
+# as by ``ratio`` and ``min_delta``: 3 σ, the usual "outside the noise" margin.
+LATENCY_NOISE_Z = 3.0
 
 
 class TrafficGuard(BaseModel):
@@ -111,7 +114,9 @@ class SignalSpec(BaseModel):
             if self.threshold is not None:
                 out.append(AbsoluteThreshold(self.threshold, one_sided))
             if self.ratio is not None:
-                out.append(BaselineRatio(self.ratio, one_sided, self.min_delta))
+                # A latency quantile swings by itself: judged against its own recent spread too.
+                noise_z = LATENCY_NOISE_Z if self.kind == "latency" else 0.0
+                out.append(BaselineRatio(self.ratio, one_sided, self.min_delta, noise_z=noise_z))
             if not out:
                 out.append(RobustDeviation(direction=self.direction))
         elif self.kind == "counter_growth":
@@ -121,7 +126,7 @@ class SignalSpec(BaseModel):
         elif self.kind == "trend":
             out.append(Trend(window_s=self.window_s, capacity=self.capacity))
         elif self.kind == "peer":
-            out.append(PeerOutlier(direction=self.direction))
+            out.append(PeerOutlier(direction=self.direction, min_delta=self.min_delta))
         elif self.kind == "presence":
             # threshold: the values are sample ages in seconds, and this is the oldest acceptable.
             out.append(Vanished(max_age_s=self.threshold))
@@ -138,7 +143,7 @@ CATALOGUE: dict[str, SignalSpec] = {s.name: s for s in (
        record="service_node:oximeter_queue_wait_seconds:p99_5m",
        promql="histogram_quantile(0.99, sum without (instance, job) "
               "(rate(oximeter_queue_wait_seconds_bucket[5m])))",
-       entity_labels=("service", "node"), threshold=1.0, ratio=1.5, min_delta=0.2, for_s=600,
+       entity_labels=("service", "node"), threshold=1.0, ratio=1.5, min_delta=0.2, for_s=600, clear_s=300,
        min_traffic=TrafficGuard(promql="sum without (instance, job) "
                                        "(increase(oximeter_queue_wait_seconds_count[1m]))", minimum=20),
        # for_s 600: the p99's own 5-min window holds one burst for 5 min, so "for 5 min" (seed)
@@ -168,7 +173,7 @@ CATALOGUE: dict[str, SignalSpec] = {s.name: s for s in (
        record="service_node:oximeter_time_to_first_token_seconds:p99_5m",
        promql="histogram_quantile(0.99, sum without (instance, job) "
               "(rate(oximeter_time_to_first_token_seconds_bucket[5m])))",
-       entity_labels=("service", "node"), ratio=1.5, min_delta=0.1, for_s=600,
+       entity_labels=("service", "node"), ratio=1.5, min_delta=0.1, for_s=600, clear_s=300,
        description="gateway TTFT p99 > 1.5 × same time yesterday for 5 min beyond its 5-min window "
                    "(SLO × 2 via threshold)"),
     _s(name="request_p99", layer="ingress", kind="latency", unit="s",
@@ -234,6 +239,13 @@ CATALOGUE: dict[str, SignalSpec] = {s.name: s for s in (
               '(rate(vllm:inter_token_latency_seconds_bucket[5m]))), "model", "$1", "model_name", "(.*)")',
        entity_labels=("node", "model"), peer_labels=("model",), for_s=300,
        description="a node's inter-token latency far above its same-model peers (seed 001 §4.2)"),
+    _s(name="gpu_utilization_peer", layer="infrastructure", kind="peer",
+       promql="max without (instance, job) (quantile_over_time(0.5, oximeter_gpu_utilization_ratio[5m]))",
+       entity_labels=("node", "gpu"), peer_labels=("gpu_model",), direction="up", min_delta=0.1, for_s=300,
+       # A slow GPU is the busy one: its tensor-parallel peers wait for it at every sync, and alone
+       # it needs longer per token; the fleet's other GPUs of its model are the yardstick.
+       description="a GPU busier than its same-model peers by 10 points or more, far outside their "
+                   "spread (seed 001 §4.2: compare same-model machines)"),
     _s(name="gpu_series_vanished", layer="platform", kind="presence", unit="s",
        promql="time() - max without (instance, job) (timestamp(oximeter_gpu_up))",
        entity_labels=("node", "gpu"), threshold=60, for_s=120,
@@ -269,7 +281,7 @@ CATALOGUE: dict[str, SignalSpec] = {s.name: s for s in (
        record="node_model:vllm_time_to_first_token_seconds:p99_5m",
        promql='label_replace(histogram_quantile(0.99, sum without (instance, job) '
               '(rate(vllm:time_to_first_token_seconds_bucket[5m]))), "model", "$1", "model_name", "(.*)")',
-       entity_labels=("node", "model"), ratio=1.5, min_delta=0.1, for_s=600,
+       entity_labels=("node", "model"), ratio=1.5, min_delta=0.1, for_s=600, clear_s=300,
        description="engine TTFT p99 > 1.5 × its baseline for 5 min beyond its 5-min window"),
     _s(name="process_rss_trend", layer="engine", kind="trend", unit="bytes",
        promql="max without (instance, job) (oximeter_process_resident_memory_bytes)",

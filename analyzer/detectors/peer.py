@@ -25,12 +25,14 @@ MAD_TO_SIGMA = 1.4826
 class PeerOutlier(Detector):
     """Flags series more than ``z`` robust scales from their peer group's median and at least
     ``min_rel_delta`` of it away; groups with fewer than ``min_peers`` reporting series are
-    skipped. ``groups`` maps column → group (e.g. gpu_model); unmapped columns share one group."""
+    skipped. ``groups`` maps column → group (e.g. gpu_model); unmapped columns share one group.
+    ``min_delta`` is an absolute margin too, so a fleet idling at 0 does not make 1 % an outlier."""
 
     z: float = 5.0
     direction: Literal["up", "down", "both"] = "both"
     min_peers: int = 4
     min_rel_delta: float = 0.1
+    min_delta: float = 0.0
     groups: Mapping[str, str] = field(default_factory=dict)
 
     name: ClassVar[str] = "peer_outlier"
@@ -58,7 +60,7 @@ class PeerOutlier(Detector):
             floor = np.fmax(self.min_rel_delta * np.abs(med) / 3, 1e-9)
             z = (v - med) / np.fmax(scale, floor)
             oriented = {"up": z, "down": -z, "both": np.abs(z)}[self.direction]
-            big = np.abs(v - med) >= self.min_rel_delta * np.abs(med)
+            big = (np.abs(v - med) >= self.min_rel_delta * np.abs(med)) & (np.abs(v - med) >= self.min_delta)
             flags = (oriented >= self.z) & big
             keep = (oriented >= self.z / 2) & big
         return Detection(like(values, flags), like(values, z), like(values, med), like(values, keep))

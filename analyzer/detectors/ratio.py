@@ -15,13 +15,17 @@ from analyzer.frame import Baseline
 @dataclass
 class BaselineRatio(Detector):
     """Flags values at least ``ratio`` × their baseline (or 1/ratio for ``down``) and at least
-    ``min_delta`` away from it in absolute terms, so tiny baselines do not make huge ratios.
-    Keeps an event open while the ratio stays above ``clear_ratio`` (hysteresis)."""
+    ``min_delta`` away from it in absolute terms, so tiny baselines do not make huge ratios, and
+    (``noise_z`` > 0) at least ``noise_z`` × the baseline's robust scale away, so a statistic that
+    swings by itself (a p99 over a few hundred requests, read from coarse histogram buckets)
+    is judged against its own spread. Keeps an event open while the ratio stays above
+    ``clear_ratio`` (hysteresis)."""
 
     ratio: float = 1.5
     direction: Direction = "up"
     min_delta: float = 0.0
     clear_ratio: float = 1.2
+    noise_z: float = 0.0
 
     name: ClassVar[str] = "baseline_ratio"
     needs_baseline: ClassVar[bool] = True
@@ -38,6 +42,8 @@ class BaselineRatio(Detector):
             else:
                 delta, strength = c - v, c / v
             big = delta >= self.min_delta
+            if self.noise_z > 0:
+                big &= delta >= self.noise_z * baseline.scale.to_numpy(dtype=np.float32)
             flags = (strength >= self.ratio) & big & (delta > 0)
             keep = (strength >= self.clear_ratio) & (delta > 0)
         return Detection(like(values, flags), like(values, score), like(values, c), like(values, keep))

@@ -234,6 +234,7 @@ RECIPES: dict[str, Recipe] = {
     "xid_paging": Increase("oximeter_gpu_xid_errors_total", 300, {"xid": f"~{PAGING_XIDS}"}),
     "pcie_replay_increase": Increase("oximeter_gpu_pcie_replay_total", 300),
     "engine_itl_peer": Relabel(HistogramQuantile(0.99, "vllm:inter_token_latency_seconds", 300)),
+    "gpu_utilization_peer": OverTime(Gauge("oximeter_gpu_utilization_ratio"), 300, q=0.5),
     "gpu_series_vanished": Age(Gauge("oximeter_gpu_up")),
     "gpu_down": Gauge("oximeter_gpu_up"),
     "kv_cache_usage": Relabel(Gauge("vllm:kv_cache_usage_perc")),

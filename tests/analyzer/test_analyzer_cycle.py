@@ -42,7 +42,7 @@ def test_cycles_match_the_batch_and_use_yesterday() -> None:
     [event] = seen
     assert event.entity == {"node": "n1", "service": "b"}
     assert event.onset == FAULT
-    assert event.detected_at == FAULT + timedelta(minutes=3)  # 4 of 5 one-minute samples
+    assert event.detected_at == FAULT + timedelta(minutes=7)  # 8 of 10 one-minute samples (window + 5 min)
     assert event.detector == "baseline_ratio" and event.score > 2.5
     batch = evaluate_signal(spec, frame, step_s=STEP)
     expected = [(event.labels, event.onset, event.detected_at)]

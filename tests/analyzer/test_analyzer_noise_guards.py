@@ -8,9 +8,10 @@ import pandas as pd
 import pytest
 from analyzer_frames import at, frame
 
+from analyzer.detectors import BaselineRatio
 from analyzer.evaluate import evaluate_signal
-from analyzer.frame import SeriesFrame
-from analyzer.signals import CATALOGUE
+from analyzer.frame import Baseline, SeriesFrame
+from analyzer.signals import CATALOGUE, LATENCY_NOISE_Z
 
 ROWS = 40
 
@@ -58,3 +59,37 @@ def test_sm_clock_drop_counts_only_with_a_non_idle_reason(reason_active: float, 
 def test_end_to_end_p99_is_context_only() -> None:
     assert not CATALOGUE["request_p99"].opens_incident
     assert all(spec.opens_incident for name, spec in CATALOGUE.items() if name != "request_p99")
+
+
+@pytest.mark.parametrize(("n2_gpu2", "others", "flagged"), [
+    (0.37, 0.20, True),  # the slow GPU is busy while its tensor-parallel peers wait
+    (0.01, 0.00, False),  # an idle fleet: 1 point is no outlier (absolute margin 0.1)
+    (0.20, 0.20, False),
+])
+def test_gpu_utilization_peer(n2_gpu2: float, others: float, flagged: bool) -> None:
+    cols = {f"g{i}": np.full(ROWS, others, dtype=np.float32) for i in range(7)}
+    cols["slow"] = np.full(ROWS, n2_gpu2, dtype=np.float32)
+    labels = {c: {"node": "n2" if c in ("g4", "g5", "g6", "slow") else "n1", "gpu": c, "gpu_model": "H100"}
+              for c in cols}
+    events = evaluate_signal(CATALOGUE["gpu_utilization_peer"], SeriesFrame(frame(cols), labels), step_s=60.0)
+    assert [(e.entity["gpu"], e.detected_at) for e in events] == ([("slow", at(3))] if flagged else [])
+
+
+@pytest.mark.parametrize(("value", "noise_z", "flagged"), [
+    (1.9, 0.0, True),  # 1.9 × baseline, but inside a p99 that swings by 0.4 s (σ) on its own
+    (1.9, 3.0, False),
+    (2.5, 3.0, True),  # 1.5 s over the baseline: beyond 3 σ of its own spread
+])
+def test_baseline_ratio_judges_a_swinging_statistic_against_its_spread(value: float, noise_z: float,
+                                                                       flagged: bool) -> None:
+    values = frame({"s": np.full(3, value)})
+    baseline = Baseline(center=frame({"s": np.full(3, 1.0)}), scale=frame({"s": np.full(3, 0.4)}))
+    detection = BaselineRatio(1.5, "up", 0.1, noise_z=noise_z).detect(values, baseline)
+    assert detection.flags["s"].tolist() == [flagged] * 3
+
+
+def test_latency_signals_use_the_noise_margin() -> None:
+    ratios = {name: [d for d in spec.detectors() if isinstance(d, BaselineRatio)]
+              for name, spec in CATALOGUE.items()}
+    assert {name for name, ds in ratios.items() if ds and ds[0].noise_z == LATENCY_NOISE_Z} == {
+        name for name, spec in CATALOGUE.items() if spec.kind == "latency" and spec.ratio is not None}

@@ -192,6 +192,19 @@ def test_recovery_does_not_rejudge_the_diagnosis() -> None:
         "opened", "evidence", "resolved"]
 
 
+def test_a_late_symptom_after_the_cause_cleared_does_not_reroot() -> None:
+    """504s at the edge, cleared; a TTFT rise joins minutes later (drill ingress_errors): it is
+    evidence on the incident, not a new root cause that no rule explains."""
+    tracker = IncidentTracker(SETTINGS)
+    e504 = ev("error_504_ratio", 0.13, 0.01, node="node-0", service="chat", route="/v1/chat/completions")
+    assert _step(tracker, [e504], 2, {}) == [("opened", 1, "critical")]
+    late = ev("engine_ttft_p99", 0.22, 0.1, onset=9, node="node-0", model="m")
+    assert _step(tracker, [replace(e504, cleared_at=at(8)), late], 11, {}) == []
+    inc = tracker.incidents[0]
+    assert (inc.rule, inc.root_cause.signal, inc.layer) == ("ingress_errors", "error_504_ratio", "ingress")
+    assert [t.kind for t in inc.timeline] == ["opened", "evidence"]
+
+
 def test_draining_queue_after_a_spike_keeps_capacity_exhausted() -> None:
     tracker = IncidentTracker(SETTINGS)
     queue = ev("queue_wait_p99", 19.8, 1.0, node="node-0", service="chat")
