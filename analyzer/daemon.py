@@ -292,6 +292,8 @@ def run(args: argparse.Namespace) -> int:
     notifier: Notifier = reporting.notifier if config.reporter.channels else LogNotifier()
     analyzer = Analyzer(pipeline, store, settings, Topology.from_settings(config.topology), notifier,
                         clock=source.now, metrics=metrics)
+    # A restart into an ongoing fault: its evidence stays out of the first cycle's baselines.
+    pipeline.remember(e for inc in analyzer.tracker.incidents if inc.state == "open" for e in inc.evidence)
     try:
         if args.once:
             return 0 if analyzer.cycle() else 1

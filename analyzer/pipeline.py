@@ -3,15 +3,16 @@
 rows only) plus the context series the diagnosis rules read.
 
 What the daemon already knows is kept out of the baselines: each signal's events of the previous
-cycle (onset to clearing, or to now while active) and the declared change events (deploys,
-restarts, maintenance) for a settling time after each, so that neither a persisting fault nor a
-deploy becomes "normal" within the hour the recent baseline spans.
+cycle (onset to clearing, or to now while active; after a restart, the open incidents' evidence
+handed to :meth:`CyclePipeline.remember`) and the declared change events (deploys, restarts,
+maintenance) for a settling time after each, so that neither a persisting fault nor a deploy
+becomes "normal" within the hour the recent baseline spans.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Protocol
@@ -83,7 +84,20 @@ def change_windows(events: Sequence[ChangeEvent], settle_s: float = CHANGE_SETTL
     return [(e.at, e.at + settle) for e in events if e.source not in NOT_DECLARED]
 
 
-def anomalous_mask(events: Sequence[AnomalyEvent], frame: SeriesFrame, index: pd.DatetimeIndex,
+class Span(Protocol):
+    """What a mask needs of an anomaly (an AnomalyEvent, or an incident's Evidence)."""
+
+    @property
+    def signal(self) -> str: ...
+    @property
+    def labels(self) -> tuple[tuple[str, str], ...]: ...
+    @property
+    def onset(self) -> datetime: ...
+    @property
+    def cleared_at(self) -> datetime | None: ...
+
+
+def anomalous_mask(events: Sequence[Span], frame: SeriesFrame, index: pd.DatetimeIndex,
                    ) -> pd.DataFrame | None:
     """Where ``events`` (one signal's, from the last cycle) held, on ``index`` × the frame's columns:
     onset to clearing, or to the end of ``index`` while active. None when nothing is marked."""
@@ -136,13 +150,20 @@ class CyclePipeline:
     cold_rows: int | None = 40
     cycles: dict[str, SignalCycle] = field(init=False, default_factory=dict)
     context: dict[str, LiveWindow] = field(init=False, default_factory=dict)
-    previous: dict[str, list[AnomalyEvent]] = field(init=False, default_factory=dict)
+    previous: dict[str, list[Span]] = field(init=False, default_factory=dict)
 
     def __post_init__(self) -> None:
         self.cycles = {name: SignalCycle(spec, policy=self.policy, live_s=self.live_s, step_s=self.step_s,
                                          cold_rows=self.cold_rows)
                        for name, spec in self.catalogue.items()}
         self.context = {name: LiveWindow(spec, self.live_s, self.step_s) for name, spec in CONTEXT.items()}
+
+    def remember(self, spans: Iterable[Span]) -> None:
+        """Anomalies known from before this process (open incidents' evidence): kept out of the
+        first cycle's baselines, as the previous cycle's events are afterwards."""
+        for span in spans:
+            if span.signal in self.cycles:
+                self.previous.setdefault(span.signal, []).append(span)
 
     def run(self, now: datetime) -> tuple[list[AnomalyEvent], dict[str, SeriesFrame]]:
         """Fetch what is new, evaluate every catalogue signal, fetch the context series."""
@@ -154,10 +175,13 @@ class CyclePipeline:
         for name, cycle in self.cycles.items():
             known = self.previous.get(name, [])
             mask = None
-            if known and cycle.last_frame is not None and needs_history(cycle.spec):
-                mask = anomalous_mask(known, cycle.last_frame, index)
+            if known and needs_history(cycle.spec):
+                # First cycle (remembered evidence): the live window's columns, fetched now; the
+                # cycle's own update below then only fetches the overlap step.
+                frame = cycle.last_frame or cycle.live.update(self.source, now)
+                mask = anomalous_mask(known, frame, index)
             found = cycle.run(self.source, now, anomalous=mask, changes=changes)
-            self.previous[name] = found
+            self.previous[name] = list(found)
             events += found
             if cycle.last_frame is not None:
                 frames[name] = cycle.last_frame

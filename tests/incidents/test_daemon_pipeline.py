@@ -4,6 +4,7 @@ clears when the fault ends; masks, change windows and the open-incidents gauge."
 
 from __future__ import annotations
 
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from typing import NamedTuple
 
@@ -74,6 +75,19 @@ def test_a_persisting_fault_stays_out_of_its_own_baseline() -> None:
     assert (event.onset, event.cleared_at) == (FAULT, None)
     # Without the mask the recent median adopts the fault within the hour and the event clears.
     assert unmasked.cleared_at == FAULT + timedelta(minutes=34)
+
+
+@pytest.mark.parametrize("remembered", [True, False], ids=["evidence remembered", "cold"])
+def test_a_restart_into_an_ongoing_fault_keeps_its_evidence_out(remembered: bool) -> None:
+    source = FrameSource({SPEC.name: week()})
+    pipeline = CyclePipeline(source, {SPEC.name: SPEC}, step_s=STEP, live_s=3600.0, cold_rows=None)
+    if remembered:
+        # What the store's open incident says: queue_wait_p99 on service b since FAULT, active.
+        pipeline.remember([replace(ev("queue_wait_p99", 0.9, 0.3, node="n1", service="b"), onset=FAULT)])
+    [event], _ = pipeline.run(FAULT + timedelta(minutes=50))
+    assert event.onset == FAULT
+    # Cold, the live hour holds only 10 fault-free minutes: its recent median adopts the fault sooner.
+    assert event.cleared_at == (None if remembered else FAULT + timedelta(minutes=24))
 
 
 def test_the_masked_event_clears_when_the_fault_ends() -> None:
