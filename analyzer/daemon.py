@@ -1,5 +1,7 @@
 """``oximeter analyze``: every interval detect, correlate, diagnose, store and notify; serve the API.
 
+Detection is ``analyzer/pipeline.py``'s CyclePipeline: a SignalCycle per signal, so live cycles
+compare with the same time 1 d / 7 d back and the recent past, fetching only what is new.
 The cycle is synchronous (pandas) and runs in a worker thread so the aiohttp API on the same
 event loop stays responsive; both share one SQLite connection behind ``lock_for``. A source that
 cannot be read sets ``oximeter_analyzer_source_up`` to 0, backs off, sends one "analyzer cannot
