@@ -78,21 +78,24 @@ class BaselineTracker:
             rs = pd.concat([self._recent_scale.loc[known[-1:]], rs]).ffill().iloc[1:]
         else:
             rc, rs = rc.ffill(), rs.ffill()
-        candidates = [self._seasonal(win, lag, rows, values.columns) for lag, win in windows.items()
-                      if len(win.index)]
+        seasonal = [self._seasonal(win, lag, rows, values.columns) for lag, win in windows.items()
+                    if len(win.index)]
         starts = history_start([clean, *windows.values()])
-        base = combine(values.loc[rows], candidates, rc, rs, self.policy, starts)
+        base = combine(values.loc[rows], [c for c, _ in seasonal], rc, rs, self.policy, starts,
+                       [spread for _, spread in seasonal])
         return base.center, base.scale, rc, rs
 
     def _seasonal(self, window: pd.DataFrame, lag_s: float, rows: pd.DatetimeIndex,
-                  columns: pd.Index) -> pd.DataFrame:
-        """Centred ±half-window median of ``window`` around each row − lag (NaN outside it)."""
+                  columns: pd.Index) -> tuple[pd.DataFrame, pd.DataFrame]:
+        """Centred ±half-window median and IQR scale of ``window`` around each row − lag (NaN
+        outside it), as ``baselines.seasonal_center`` and ``seasonal_spread``."""
         win = window.reindex(columns=columns)
         w_index = pd.DatetimeIndex(win.index)
         step = step_seconds(w_index) or 1.0
         half = max(0, round(self.policy.seasonal_half_window_s / step))
         targets = rows - pd.Timedelta(seconds=lag_s)
         centre = np.rint((targets.as_unit("ns").asi8 - w_index[0].as_unit("ns").value) / (step * 1e9))
-        [med] = window_quantiles(win.to_numpy(np.float32), centre.astype(np.int64) - half, 2 * half + 1,
-                                 (0.5,), max(1, half))
-        return pd.DataFrame(med, index=rows, columns=columns)
+        med, q25, q75 = window_quantiles(win.to_numpy(np.float32), centre.astype(np.int64) - half,
+                                         2 * half + 1, (0.5, 0.25, 0.75), max(1, half))
+        return (pd.DataFrame(med, index=rows, columns=columns),
+                pd.DataFrame((q75 - q25) / IQR_TO_SIGMA, index=rows, columns=columns))

@@ -13,6 +13,7 @@ static threshold takes over (unless ``recent_alone`` allows the recent baseline 
 from __future__ import annotations
 
 import math
+import warnings
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
@@ -73,6 +74,16 @@ def seasonal_center(history: pd.DataFrame, lag_s: float, half_window_s: float) -
     return med.set_axis(pd.DatetimeIndex(history.index) + pd.Timedelta(seconds=lag_s), axis=0)
 
 
+def seasonal_spread(history: pd.DataFrame, lag_s: float, half_window_s: float) -> pd.DataFrame:
+    """The IQR-based scale of ``history`` over the same centred ±``half_window_s`` window as
+    :func:`seasonal_center`, re-stamped ``lag_s`` later: how much the signal swung at this hour."""
+    step = step_seconds(pd.DatetimeIndex(history.index)) or half_window_s or 1.0
+    half = max(0, round(half_window_s / step))
+    roll = history.rolling(2 * half + 1, center=True, min_periods=max(1, half))
+    spread = (roll.quantile(0.75) - roll.quantile(0.25)) / IQR_TO_SIGMA
+    return spread.set_axis(pd.DatetimeIndex(history.index) + pd.Timedelta(seconds=lag_s), axis=0)
+
+
 def recent(values: pd.DataFrame, window_s: float) -> tuple[pd.DataFrame, pd.DataFrame]:
     """Trailing median and IQR-based scale over ``window_s`` ending one sample before each row."""
     step = step_seconds(pd.DatetimeIndex(values.index)) or window_s
@@ -88,8 +99,12 @@ def recent(values: pd.DataFrame, window_s: float) -> tuple[pd.DataFrame, pd.Data
 
 def combine(values: pd.DataFrame, candidates: Sequence[pd.DataFrame], recent_center: pd.DataFrame,
             recent_scale: pd.DataFrame, policy: BaselinePolicy,
-            history_start: pd.Series | None = None) -> Baseline:
+            history_start: pd.Series | None = None,
+            seasonal_spreads: Sequence[pd.DataFrame] = ()) -> Baseline:
     """Per sample, the least-deviating seasonal or recent candidate; scale floored by the margins.
+
+    Where the recent past is too short for a scale (the first half hour of a window), the widest
+    same-time spread (``seasonal_spreads``, from :func:`seasonal_spread`) stands in for it.
 
     Samples less than ``min_history_s`` after their column's ``history_start`` (first timestamp
     with data, per column; NaT = none) get no centre (NaN) unless the
@@ -121,6 +136,15 @@ def combine(values: pd.DataFrame, candidates: Sequence[pd.DataFrame], recent_cen
         old_enough = np.nan_to_num(age_s, nan=-1.0) >= policy.min_history_s
         center = np.where(old_enough, center, np.nan)
     rs = recent_scale.reindex(index=values.index, columns=values.columns).to_numpy(np.float32)
+    if len(seasonal_spreads):
+        spread = np.stack([
+            s.reindex(columns=values.columns)
+            .reindex(index=values.index, method="nearest", tolerance=pd.Timedelta(seconds=step / 2))
+            .to_numpy(np.float32) for s in seasonal_spreads])
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", RuntimeWarning)  # all-NaN: no spread known either
+            widest = np.nanmax(spread, axis=0)
+        rs = np.where(np.isnan(rs), widest, rs)
     scale = np.fmax(np.fmax(rs, policy.margin_rel * np.abs(center)), policy.margin_abs)
     return Baseline(
         center=pd.DataFrame(center, index=values.index, columns=values.columns),
@@ -150,8 +174,11 @@ def compute_baseline(values: pd.DataFrame, history: History | None = None, *,
                    if lag in policy.lags_s}
     candidates = [seasonal_center(win, lag, policy.seasonal_half_window_s) for lag, win in windows.items()
                   if len(win.index)]
+    spreads = [seasonal_spread(win, lag, policy.seasonal_half_window_s) for lag, win in windows.items()
+               if len(win.index)]
     rc, rs = recent(clean_values, policy.recent_window_s)
-    return combine(values, candidates, rc, rs, policy, history_start([clean_values, *windows.values()]))
+    return combine(values, candidates, rc, rs, policy, history_start([clean_values, *windows.values()]),
+                   spreads)
 
 
 def first_valid(frame: pd.DataFrame) -> pd.Series:

@@ -282,7 +282,12 @@ CATALOGUE: dict[str, SignalSpec] = {s.name: s for s in (
        promql='label_replace(histogram_quantile(0.99, sum without (instance, job) '
               '(rate(vllm:time_to_first_token_seconds_bucket[5m]))), "model", "$1", "model_name", "(.*)")',
        entity_labels=("node", "model"), ratio=1.5, min_delta=0.1, for_s=600, clear_s=300,
-       description="engine TTFT p99 > 1.5 × its baseline for 5 min beyond its 5-min window"),
+       # The same symptom as the gateway's ttft_p99 (the SLO signal), seen inside the engine through
+       # vLLM's coarse buckets (1 s → 2.5 s): evidence that localises a TTFT rise to the engine,
+       # never an incident by itself (ARCHITECTURE "Gateway signals": SLOs on the gateway's TTFT).
+       opens_incident=False,
+       description="engine TTFT p99 > 1.5 × its baseline for 5 min beyond its 5-min window "
+                   "(evidence only, opens no incident)"),
     _s(name="process_rss_trend", layer="engine", kind="trend", unit="bytes",
        promql="max without (instance, job) (oximeter_process_resident_memory_bytes)",
        entity_labels=("node", "process"), window_s=1800, for_s=600,
