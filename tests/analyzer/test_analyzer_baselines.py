@@ -154,3 +154,14 @@ def test_tracker_cold_start_limit_computes_only_the_newest_rows() -> None:
     assert first.center["a"].iloc[:95].isna().all() and first.center["a"].iloc[95:].notna().all()
     second = tracker.update(values.iloc[1:101], {})
     assert second.center["a"].iloc[:94].isna().all() and second.center["a"].iloc[94:].notna().all()
+
+
+def test_without_a_recent_past_the_same_time_spread_is_the_scale() -> None:
+    """The first rows of a window have no recent IQR: yesterday's spread at that hour stands in
+    (else the scale is only the 5 % margin and a swinging p99 looks 5 σ out)."""
+    swing = np.tile(np.array([0.8, 1.2], dtype=np.float32), 160)  # IQR 0.4 -> σ 0.4 / 1.349
+    history = frame({"a": swing}, 60.0).set_axis(
+        pd.date_range(T0 - pd.Timedelta(days=1) - pd.Timedelta(hours=1), periods=320, freq="60s"), axis=0)
+    values = frame({"a": np.full(5, 1.0)}, 60.0)
+    base = compute_baseline(values, {86400.0: history})
+    assert base.scale["a"].tolist() == pytest.approx([0.4 / 1.349] * 5, rel=1e-4)
