@@ -18,7 +18,6 @@ COMPOSE: dict[str, Any] = yaml.safe_load((ROOT / "compose.yml").read_text())  # 
 SERVICES: dict[str, dict[str, Any]] = COMPOSE["services"]
 PROMETHEUS = yaml.safe_load((ROOT / "deploy" / "prometheus.yml").read_text())
 # Commands compose runs that a later issue adds to the CLI.
-PENDING_COMMANDS = {"analyze"}
 
 
 def _profiles(service: dict[str, Any]) -> set[str]:
