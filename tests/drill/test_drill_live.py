@@ -45,11 +45,17 @@ class LiveStack:
     root: Path
 
 
-def _cycles_done(url: str, count: int) -> bool:
+def _cycles(url: str) -> float:
     for line in requests.get(url, timeout=5).text.splitlines():
         if line.startswith("oximeter_analyzer_cycle_seconds_count"):
-            return float(line.split()[-1]) >= count
-    return False
+            return float(line.split()[-1])
+    return 0.0
+
+
+def _scraped(prom_url: str) -> bool:
+    result = requests.get(f"{prom_url}/api/v1/query", params={"query": 'up{job="oximeter-exporter"} == 1'},
+                          timeout=5).json()["data"]["result"]
+    return bool(result)
 
 
 @pytest.fixture(scope="module")
@@ -84,9 +90,13 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LiveStack]:
         for proc, ready in procs:
             proc.start()
             proc.wait_ready(partial(http_ok, ready), timeout_s=60)
-        # A drill starts against a running analyzer: its first (cold) cycles are done.
-        wait_until(partial(_cycles_done, f"http://127.0.0.1:{api_port}/metrics", 3), 60, 0.5,
-                   what="three analyzer cycles")
+        # A drill starts against a running stack: Prometheus holds the counters from before the
+        # injection (a counter whose first sample is already 1 shows no increase) and the analyzer
+        # has read them for a few cycles.
+        wait_until(partial(_scraped, prom_url), 60, 0.2, what="Prometheus's first scrape of the exporter")
+        metrics = f"http://127.0.0.1:{api_port}/metrics"
+        done = _cycles(metrics)
+        wait_until(lambda: _cycles(metrics) >= done + 3, 60, 0.5, what="three cycles on scraped data")
         (root / "scenarios").mkdir()
         (root / "scenarios" / "live_ecc_uncorrectable.yaml").write_text(SCENARIO)
         yield LiveStack(sim_url, f"http://127.0.0.1:{api_port}", root)
