@@ -21,10 +21,11 @@ import requests
 from pydantic import SecretStr
 from tenacity import Retrying, retry_if_exception_type, stop_after_attempt, wait_exponential
 
-from analyzer.frame import SeriesFrame, series_key
+from analyzer.frame import SeriesFrame
 from analyzer.settings import PrometheusSettings
 from analyzer.signals import SignalSpec
 from analyzer.sources.base import align, grid_index
+from analyzer.sources.matrix import decode_matrix
 from oximeter.errors import DependencyError
 from oximeter.secrets import read_secret
 
@@ -89,31 +90,9 @@ class PrometheusSource:
         return frame
 
     def _frame(self, query: str, grid: pd.DatetimeIndex, step_s: float) -> SeriesFrame:
-        if len(grid) == 0:
-            return SeriesFrame(pd.DataFrame(index=grid, dtype=np.float32), {})
-        columns: dict[str, np.ndarray] = {}
-        labels: dict[str, dict[str, str]] = {}
-        origin = grid[0].value
         per_chunk = self.max_points - 1
-        for lo in range(0, len(grid), per_chunk):
-            chunk = grid[lo:lo + per_chunk]
-            for result in self._query_range(query, chunk[0], chunk[-1], step_s):
-                metric = {k: v for k, v in result.get("metric", {}).items() if k != "__name__"}
-                key = series_key(metric)
-                points = np.asarray(result.get("values", []), dtype=object)
-                if key not in columns:
-                    columns[key] = np.full(len(grid), np.nan, dtype=np.float32)
-                    labels[key] = metric
-                if len(points) == 0:
-                    continue
-                stamps = points[:, 0].astype(np.float64)
-                rows = np.rint((stamps * 1e9 - origin) / (step_s * 1e9)).astype(np.int64)
-                ok = (rows >= 0) & (rows < len(grid))
-                # Prometheus writes NaN, +Inf and -Inf as strings; float() reads them all.
-                columns[key][rows[ok]] = points[ok, 1].astype(np.float64)
-        values = pd.DataFrame(columns, index=grid, dtype=np.float32) if columns else \
-            pd.DataFrame(index=grid, dtype=np.float32)
-        return SeriesFrame(values, labels)
+        chunks = (grid[lo:lo + per_chunk] for lo in range(0, len(grid), per_chunk))
+        return decode_matrix((self._query_range(query, c[0], c[-1], step_s) for c in chunks), grid, step_s)
 
     def _query_range(self, query: str, start: pd.Timestamp, end: pd.Timestamp, step_s: float) -> list[Any]:
         form = {"query": query, "start": f"{start.timestamp():.3f}", "end": f"{end.timestamp():.3f}",

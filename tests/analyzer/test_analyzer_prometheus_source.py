@@ -8,11 +8,11 @@ import json
 import shutil
 import subprocess
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from datetime import UTC, datetime, timedelta
 from http.server import BaseHTTPRequestHandler, HTTPServer
 from pathlib import Path
-from typing import ClassVar
+from typing import Any, ClassVar
 
 import numpy as np
 import pandas as pd
@@ -21,10 +21,12 @@ from analyzer_frames import write_history
 from pydantic import SecretStr
 
 from analyzer.evaluate import evaluate_signal
+from analyzer.frame import series_key
 from analyzer.settings import AnalyzerSettings
 from analyzer.signals import CATALOGUE
 from analyzer.sources.base import align
 from analyzer.sources.frames import FrameSource
+from analyzer.sources.matrix import decode_matrix
 from analyzer.sources.prometheus import PrometheusSource
 from oximeter.errors import DependencyError
 from oximeter.procs import ManagedProcess, free_port, http_ok
@@ -199,3 +201,80 @@ def test_from_settings_reads_the_token_from_the_env(canned: str, monkeypatch: py
     # The recording rule answered nothing, so the raw PromQL was tried next; both with the token.
     assert [h["Authorization"] for h, _ in Canned.seen] == ["Bearer from-env"] * 2
     assert "queue_wait_seconds%3Ap99_5m" in Canned.seen[0][1] and "histogram_quantile" in Canned.seen[1][1]
+
+
+def reference_decode(answers: Sequence[Sequence[Mapping[str, Any]]], grid: pd.DatetimeIndex,
+                     step_s: float) -> tuple[pd.DataFrame, dict[str, dict[str, str]]]:
+    """The obvious decode, one sample at a time: later samples overwrite earlier ones."""
+    columns: dict[str, list[float]] = {}
+    labels: dict[str, dict[str, str]] = {}
+    origin_s = grid[0].timestamp()
+    for results in answers:
+        for result in results:
+            metric = {k: v for k, v in result["metric"].items() if k != "__name__"}
+            key = series_key(metric)
+            column = columns.setdefault(key, [float("nan")] * len(grid))
+            labels.setdefault(key, metric)
+            for stamp, text in result.get("values", []):
+                row = round((stamp - origin_s) / step_s)
+                if 0 <= row < len(grid):
+                    column[row] = float(text)
+    frame = pd.DataFrame({k: np.array(v, dtype=np.float32) for k, v in columns.items()}, index=grid)
+    return frame, labels
+
+
+GRID0_S = 1_764_633_600.0
+
+
+def _result(gpu: int, points: list[tuple[int, str]], name: str = "x") -> dict[str, Any]:
+    return {"metric": {"__name__": name, "node": "n1", "gpu": str(gpu)},
+            "values": [[GRID0_S + row * STEP, text] for row, text in points]}
+
+
+# Two chunks as a store might answer them: gaps, NaN and ±Inf strings, a series twice in one chunk
+# (same labels once __name__ is dropped), series in a different order in each chunk, a timestamp
+# answered by both chunks, samples off the grid, and a series with no samples.
+CHUNKS = [
+    [_result(0, [(0, "1.5"), (1, "NaN"), (3, "4")]),
+     _result(1, [(0, "+Inf"), (2, "-Inf"), (5, "7")]),
+     _result(1, [(2, "8"), (6, "9")], name="y")],
+    [_result(2, [(-1, "5"), (4, "6"), (8, "1")]),
+     _result(1, []),
+     _result(0, [(3, "40"), (4, "1e3"), (7, "0.1")])],
+]
+
+
+def test_vectorised_decode_matches_the_sample_by_sample_reference() -> None:
+    grid = pd.date_range(pd.Timestamp(GRID0_S, unit="s", tz="UTC"), periods=8, freq="15s")
+    got = decode_matrix(CHUNKS, grid, STEP)
+    want, labels = reference_decode(CHUNKS, grid, STEP)
+    pd.testing.assert_frame_equal(got.values, want)
+    assert got.labels == labels
+    assert list(got.values.columns) == ["gpu=0,node=n1", "gpu=1,node=n1", "gpu=2,node=n1"]
+    nan = float("nan")
+    expect = {"gpu=0,node=n1": [1.5, nan, nan, 40.0, 1000.0, nan, nan, np.float32(0.1)],
+              "gpu=1,node=n1": [np.inf, nan, 8.0, nan, nan, 7.0, 9.0, nan],
+              "gpu=2,node=n1": [nan, nan, nan, nan, 6.0, nan, nan, nan]}
+    for key, column in expect.items():
+        np.testing.assert_array_equal(got.values[key].to_numpy(), np.array(column, dtype=np.float32), key)
+
+
+def test_decode_of_nothing_is_an_empty_frame_on_the_grid() -> None:
+    grid = pd.date_range(pd.Timestamp(GRID0_S, unit="s", tz="UTC"), periods=4, freq="15s")
+    nothing: list[list[list[dict[str, Any]]]] = [[], [[]], [[], []]]
+    for answers in nothing:
+        got = decode_matrix(answers, grid, STEP)
+        assert got.values.columns.empty and got.values.index.equals(grid) and got.labels == {}
+
+
+def test_every_chunk_answer_is_decoded(canned: str) -> None:
+    start = datetime.fromtimestamp(GRID0_S, UTC)
+    end = start + timedelta(seconds=7 * STEP)
+    Canned.status = 200
+    Canned.body = {"status": "success", "data": {"resultType": "matrix", "result": CHUNKS[1]}}
+    got = PrometheusSource(canned, max_points=4).fetch(CATALOGUE["gpu_temperature"], start, end, STEP)
+    # 8 steps at 3 per request: 3 requests, each answered with the same body (so overlapping stamps).
+    assert len(Canned.seen) == 3
+    want, labels = reference_decode([CHUNKS[1]] * 3, got.values.index, STEP)
+    pd.testing.assert_frame_equal(got.values, want)
+    assert got.labels == labels
