@@ -21,7 +21,7 @@ import importlib
 import signal
 import sqlite3
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Protocol, get_args
 
@@ -45,6 +45,7 @@ from analyzer.pipeline import (
     snapshot_from_frames,
     topology_from_frames,
 )
+from analyzer.signals import CATALOGUE, SignalSpec
 from analyzer.sources import recipes
 from analyzer.sources.base import ReplayClock, Source
 from analyzer.topology import Topology
@@ -124,12 +125,17 @@ class DaemonMetrics:
 
 
 class Analyzer:
-    """The cycle: pipeline → findings → tracker → store → notifier, with source health."""
+    """The cycle: pipeline → findings → tracker → store → notifier, with source health.
+
+    ``catalogue``: the signals the pipeline evaluates (config overrides applied); it also says
+    which of them may open an incident.
+    """
 
     def __init__(self, pipeline: Pipeline, store: IncidentStore, settings: IncidentSettings,
                  topology: Topology, notifier: Notifier, clock: Callable[[], datetime],
-                 metrics: DaemonMetrics | None = None) -> None:
-        self.pipeline, self.store, self.settings = pipeline, store, settings
+                 metrics: DaemonMetrics | None = None,
+                 catalogue: Mapping[str, SignalSpec] = CATALOGUE) -> None:
+        self.pipeline, self.store, self.settings, self.catalogue = pipeline, store, settings, catalogue
         self.topology, self.notifier, self.clock = topology, notifier, clock
         self.metrics = metrics or DaemonMetrics()
         self.tracker = IncidentTracker(settings, store.tracked(clock(), settings.reopen_window_s))
@@ -147,7 +153,7 @@ class Analyzer:
         self._source_up(now)
         topology = topology_from_frames(frames, self.topology)
         found = findings(events, topology, now=now, snapshot=snapshot_from_frames(frames),
-                         settings=self.settings)
+                         settings=self.settings, catalogue=self.catalogue)
         lookback = timedelta(seconds=self.settings.lookback_s + self.settings.reopen_window_s)
         changes, touched = self.tracker.step(found, now, self.store.change_events(now - lookback, now))
         self.store.save(touched, changes)
@@ -293,7 +299,7 @@ def run(args: argparse.Namespace) -> int:
         return 2
     notifier: Notifier = reporting.notifier if config.reporter.channels else LogNotifier()
     analyzer = Analyzer(pipeline, store, settings, Topology.from_settings(config.topology), notifier,
-                        clock=source.now, metrics=metrics)
+                        clock=source.now, metrics=metrics, catalogue=pipeline.catalogue)
     # A restart into an ongoing fault: its evidence stays out of the first cycle's baselines.
     pipeline.remember(e for inc in analyzer.tracker.incidents if inc.state == "open" for e in inc.evidence)
     try:

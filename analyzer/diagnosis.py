@@ -14,7 +14,7 @@ from statistics import fmean
 from typing import Literal
 
 from analyzer.events import AnomalyEvent
-from analyzer.signals import CATALOGUE
+from analyzer.signals import CATALOGUE, SignalSpec
 
 Labels = tuple[tuple[str, str], ...]
 Severity = Literal["critical", "warning", "info"]
@@ -56,6 +56,8 @@ class Case:
     nodes: frozenset[str] = frozenset()
     snapshot: Snapshot = field(default_factory=dict)
     thresholds: Thresholds = Thresholds()
+    # The catalogue in use (config overrides applied): it says which signals are context only.
+    catalogue: Mapping[str, SignalSpec] = field(default_factory=lambda: CATALOGUE)
 
     def of(self, *signals: str) -> list[AnomalyEvent]:
         """Events of any of ``signals``, by onset."""
@@ -123,9 +125,10 @@ def fmt_value(signal: str, value: float | None) -> str:
     return f"{value:.3g}"
 
 
-def opens_incident(signal: str) -> bool:
-    """Whether ``signal`` may open an incident (context-only symptoms may not; unknown ones may)."""
-    spec = CATALOGUE.get(signal)
+def opens_incident(signal: str, catalogue: Mapping[str, SignalSpec]) -> bool:
+    """Whether ``signal`` may open an incident under ``catalogue``, the one in use with the config's
+    overrides (context-only symptoms may not; signals it does not know may)."""
+    spec = catalogue.get(signal)
     return spec is None or spec.opens_incident
 
 
@@ -371,9 +374,9 @@ def unclassified(case: Case) -> Diagnosis:
     """No pattern matched: the lowest layer, then the earliest onset, is the likeliest cause."""
     # Ties (same layer, same onset) go to the catalogue's order, which lists causes before
     # consequences (temperature before clock), so the root does not flip as evidence arrives.
-    order = {name: i for i, name in enumerate(CATALOGUE)}
+    order = {name: i for i, name in enumerate(case.catalogue)}
     # Context-only symptoms (end-to-end p99) are impact, never the root cause, when anything else is there.
-    candidates = [x for x in case.events if opens_incident(x.signal)] or list(case.events)
+    candidates = [x for x in case.events if opens_incident(x.signal, case.catalogue)] or list(case.events)
     e = min(candidates, key=lambda x: (LAYER_ORDER.index(x.layer) if x.layer in LAYER_ORDER else 99,
                                         x.onset, order.get(x.signal, len(order)), x.signal))
     sev: Severity = "warning" if len(case.events) > 1 else "info"

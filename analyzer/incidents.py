@@ -11,7 +11,7 @@ re-exported here, where the daemon, store, API and reporter import them from.
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 
@@ -38,6 +38,7 @@ from analyzer.incident_model import (
     Incident,
     TimelineEntry,
 )
+from analyzer.signals import CATALOGUE, SignalSpec
 from analyzer.topology import Labels, Topology
 
 __all__ = ["NOTIFY_KINDS", "Change", "ChangeEvent", "ChangeKind", "Evidence", "Finding", "Incident",
@@ -75,14 +76,19 @@ class Finding:
 
 
 def findings(events: Sequence[AnomalyEvent], topology: Topology, *, now: datetime,
-             snapshot: Snapshot | None = None, settings: IncidentSettings | None = None) -> list[Finding]:
-    """Correlate ``events`` and diagnose each group (the pure half of one analyzer cycle)."""
+             snapshot: Snapshot | None = None, settings: IncidentSettings | None = None,
+             catalogue: Mapping[str, SignalSpec] = CATALOGUE) -> list[Finding]:
+    """Correlate ``events`` and diagnose each group (the pure half of one analyzer cycle).
+
+    ``catalogue``: the signals in use (``AnalyzerSettings.catalogue()``, config overrides applied);
+    its ``opens_incident`` says which signals are context only.
+    """
     settings = settings or IncidentSettings()
     out = []
     for group in correlate(events, topology, now=now, lookback=timedelta(seconds=settings.lookback_s)):
-        if not any(opens_incident(e.signal) for e in group.events):
+        if not any(opens_incident(e.signal, catalogue) for e in group.events):
             continue  # context alone (end-to-end p99): evidence for an incident, never one by itself
-        case = Case(group.events, group.nodes, snapshot or {}, settings.thresholds())
+        case = Case(group.events, group.nodes, snapshot or {}, settings.thresholds(), catalogue)
         services = sorted({s for e in group.events for s in topology.services_of(e.labels)})
         out.append(Finding(group, diagnose(case), tuple(services)))
     return out

@@ -258,8 +258,10 @@ class ReplayOutcome:
 
 def replay_cycles(frames: Mapping[str, SeriesFrame], events: Sequence[AnomalyEvent], interval_s: float,
                   settings: IncidentSettings | None = None,
-                  topology: Topology | None = None) -> ReplayOutcome:
-    """The daemon's cycles every ``interval_s`` over the whole history."""
+                  topology: Topology | None = None,
+                  catalogue: Mapping[str, SignalSpec] = CATALOGUE) -> ReplayOutcome:
+    """The daemon's cycles every ``interval_s`` over the whole history (``catalogue``: the one the
+    events were detected with, which also says which signals open incidents)."""
     settings = settings or IncidentSettings()
     indexes = [f.values.index for f in frames.values() if len(f.values.index)]
     if not indexes:
@@ -270,7 +272,8 @@ def replay_cycles(frames: Mapping[str, SeriesFrame], events: Sequence[AnomalyEve
     joined, snapshots = topology_from_frames(frames, topology or Topology()), Snapshots(frames)
     now = start + timedelta(seconds=interval_s)
     while now <= end:
-        found = findings(as_of(events, now), joined, now=now, snapshot=snapshots.at(now), settings=settings)
+        found = findings(as_of(events, now), joined, now=now, snapshot=snapshots.at(now), settings=settings,
+                         catalogue=catalogue)
         step_changes, touched = tracker.step(found, now)
         changes += step_changes
         seen.update({i.id: i for i in touched})
@@ -284,7 +287,8 @@ def replay_history(directory: Path, interval_s: float, settings: IncidentSetting
     """One history directory, end to end (``same_time``: lag_s → the history that long before)."""
     frames, step_s = signal_frames(directory, catalogue)
     lagged = {lag: signal_frames(d, catalogue)[0] for lag, d in (same_time or {}).items()}
-    return replay_cycles(frames, detect(frames, step_s, catalogue, policy, lagged), interval_s, settings)
+    return replay_cycles(frames, detect(frames, step_s, catalogue, policy, lagged), interval_s, settings,
+                         catalogue=catalogue)
 
 
 def same_time_window(window: HistoryWindow, lag_s: float = 86400.0,

@@ -19,6 +19,7 @@ from analyzer.events import AnomalyEvent
 from analyzer.frame import SeriesFrame
 from analyzer.incident_store import IncidentStore
 from analyzer.incidents import Change, Incident, IncidentSettings
+from analyzer.settings import AnalyzerSettings
 from analyzer.topology import Topology
 from oximeter.procs import ManagedProcess, free_port, http_ok, oximeter_argv, wait_until
 from oximeter.store import connect
@@ -148,3 +149,15 @@ def test_snapshot_and_topology_from_frames() -> None:
     topo = topology_from_frames({"target_info": info}, Topology())
     assert topo.service_nodes == {"chat": frozenset({"n1"})}
     assert topo.instance_nodes == {"10.0.0.1:8000": "n1"}
+
+
+@pytest.mark.parametrize(("overrides", "opened"), [({}, 1), ({"ttft_p99": {"opens_incident": False}}, 0)])
+def test_the_cycle_opens_by_the_configured_catalogue(tmp_path: Path, overrides: dict[str, dict[str, bool]],
+                                                     opened: int) -> None:
+    catalogue = AnalyzerSettings(signals=overrides).catalogue()
+    notifier = Recorder()
+    analyzer = Analyzer(Flaky([ev("ttft_p99", 4.0, 1.0, node="n1", service="chat")]),
+                        IncidentStore(connect(tmp_path / "s.db")), IncidentSettings(), Topology(), notifier,
+                        clock=lambda: at(2), catalogue=catalogue)
+    assert analyzer.cycle()
+    assert len(notifier.changes) == opened and len(analyzer.tracker.incidents) == opened
