@@ -1,10 +1,8 @@
-"""The instrumented serving front: admission, unbuffered pass-through, timeouts, aborts, metrics.
+"""The instrumented serving front: routes, admission, the four log points and the answer metrics.
 
 One gateway per engine replica (ARCHITECTURE "The one-paragraph story"). The request body is
-parsed once to validate it and read ``model``/``stream``, then forwarded as the original bytes
-(no re-encoding). Streams are forwarded chunk by chunk as they arrive. Aborting an upstream
-request means closing its connection, which is how vLLM learns the client left and frees the
-sequence (seed 000 §5.4).
+parsed once to validate it and read ``model``; the upstream half of a request (pass-through,
+timeouts, aborts) is ``gateway.forward``.
 """
 
 from __future__ import annotations
@@ -13,7 +11,6 @@ import asyncio
 import itertools
 import json
 import os
-import re
 import time
 from typing import Any
 
@@ -22,30 +19,14 @@ from aiohttp import web
 from loguru import logger
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
-from gateway.admission import AdmissionController, AdmissionLimits, Outcome, Ticket
+from gateway.admission import AdmissionController, AdmissionLimits, Outcome
+from gateway.forward import Forwarder, RequestContext, forwarded_headers, json_error
 from gateway.logsink import RequestLog
-from gateway.metrics import GatewayMetrics, ModelSeries, route_label
+from gateway.metrics import GatewayMetrics, route_label
 from gateway.settings import GatewaySettings
 from gateway.waiting import AsyncAdmission
 
 COMPLETION_ROUTES = ("/v1/chat/completions", "/v1/completions")
-# RFC 9110 §7.6.1 hop-by-hop fields, plus those aiohttp recomputes for the forwarded body.
-_HOP_BY_HOP = frozenset(
-    {
-        "connection",
-        "keep-alive",
-        "proxy-authenticate",
-        "proxy-authorization",
-        "te",
-        "trailer",
-        "transfer-encoding",
-        "upgrade",
-        "host",
-        "content-length",
-    }
-)
-_USAGE_TOKENS = re.compile(rb'"completion_tokens"\s*:\s*(\d+)')
-_SSE_EVENT = b"data: {"
 _WARMUP_MAX_DELAY_S = 5.0
 
 
@@ -64,92 +45,20 @@ class _RequestIds:
         return f"{self._prefix}{next(self._counter):016x}"
 
 
-def _json_error(
-    status: int, reason: str, message: str, request_id: str, headers: dict[str, str] | None = None
-) -> web.Response:
-    """An OpenAI-style error body naming the reason."""
-    body = json.dumps({"error": {"message": message, "type": reason, "code": status}})
-    return web.Response(
-        status=status,
-        text=body,
-        content_type="application/json",
-        headers={"X-Request-ID": request_id, **(headers or {})},
-    )
-
-
-def _output_tokens(data: bytes, events: int) -> int:
-    """``usage.completion_tokens`` when the upstream sent it, else one token per SSE event."""
-    found = _USAGE_TOKENS.findall(data)
-    return int(found[-1]) if found else events
-
-
-class _StreamIdleError(Exception):
-    """The upstream sent nothing for the stream-idle timeout."""
-
-
-class _IdleWatchdog:
-    """Stream-idle timeout with one timer per stream instead of one per chunk.
-
-    A per-chunk ``asyncio.timeout`` cost ~5 µs × every chunk on the hot path; here a chunk only
-    stores a timestamp and the timer re-arms itself lazily. It fires only while the gateway is
-    actually waiting on the upstream (``waiting_since`` set), so a slow *client* is never mistaken
-    for an idle engine.
-    """
-
-    __slots__ = ("_content", "_handle", "_idle_s", "_loop", "waiting_since")
-
-    def __init__(self, idle_s: float, content: aiohttp.StreamReader) -> None:
-        self._idle_s = idle_s
-        self._content = content
-        self._loop = asyncio.get_running_loop()
-        self.waiting_since: float | None = None
-        self._handle: asyncio.TimerHandle | None = self._loop.call_later(idle_s, self._check)
-
-    def _check(self) -> None:
-        now = time.monotonic()
-        since = self.waiting_since
-        if since is not None and now - since >= self._idle_s:
-            self._handle = None
-            self._content.set_exception(_StreamIdleError())
-            return
-        delay = self._idle_s if since is None else self._idle_s - (now - since)
-        self._handle = self._loop.call_later(delay, self._check)
-
-    def cancel(self) -> None:
-        """Stop the timer (the stream ended)."""
-        if self._handle is not None:
-            self._handle.cancel()
-            self._handle = None
-
-
-class _RequestContext:
-    """What the four log points and the metrics need about one request."""
-
-    __slots__ = ("arrived", "model", "request_id", "route", "ttft_s", "upstream_s")
-
-    def __init__(self, request_id: str, route: str, arrived: float) -> None:
-        self.request_id = request_id
-        self.route = route
-        self.arrived = arrived
-        self.model = "other"
-        self.ttft_s: float | None = None
-        self.upstream_s: float | None = None
-
-
 class Gateway:
     """State of one gateway process; ``build_app()`` returns the aiohttp application."""
 
     def __init__(self, settings: GatewaySettings, request_log: RequestLog | None = None) -> None:
         self.settings = settings
         self._log = request_log or RequestLog()
-        self.upstream = settings.upstream.rstrip("/")
         limits = AdmissionLimits(settings.max_concurrency, settings.max_queue, settings.max_queue_wait_s)
         self.controller = AdmissionController(limits, clock=time.monotonic)
         self.admission = AsyncAdmission(self.controller)
         self.metrics = GatewayMetrics(settings.service, settings.node, settings.models, self.controller)
         self.ready = not settings.warmup
         self._ids = _RequestIds()
-        self._session: aiohttp.ClientSession | None = None
+        self.forwarder = Forwarder(settings, self._finish)
+        self.upstream = self.forwarder.upstream
         self._warmup_task: asyncio.Task[None] | None = None
 
     def build_app(self) -> web.Application:
@@ -168,26 +77,17 @@ class Gateway:
     @property
     def session(self) -> aiohttp.ClientSession:
         """The upstream connection pool (exists between start-up and clean-up)."""
-        assert self._session is not None, "gateway not started"
-        return self._session
+        return self.forwarder.session
 
     async def _on_startup(self, _app: web.Application) -> None:
-        # Room for every admitted request plus warm-up and /v1/models; keep-alive reuses connections.
-        connector = aiohttp.TCPConnector(limit=self.settings.max_concurrency + 8, keepalive_timeout=60)
-        self._session = aiohttp.ClientSession(
-            connector=connector,
-            auto_decompress=False,
-            skip_auto_headers=("User-Agent", "Accept-Encoding"),
-            timeout=aiohttp.ClientTimeout(total=None, sock_connect=self.settings.first_byte_timeout_s),
-        )
+        self.forwarder.start()
         if self.settings.warmup:
             self._warmup_task = asyncio.create_task(self._warmup())
 
     async def _on_cleanup(self, _app: web.Application) -> None:
         if self._warmup_task is not None:
             self._warmup_task.cancel()
-        if self._session is not None:
-            await self._session.close()
+        await self.forwarder.close()
 
     async def _warmup(self) -> None:
         """Seed 000 §5.3: ready only once a real request went through the engine; retried with backoff."""
@@ -235,32 +135,21 @@ class Gateway:
         try:
             async with self.session.get(
                 f"{self.upstream}/v1/models",
-                headers=self._upstream_headers(request, request_id),
+                headers=forwarded_headers(request.headers, request_id),
                 timeout=aiohttp.ClientTimeout(total=self.settings.first_byte_timeout_s),
             ) as up:
                 body = await up.read()
                 status = up.status
-                headers = self._client_headers(up, request_id)
+                headers = forwarded_headers(up.headers, request_id)
         except (aiohttp.ClientError, TimeoutError) as exc:
             self.metrics.series(self.metrics.primary_model).answered("/v1/models", 502, 0.0)
-            return _json_error(
+            return json_error(
                 502, "upstream_error", f"upstream unavailable: {type(exc).__name__}", request_id
             )
         self.metrics.series(self.metrics.primary_model).answered("/v1/models", status, 0.0)
         return web.Response(status=status, body=body, headers=headers)
 
-    def _upstream_headers(self, request: web.Request, request_id: str) -> dict[str, str]:
-        headers = {k: v for k, v in request.headers.items() if k.lower() not in _HOP_BY_HOP}
-        headers["X-Request-ID"] = request_id
-        return headers
-
-    @staticmethod
-    def _client_headers(upstream: aiohttp.ClientResponse, request_id: str) -> dict[str, str]:
-        headers = {k: v for k, v in upstream.headers.items() if k.lower() not in _HOP_BY_HOP}
-        headers["X-Request-ID"] = request_id
-        return headers
-
-    def _finish(self, ctx: _RequestContext, code: int) -> None:
+    def _finish(self, ctx: RequestContext, code: int) -> None:
         """Count the answer and write the "finished" log line (seed 000 §3.1, point 4)."""
         total_s = time.monotonic() - ctx.arrived
         self.metrics.series(ctx.model).answered(ctx.route, code, total_s)
@@ -275,7 +164,7 @@ class Gateway:
 
     def _refuse(
         self,
-        ctx: _RequestContext,
+        ctx: RequestContext,
         status: int,
         reason: str,
         message: str,
@@ -283,10 +172,10 @@ class Gateway:
     ) -> web.Response:
         self.metrics.series(ctx.model).rejected(reason)
         self._finish(ctx, status)
-        return _json_error(status, reason, message, ctx.request_id, headers)
+        return json_error(status, reason, message, ctx.request_id, headers)
 
     async def _completion(self, request: web.Request) -> web.StreamResponse:
-        ctx = _RequestContext(
+        ctx = RequestContext(
             request.headers.get("X-Request-ID") or self._ids.next(),
             route_label(request.path),
             time.monotonic(),
@@ -332,131 +221,11 @@ class Gateway:
         series.queue_length_at_enqueue.observe(decision.queue_position)
         series.queue_wait.observe(ticket.wait_s())
         self._log("request started", request_id=ctx.request_id, wait_ms=round(ticket.wait_s() * 1e3, 2))
-        return await self._forward(request, body, ctx, ticket)
-
-    async def _forward(
-        self, request: web.Request, body: bytes, ctx: _RequestContext, ticket: Ticket
-    ) -> web.StreamResponse:
-        series = self.metrics.series(ctx.model)
-        started = time.monotonic()
-        upstream: aiohttp.ClientResponse | None = None
         observe = True
         try:
-            try:
-                async with asyncio.timeout(self.settings.first_byte_timeout_s):
-                    upstream = await self.session.post(
-                        f"{self.upstream}{request.path}",
-                        data=body,
-                        headers=self._upstream_headers(request, ctx.request_id),
-                    )
-                    streaming = upstream.content_type == "text/event-stream"
-                    data = await (upstream.content.readany() if streaming else upstream.read())
-            except TimeoutError:
-                self._abort(upstream, series, "first_byte_timeout")
-                ctx.upstream_s = time.monotonic() - started
-                self._finish(ctx, 504)
-                return _json_error(
-                    504,
-                    "first_byte_timeout",
-                    f"no response from the engine within {self.settings.first_byte_timeout_s} s",
-                    ctx.request_id,
-                )
-            except aiohttp.ClientError as exc:
-                self._abort(upstream, series, "upstream_error")
-                ctx.upstream_s = time.monotonic() - started
-                self._finish(ctx, 502)
-                return _json_error(
-                    502, "upstream_error", f"engine unavailable: {type(exc).__name__}", ctx.request_id
-                )
-            if streaming:
-                # A non-streamed answer's "first token" is its whole generation, which grows with
-                # output length: it is measured by request_duration, not by the TTFT SLO.
-                ctx.ttft_s = time.monotonic() - ctx.arrived
-                series.ttft.observe(ctx.ttft_s)
-            if not streaming:
-                ctx.upstream_s = time.monotonic() - started
-                series.upstream_duration.observe(ctx.upstream_s)
-                if upstream.status == 200:
-                    series.output_tokens.inc(_output_tokens(data, 0))
-                upstream.release()
-                self._finish(ctx, upstream.status)
-                return web.Response(
-                    status=upstream.status, body=data, headers=self._client_headers(upstream, ctx.request_id)
-                )
-            return await self._stream(request, upstream, data, ctx, started)
+            return await self.forwarder.forward(request, body, ctx, series)
         except (asyncio.CancelledError, ConnectionResetError):
-            # The client went away: close the upstream connection so the engine stops generating.
-            observe = False
-            self._abort(upstream, series, "client_disconnect")
-            ctx.upstream_s = time.monotonic() - started
-            self._finish(ctx, 499)
+            observe = False  # a cut-short request would skew the service-time estimate
             raise
         finally:
             self.admission.release(ticket, observe=observe)
-
-    async def _stream(
-        self,
-        request: web.Request,
-        upstream: aiohttp.ClientResponse,
-        first: bytes,
-        ctx: _RequestContext,
-        started: float,
-    ) -> web.StreamResponse:
-        """Forward each chunk as soon as it arrives; an idle upstream gets an SSE error event and an abort."""
-        series = self.metrics.series(ctx.model)
-        inter_token = series.inter_token
-        idle_s = self.settings.stream_idle_timeout_s
-        response = web.StreamResponse(
-            status=upstream.status, headers=self._client_headers(upstream, ctx.request_id)
-        )
-        await response.prepare(request)
-        await response.write(first)
-        events = first.count(_SSE_EVENT)
-        usage = first if b'"completion_tokens"' in first else b""
-        last = time.monotonic()
-        code = upstream.status
-        watchdog = _IdleWatchdog(idle_s, upstream.content)
-        try:
-            while True:
-                watchdog.waiting_since = time.monotonic()
-                try:
-                    chunk = await upstream.content.readany()
-                except _StreamIdleError:
-                    self._abort(upstream, series, "stream_idle_timeout")
-                    error = {
-                        "error": {
-                            "message": f"engine sent nothing for {idle_s} s",
-                            "type": "stream_idle_timeout",
-                            "code": 504,
-                        }
-                    }
-                    await response.write(f"data: {json.dumps(error)}\n\n".encode())
-                    code = 504
-                    break
-                watchdog.waiting_since = None
-                if not chunk:
-                    break
-                await response.write(chunk)
-                now = time.monotonic()
-                inter_token.observe(now - last)
-                last = now
-                events += chunk.count(_SSE_EVENT)
-                if b'"completion_tokens"' in chunk:
-                    usage = chunk
-        finally:
-            watchdog.cancel()
-        ctx.upstream_s = time.monotonic() - started
-        series.upstream_duration.observe(ctx.upstream_s)
-        if code == 200:
-            series.output_tokens.inc(_output_tokens(usage, events))
-            upstream.release()
-        await response.write_eof()
-        self._finish(ctx, code)
-        return response
-
-    def _abort(self, upstream: aiohttp.ClientResponse | None, series: ModelSeries, reason: str) -> None:
-        """Close the upstream connection (never back to the pool) and count the abort."""
-        if upstream is not None:
-            upstream.close()
-        if upstream is not None or reason != "upstream_error":
-            series.aborted(reason)
