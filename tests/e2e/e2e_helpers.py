@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 import requests
@@ -10,6 +11,17 @@ from oximeter.stack import Stack
 from reporter.sink import SinkMessage
 
 THERMAL_ALERT = "GpuTemperatureHigh"
+
+
+@dataclass(frozen=True)
+class Faults:
+    """The faults ``conftest.py`` injected together, when, and the incidents that existed before."""
+
+    api: str
+    before: set[str]
+    t0: float
+    thermal_id: str
+    stall_id: str
 
 
 def analyzer_url(stack: Stack) -> str:

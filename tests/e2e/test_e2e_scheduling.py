@@ -7,6 +7,7 @@ history-only (the gateway is another process with its limit fixed at start). The
 wait and are refused with 429. The simulator keeps a stalled engine's GPUs busy (as a hung kernel
 does), so the table's answer moves from ``scheduling_bottleneck`` to ``capacity_exhausted``:
 scheduling layer and the right node either way. The incident is left to resolve on its own time.
+The stall runs alongside the thermal fault on n1 (``conftest.py``); neither incident absorbs the other.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ from __future__ import annotations
 import time
 
 import pytest
-from e2e_helpers import analyzer_url, incidents, new_incidents
+from e2e_helpers import Faults, new_incidents
 
 from oximeter.procs import wait_until
 from oximeter.stack import Stack
@@ -22,21 +23,18 @@ from oximeter.stack import Stack
 pytestmark = pytest.mark.e2e
 
 
-def test_scheduling_stall_is_a_scheduling_incident(live_stack: Stack) -> None:
-    api = analyzer_url(live_stack)
-    before = {i["id"] for i in incidents(api)}
-    t0 = time.monotonic()
-    fault_id = live_stack.fault("engine_stall", "n2")
+def test_scheduling_stall_is_a_scheduling_incident(live_stack: Stack, faults: Faults) -> None:
+    api, before = faults.api, faults.before
     try:
         wait_until(lambda: new_incidents(api, before, layer="scheduling", node="n2"), 150,
                    interval_s=1.0, what="a scheduling incident on n2")
-        detect_s = time.monotonic() - t0
+        detect_s = time.monotonic() - faults.t0
         # It may open on its first member (429s) and be diagnosed once queue wait and utilisation agree.
-        wait_until(lambda: [i for i in new_incidents(api, before) if i["rule"] != "unclassified"], 90,
-                   interval_s=1.0, what="the scheduling incident diagnosed")
+        wait_until(lambda: [i for i in new_incidents(api, before, node="n2") if i["rule"] != "unclassified"],
+                   90, interval_s=1.0, what="the scheduling incident diagnosed")
     finally:
-        live_stack.delete_fault(fault_id)
-    (got,) = new_incidents(api, before)
+        live_stack.delete_fault(faults.stall_id)
+    (got,) = new_incidents(api, before, node="n2")
     assert (got["layer"], got["root_cause"]["signal"], got["root_cause"]["labels"]["node"]) == \
         ("scheduling", "queue_wait_p99", "n2"), got
     # Queue wait up while the GPUs' p95 utilisation window is still low reads as scheduling_bottleneck;
