@@ -36,11 +36,22 @@ def start_process(tmp_path: Path) -> Iterator[StartProcess]:
 SOAKS_FIRST = ("tests/e2e/test_e2e_quiet.py", "tests/live/test_live_quiet.py")
 
 
+# Tests that must share one pytest-xdist worker (``make test`` runs several): every user of the
+# session's live stack (a session fixture is per worker, and the stack is costly), and the drill
+# replays (they fill one history cache; apart they would generate the same windows twice).
+XDIST_GROUPS = {"live_stack": lambda item: "live_stack" in getattr(item, "fixturenames", ()),
+                "drill_cache": lambda item: item.nodeid.startswith("tests/drill/test_drill.py")}
+
+
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Move the fault-free soaks to the front (stable otherwise)."""
+    """Move the fault-free soaks to the front (stable otherwise); pin the xdist groups."""
     def soak(item: pytest.Item) -> bool:
         return any(item.nodeid.startswith(p) for p in SOAKS_FIRST)
     items.sort(key=lambda item: not soak(item))
+    for item in items:
+        for group, member in XDIST_GROUPS.items():
+            if member(item):
+                item.add_marker(pytest.mark.xdist_group(group))
 
 
 def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
