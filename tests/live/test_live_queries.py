@@ -22,8 +22,6 @@ from oximeter.stack import Stack
 
 TIMING = Timing(scrape_interval_s=1.0, interval_s=1.0, range_s=30.0)
 DASHBOARDS = load_built()
-# Panels fed only by the analyzer daemon (issue 8); the stack has none yet.
-ANALYZER_METRICS = ("oximeter_incidents_open", "oximeter_outbox_pending", "oximeter_notifications_total")
 _LABEL_VALUES = re.compile(r"^label_values\((.*),\s*(\w+)\)$", re.S)
 EXPECTED_VALUES = {"node": ["n1", "n2"], "gpu": ["0", "1"], "service": ["chat"]}
 # The longest scaled window a query reads ([5m] of a rule at scale 10) fills this long after start.
@@ -73,8 +71,6 @@ def test_variables_list_the_fleet(live_only: Stack, file: str) -> None:
 def test_panel_query_returns_live_series(live_only: Stack, file: str, index: int) -> None:
     dashboard = DASHBOARDS[file]
     query = panel_queries(dashboard, timing=TIMING)[index]
-    if any(m in query.expr for m in ANALYZER_METRICS) and not live_only.options.addons:
-        pytest.skip(f"{query.panel!r} reads the analyzer daemon's metrics; the stack has no analyzer yet")
     values = _variable_values(live_only, dashboard)
     selection = {name: vals[:1] for name, vals in values.items()}
     concrete = panel_queries(dashboard, selection, TIMING)[index]
