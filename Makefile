@@ -42,11 +42,11 @@ demo: setup
 	$(BIN)/oximeter demo $(ARGS)
 
 # Workers: the live-stack tests mostly wait out real (scaled) persistence while the others compute;
-# tests/conftest.py keeps each live stack's tests on one worker.
+# tests/conftest.py schedules: the live-stack tests share one worker, the drill replays another.
 TEST_WORKERS ?= 3
 
 test: setup
-	$(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist loadgroup --durations=15 $(ARGS)
+	$(BIN)/python -m pytest -q -n $(TEST_WORKERS) --durations=15 $(ARGS)
 
 bench: setup
 	@for b in bench/*.py; do echo "== $$b"; $(BIN)/python $$b || exit 1; done

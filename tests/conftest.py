@@ -7,6 +7,8 @@ from pathlib import Path
 
 import pytest
 from shared_stack import BACKFILL, STARTED, setup_summary, shared_options
+from xdist.remote import Producer
+from xdist.scheduler import LoadScopeScheduling
 
 from oximeter.demo_stack import prebuild_backfill
 from oximeter.procs import ManagedProcess
@@ -36,22 +38,31 @@ def start_process(tmp_path: Path) -> Iterator[StartProcess]:
 SOAKS_FIRST = ("tests/e2e/test_e2e_quiet.py", "tests/live/test_live_quiet.py")
 
 
-# Tests that must share one pytest-xdist worker (``make test`` runs several): every user of the
-# session's live stack (a session fixture is per worker, and the stack is costly), and the drill
-# replays (they fill one history cache; apart they would generate the same windows twice).
-XDIST_GROUPS = {"live_stack": lambda item: "live_stack" in getattr(item, "fixturenames", ()),
-                "drill_cache": lambda item: item.nodeid.startswith("tests/drill/test_drill.py")}
-
-
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Move the fault-free soaks to the front (stable otherwise); pin the xdist groups."""
+    """Move the fault-free soaks to the front (stable otherwise)."""
     def soak(item: pytest.Item) -> bool:
         return any(item.nodeid.startswith(p) for p in SOAKS_FIRST)
     items.sort(key=lambda item: not soak(item))
-    for item in items:
-        for group, member in XDIST_GROUPS.items():
-            if member(item):
-                item.add_marker(pytest.mark.xdist_group(group))
+
+
+# Tests that must share one pytest-xdist worker (``make test`` runs several): every user of the
+# session's live stack (a session fixture is per worker, and the stack is costly), and the drill
+# replays (they fill one history cache; apart they would generate the same windows twice).
+XDIST_GROUPS = {"live_stack": ("tests/live/", "tests/e2e/"), "drill_cache": ("tests/drill/test_drill.py",)}
+
+
+class GroupScheduling(LoadScopeScheduling):
+    """Each test is its own unit of work, except the groups above, each one unit (the largest
+    first, so the live stack starts at once). xdist's own ``--dist loadgroup`` reads the groups
+    from a node-id suffix that pytest 9.2 no longer keeps (pytest-dev/pytest-xdist#1386)."""
+
+    def _split_scope(self, nodeid: str) -> str:
+        return next((group for group, paths in XDIST_GROUPS.items() if nodeid.startswith(paths)), nodeid)
+
+
+def pytest_xdist_make_scheduler(config: pytest.Config, log: Producer) -> GroupScheduling:
+    """``make test``'s scheduler (see ``GroupScheduling``)."""
+    return GroupScheduling(config, log)
 
 
 def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
