@@ -35,6 +35,8 @@ _HOP_BY_HOP = frozenset(
         "upgrade",
         "host",
         "content-length",
+        # The gateway has read the whole body already; an upstream 100 Continue would be noise.
+        "expect",
     }
 )
 _USAGE_TOKENS = re.compile(rb'"completion_tokens"\s*:\s*(\d+)')

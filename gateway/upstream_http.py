@@ -130,6 +130,10 @@ class _Connection(asyncio.Protocol):
             except (ValueError, UnicodeDecodeError) as exc:
                 self._protocol_error(f"bad response head: {exc}")
                 return
+            if self._in_head:  # an informational 1xx head: the real one follows
+                if rest:
+                    self.data_received(rest)
+                return
             self._wake()
             if rest:
                 self._body_data(rest)
@@ -143,6 +147,8 @@ class _Connection(asyncio.Protocol):
         version, status, *_reason = lines[0].split(" ", 2)
         if not version.startswith("HTTP/1."):
             raise ValueError(f"not HTTP/1.x: {lines[0]!r}")
+        if 100 <= int(status) < 200:
+            return
         headers: list[tuple[str, str]] = []
         length: int | None = None
         chunked = False
@@ -322,7 +328,8 @@ class UpstreamPool:
         lines = [f"POST {path} HTTP/1.1\r\nHost: {self._host_header}\r\n"]
         lines.extend(f"{name}: {value}\r\n" for name, value in headers.items())
         lines.append(f"Content-Length: {len(body)}\r\n\r\n")
-        head = "".join(lines).encode("latin-1")
+        # aiohttp decoded the client's header bytes as UTF-8 with surrogateescape: this restores them.
+        head = "".join(lines).encode("utf-8", "surrogateescape")
         conn = None
         while self._idle and conn is None:
             # One the engine closed while idle (its keep-alive timeout) has seen connection_lost.

@@ -67,6 +67,11 @@ CASES = {
         b"abc",
         True,
     ),
+    "informational head first": (
+        [b"HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok"],
+        b"ok",
+        True,
+    ),
     "connection close": (
         [b"HTTP/1.1 200 OK\r\nConnection: close\r\nContent-Length: 2\r\n\r\nok"],
         b"ok",
