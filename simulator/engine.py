@@ -189,13 +189,16 @@ class EngineModel:
         touched: list[Seq] = []
         start = now
         while True:
-            if self._iter_end is not None:
-                if self._iter_end > now:
+            end = self._iter_end
+            if end is not None:
+                if end > now:
                     break
-                start = self._iter_end
-                touched.extend(self._complete(start))
+                start = end
+                self._complete(start, touched)
                 self._iter_end = None
-            if not self._start(start):
+            # An empty engine has nothing to start (the history pumps it hundreds of thousands of
+            # times); skipping _start there changes nothing, as no blocks are in use.
+            if not (self.waiting or self.running) or not self._start(start):
                 break
         return touched
 
@@ -249,20 +252,25 @@ class EngineModel:
                 self.stats.prompt_tokens += seq.prompt_tokens
             prefill_tokens += seq.prompt_tokens + seq.generated - hits
         batch: list[tuple[Seq, int]] = []
+        block_tokens = p.block_tokens
+        running_state = SeqState.RUNNING
         for seq in list(self.running):
-            if seq.state is not SeqState.RUNNING:
+            if seq.state is not running_state:
                 continue  # preempted below by an earlier sequence's growth
-            n = min(k, seq.target_tokens - seq.generated)
-            need = self._blocks_for(seq.prompt_tokens + seq.generated + n) - seq.blocks
-            while need > self.pool_blocks - self.used_blocks and len(self.running) > 1:
-                victim = self.running[-1]
-                self._preempt(victim)
-                if victim is seq:
-                    break
-            if seq.state is SeqState.RUNNING:
-                seq.blocks += need
-                self.used_blocks += need
-                batch.append((seq, n))
+            generated = seq.generated
+            n = min(k, seq.target_tokens - generated)
+            need = math.ceil((seq.prompt_tokens + generated + n) / block_tokens) - seq.blocks
+            if need > self.pool_blocks - self.used_blocks:
+                while need > self.pool_blocks - self.used_blocks and len(self.running) > 1:
+                    victim = self.running[-1]
+                    self._preempt(victim)
+                    if victim is seq:
+                        break
+                if seq.state is not running_state:
+                    continue
+            seq.blocks += need
+            self.used_blocks += need
+            batch.append((seq, n))
         if not batch:
             return False
         decode_s = k * p.decode_s_per_token * (1 + p.decode_batch_factor * (len(batch) - 1))
@@ -298,8 +306,7 @@ class EngineModel:
         self.work_s -= (end - new_end) * self._iter_work_share
         self._iter_end = new_end
 
-    def _complete(self, t: float) -> list[Seq]:
-        touched: list[Seq] = []
+    def _complete(self, t: float, touched: list[Seq]) -> None:
         k = self.params.tokens_per_iteration
         for seq, n in self._iter_tokens:
             if seq.state is not SeqState.RUNNING:
@@ -322,7 +329,6 @@ class EngineModel:
                 self._finish(seq, t)
             touched.append(seq)
         self._iter_tokens = []
-        return touched
 
     def _finish(self, seq: Seq, t: float) -> None:
         self.running.remove(seq)

@@ -19,7 +19,7 @@ from prometheus_client.core import GaugeMetricFamily, Metric
 from exporter.backends.base import HostProcess, NodeSnapshot
 from exporter.backends.sim import BadPayloadError, parse_gpu
 from exporter.collector import GpuCollector
-from gateway.admission import AdmissionController, AdmissionLimits, Outcome, Ticket
+from gateway.admission import AdmissionController, AdmissionLimits, Outcome, RejectReason, Ticket
 from gateway.metrics import GatewayMetrics
 from simulator.arrivals import ArrivalStream
 from simulator.clock import VirtualClock
@@ -28,6 +28,7 @@ from simulator.exposition import engine_families
 from simulator.fleet import Fleet
 from simulator.scenario import Scenario
 from simulator.series import SeriesStore
+from simulator.stats import ChildSampler, PendingCount, PendingObservations
 from simulator.traffic import RequestMix, daily_rate
 
 ROUTE = "/v1/chat/completions"
@@ -105,17 +106,27 @@ class NodeHistory:
         self.ctl = AdmissionController(self.limits, clock=self.clock.now)
         self.gw = GatewayMetrics(sc.service, name, [sc.model], self.ctl)
         base = self.gw.base_labels(sc.model)
-        self._code = {
-            code: self.gw.requests.labels(*base, ROUTE, code) for code in ("200", "429", "499", "502", "504")
+        # The gateway series take their increments once per step (see PendingObservations).
+        codes = ("200", "429", "499", "502", "504")
+        self._code = {code: PendingCount(self.gw.requests, *base, ROUTE, code) for code in codes}
+        self._rejected = {r.value: PendingCount(self.gw.rejected, *base, r.value) for r in RejectReason}
+        self._aborts = {
+            r: PendingCount(self.gw.aborts, *base, r) for r in ("first_byte_timeout", "upstream_error")
         }
-        self._duration = self.gw.duration.labels(*base, ROUTE)
-        self._ttft = self.gw.ttft.labels(*base)
-        self._itl = self.gw.inter_token.labels(*base)
-        self._tokens = self.gw.output_tokens.labels(*base)
-        self._upstream = self.gw.upstream_duration.labels(*base)
-        self._wait = self.gw.queue_wait.labels(*base)
-        self._enqueue = self.gw.queue_length_at_enqueue.labels(*base)
-        self._base = base
+        self._duration = PendingObservations(self.gw.duration, *base, ROUTE)
+        self._ttft = PendingObservations(self.gw.ttft, *base)
+        self._itl = PendingObservations(self.gw.inter_token, *base)
+        self._tokens = PendingCount(self.gw.output_tokens, *base)
+        self._upstream = PendingObservations(self.gw.upstream_duration, *base)
+        self._wait = PendingObservations(self.gw.queue_wait, *base)
+        self._enqueue = PendingObservations(self.gw.queue_length_at_enqueue, *base)
+        self.gw_sampler = ChildSampler(
+            self.gw.registry,
+            [
+                *self._code.values(), *self._rejected.values(), *self._aborts.values(), self._duration,
+                self._ttft, self._itl, self._tokens, self._upstream, self._wait, self._enqueue,
+            ],
+        )
         self.backend = _FleetBackend(fleet, name, wall_origin_s)
         self.exporter = GpuCollector(self.backend, name)
         self.arrivals = ArrivalStream(sc.seed, name, RequestMix(model=sc.model))
@@ -147,38 +158,46 @@ class NodeHistory:
 
     def run(self, steps: int) -> None:
         """Simulate ``steps`` steps, sampling at the end of each."""
+        engine, heap, clock = self.engine, self.heap, self.clock
         next_arrival = self.arrivals.gap_s(self._rate(0.0))
         for i in range(steps):
             t_sample = (i + 1) * self.step_s
             while True:
-                wake = self.engine.next_wake
-                t = min(
-                    next_arrival,
-                    self.heap[0][0] if self.heap else math.inf,
-                    wake if wake is not None else math.inf,
-                    t_sample,
-                )
-                self.clock.set(max(self.clock.now(), t))
-                t = self.clock.now()
+                # The earliest of: the sample, the next arrival, the next event, the engine's wake.
+                t = t_sample
+                if next_arrival < t:
+                    t = next_arrival
+                if heap and heap[0][0] < t:
+                    t = heap[0][0]
+                wake = engine.next_wake
+                if wake is not None and wake < t:
+                    t = wake
+                if t > clock.now():
+                    clock.set(t)
+                t = clock.now()
                 self._pump(t)
-                while self.heap and self.heap[0][0] <= t:
-                    _t, _n, kind, req = heapq.heappop(self.heap)
+                events = bool(heap) and heap[0][0] <= t
+                while heap and heap[0][0] <= t:
+                    _t, _n, kind, req = heapq.heappop(heap)
                     self._event(kind, req, t)
                 if next_arrival <= t:
                     self._arrive(t)
                     next_arrival = t + self.arrivals.gap_s(self._rate(t))
-                self._pump(t)
+                # Only events reach the engine (submit, abort, restart); an arrival waits for its
+                # submit event, so without events the engine is as the first pump left it.
+                if events:
+                    self._pump(t)
                 if t >= t_sample:
                     break
             self._sample(i, t_sample)
 
     def _pump(self, t: float) -> None:
-        while True:
-            touched = self.engine.advance(t)
-            if not touched:
-                return
+        advance, progress = self.engine.advance, self._progress
+        touched = advance(t)
+        while touched:
             for seq in touched:
-                self._progress(seq, t)
+                progress(seq, t)
+            touched = advance(t)
 
     def _event(self, kind: str, req: _Request | None, t: float) -> None:
         if kind == "boundary":
@@ -218,7 +237,7 @@ class NodeHistory:
         if decision.outcome is Outcome.REJECTED:
             assert decision.reason is not None
             self._code["429"].inc()
-            self.gw.rejected.labels(*self._base, decision.reason.value).inc()
+            self._rejected[decision.reason.value].inc()
             self._duration.observe(0.001)
             return
         assert decision.ticket is not None
@@ -262,7 +281,7 @@ class NodeHistory:
     def _fail(self, req: _Request, t: float, code: str, reason: str) -> None:
         req.done = True
         self._code[code].inc()
-        self.gw.aborts.labels(*self._base, reason).inc()
+        self._aborts[reason].inc()
         self._duration.observe(t - req.arrival)
         self._release(req, t, observe=False)
 
@@ -299,7 +318,7 @@ class NodeHistory:
             ]
             if engine_up
             else [],
-            "oximeter-gateway": list(self.gw.registry.collect()),
+            "oximeter-gateway": self.gw_sampler.collect(),
             "oximeter-exporter": [f for f in self.exporter.collect() if f.name not in _SKIP_FAMILIES],
         }
         for job, families in jobs.items():

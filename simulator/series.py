@@ -32,6 +32,19 @@ class _Family:
     series: dict[tuple[str, tuple[tuple[str, str], ...]], array] = field(default_factory=dict)
 
 
+_Extra = tuple[tuple[str, str], ...]
+
+
+@dataclass(frozen=True)
+class _Plan:
+    """Where one family's samples go: ``keys`` are its (name, labels) in order, ``slots`` the
+    index and series array of every sample kept."""
+
+    family: Metric
+    keys: list[tuple[object, ...]]
+    slots: list[tuple[int, array]]
+
+
 class SeriesStore:
     """Samples of many series at shared step timestamps (epoch seconds)."""
 
@@ -39,33 +52,62 @@ class SeriesStore:
         self.timestamps = timestamps
         self._families: dict[str, _Family] = {}
         self._lookup: dict[tuple[object, ...], array] = {}
+        # Per extra labels, where the samples of the last ``add`` went: by family object (one
+        # added again unchanged, as ``ChildSampler`` does, only has its values copied) and by family
+        # name (a fresh family with the same samples in the same order skips the series lookup).
+        self._by_id: dict[_Extra, dict[int, _Plan]] = {}
+        self._by_name: dict[_Extra, dict[str, _Plan]] = {}
 
     def add(
         self, step: int, families: Iterable[Metric], extra_labels: Mapping[str, str] | None = None
     ) -> None:
-        """Record every sample of ``families`` at step index ``step``."""
-        extra = tuple(sorted((extra_labels or {}).items()))
-        cache = self._lookup
+        """Record every sample of ``families`` at step index ``step``.
+
+        A family is read when added; the same object added again is taken to be unchanged.
+        """
+        extra: _Extra = tuple(sorted((extra_labels or {}).items()))
+        last_id = self._by_id.get(extra, {})
+        last_name = self._by_name.get(extra, {})
+        by_id: dict[int, _Plan] = {}
+        by_name: dict[str, _Plan] = {}
         for fam in families:
-            entry = self._families.get(fam.name)
-            if entry is None:
-                entry = self._families[fam.name] = _Family(fam.type, fam.documentation)
-            for sample in fam.samples:
-                # Fast path: the same (family, sample, labels, extra) seen at an earlier step.
-                fast_key = (fam.name, sample.name, tuple(sample.labels.items()), extra)
-                values = cache.get(fast_key)
+            plan = last_id.get(id(fam))
+            if plan is None or plan.family is not fam:
+                plan = last_name.get(fam.name)
+                if plan is None or plan.keys != [s[:2] for s in fam.samples]:
+                    plan = self._plan(fam, extra)
+                else:
+                    plan = _Plan(fam, plan.keys, plan.slots)
+            samples = fam.samples
+            for i, values in plan.slots:
+                values[step] = samples[i].value
+            by_id[id(fam)] = by_name[fam.name] = plan
+        self._by_id[extra] = by_id
+        self._by_name[extra] = by_name
+
+    def _plan(self, fam: Metric, extra: _Extra) -> _Plan:
+        entry = self._families.get(fam.name)
+        if entry is None:
+            entry = self._families[fam.name] = _Family(fam.type, fam.documentation)
+        cache = self._lookup
+        slots: list[tuple[int, array]] = []
+        for i, sample in enumerate(fam.samples):
+            if sample.name.endswith(_SKIP_SUFFIXES):
+                continue
+            # The same (family, sample, labels, extra) seen at an earlier step.
+            fast_key = (fam.name, sample.name, tuple(sample.labels.items()), extra)
+            values = cache.get(fast_key)
+            if values is None:
+                labels = dict(sample.labels)
+                for label, value in extra:
+                    labels.setdefault(label, value)
+                series_key = (sample.name, tuple(sorted(labels.items())))
+                values = entry.series.get(series_key)
                 if values is None:
-                    if sample.name.endswith(_SKIP_SUFFIXES):
-                        continue
-                    labels = dict(sample.labels)
-                    for label, value in extra:
-                        labels.setdefault(label, value)
-                    series_key = (sample.name, tuple(sorted(labels.items())))
-                    values = entry.series.get(series_key)
-                    if values is None:
-                        values = entry.series[series_key] = array("d", [NAN]) * len(self.timestamps)
-                    cache[fast_key] = values
-                values[step] = sample.value
+                    values = entry.series[series_key] = array("d", [NAN]) * len(self.timestamps)
+                cache[fast_key] = values
+            slots.append((i, values))
+        return _Plan(fam, [s[:2] for s in fam.samples], slots)
 
     def values(self, sample_name: str, **labels: str) -> list[list[float]]:
         """Every stored series named ``sample_name`` whose labels include ``labels`` (NaN = absent)."""

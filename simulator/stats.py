@@ -7,8 +7,15 @@ Keeping the numbers here (not in prometheus_client objects) is what lets one mod
 from __future__ import annotations
 
 import bisect
+import operator
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from functools import reduce
+
+from prometheus_client import CollectorRegistry
+from prometheus_client import Counter as PromCounter
+from prometheus_client import Histogram as PromHistogram
+from prometheus_client.core import Metric
 
 # vLLM v1 buckets (vllm/v1/metrics/loggers.py), so quantiles match a real engine's resolution.
 TTFT_BUCKETS = (
@@ -111,6 +118,116 @@ class Histogram:
             out.append((_fmt(bound), running))
         out.append(("+Inf", self.count))
         return out
+
+
+class PendingObservations:
+    """Observations of one prometheus_client histogram child, held back and folded in at once.
+
+    The history observes hundreds of thousands of values between two samples, and
+    prometheus_client takes a lock and walks the buckets on every ``observe``. ``fold`` gives the
+    child exactly the numbers one ``observe`` per value would: whole bucket counts, and the sum
+    added in observation order (the same float rounding).
+    """
+
+    def __init__(self, parent: PromHistogram, *labelvalues: str) -> None:
+        self.child = parent.labels(*labelvalues)
+        self.key = (parent._name, labelvalues)
+        # prometheus_client keeps one value per upper bound (+Inf last) and derives _count.
+        self._bounds: list[float] = self.child._upper_bounds
+        self.values: list[float] = []
+        self.observe = self.values.append
+
+    def fold(self) -> bool:
+        """Hand the pending values to the child; False when there were none."""
+        values = self.values
+        if not values:
+            return False
+        bounds = self._bounds
+        counts = [0] * len(bounds)
+        for value in values:
+            if value == value:  # observe() puts NaN in the sum but in no bucket
+                counts[bisect.bisect_left(bounds, value)] += 1
+        child = self.child
+        for bucket, n in zip(child._buckets, counts, strict=True):
+            if n:
+                bucket.inc(n)
+        child._sum.set(reduce(operator.add, values, child._sum.get()))
+        values.clear()
+        return True
+
+
+class PendingCount:
+    """Increments of one prometheus_client counter child, held back and added at once (whole
+    numbers, so one ``inc`` of the total is exact)."""
+
+    def __init__(self, parent: PromCounter, *labelvalues: str) -> None:
+        self.child = parent.labels(*labelvalues)
+        self.key = (parent._name, labelvalues)
+        self.total = 0
+
+    def inc(self, amount: int = 1) -> None:
+        """Count ``amount`` more."""
+        self.total += amount
+
+    def fold(self) -> bool:
+        """Hand the pending total to the child; False when there was none."""
+        if not self.total:
+            return False
+        self.child.inc(self.total)
+        self.total = 0
+        return True
+
+
+Pending = PendingCount | PendingObservations
+
+
+class ChildSampler:
+    """A registry's families at each step, re-collecting only the children that changed.
+
+    The history writes every child it touches through a ``Pending*``, so the other children of
+    those families keep the values of the first collect (the zero-initialised counters). Those
+    families are split into one family per child, kept as the same objects while unchanged
+    (``SeriesStore.add`` then only copies their values); a changed child is collected alone.
+    Families without a pending child (levels read at scrape time) are collected every time.
+    """
+
+    def __init__(self, registry: CollectorRegistry, pendings: Sequence[Pending]) -> None:
+        self._pendings = pendings
+        tracked = {p.key[0] for p in pendings}
+        self._families: list[Metric] = []
+        self._index: dict[tuple[str, tuple[str, ...]], int] = {}
+        live: set[str] = set()
+        for fam in registry.collect():
+            if fam.name not in tracked:
+                live.update(sample.name for sample in fam.samples)
+                continue
+            by_child: dict[tuple[str, ...], Metric] = {}
+            for sample in fam.samples:
+                child = tuple(v for k, v in sample.labels.items() if k != "le")
+                part = by_child.get(child)
+                if part is None:
+                    part = by_child[child] = Metric(fam.name, fam.documentation, fam.type)
+                    self._index[(fam.name, child)] = len(self._families)
+                    self._families.append(part)
+                part.samples.append(sample)
+        missing = [p.key for p in pendings if p.key not in self._index]
+        if missing:
+            raise ValueError(f"pending children not in the registry: {missing}")
+        self._live = registry.restricted_registry(live)
+
+    def collect(self) -> list[Metric]:
+        """Fold every pending child and return the registry's families as they are now."""
+        families = self._families
+        for pending in self._pendings:
+            if pending.fold():
+                pos = self._index[pending.key]
+                old = families[pos]
+                new = Metric(old.name, old.documentation, old.type)
+                fresh = next(iter(pending.child.collect())).samples
+                # A child collects its samples in the parent's order, without the parent's labels.
+                new.samples = [s._replace(value=f.value) for s, f in zip(old.samples, fresh, strict=True)]
+                families[pos] = new
+        return [*families, *self._live.collect()]
 
 
 def _fmt(value: float) -> str:
