@@ -5,12 +5,17 @@ Prints, for non-streaming and streaming requests at a fixed concurrency, the thr
 a shared machine hits both. Targets (issue 2): ratio ≥ 0.9, added p50 ≤ 1 ms.
 
     .venv/bin/python bench/gateway_overhead.py [--requests 1000] [--concurrency 32] [--rounds 3]
+
+To compare two gateway versions in the same conditions, put each version's ``gateway/`` folder in
+a directory and run from outside the repository root (``-m`` puts the working directory first on
+``sys.path``) with ``PYTHONPATH`` naming it; the child processes inherit it.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import os
 import statistics
 import sys
 import tempfile
@@ -167,7 +172,9 @@ def main() -> int:
     paces = args.decode_s_per_token or [0.01, 0.0]
     print(
         f"# concurrency {args.concurrency}, {args.requests} requests x {args.rounds} rounds per cell "
-        f"(median), {args.output_tokens} output tokens, gateway log level {args.gateway_log_level}"
+        f"(median), {args.output_tokens} output tokens, gateway log level {args.gateway_log_level}, "
+        # The machine may be shared: the load says how much the numbers can be trusted.
+        f"load average at start {os.getloadavg()[0]:.2f}"
     )
     print(
         "| decode/token | mode | direct rps | gateway rps | ratio | direct p50 ms | added p50 ms "
