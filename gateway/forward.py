@@ -254,17 +254,14 @@ class Forwarder:
                 watchdog.waiting_since = last
                 try:
                     chunk = await upstream.readany()
-                except _StreamIdleError:
-                    self._abort(upstream, series, "stream_idle_timeout")
-                    error = {
-                        "error": {
-                            "message": f"engine sent nothing for {idle_s} s",
-                            "type": "stream_idle_timeout",
-                            "code": 504,
-                        }
-                    }
+                except (_StreamIdleError, UpstreamError) as exc:
+                    # Headers are gone already: the client learns of it from an SSE error event.
+                    idle = isinstance(exc, _StreamIdleError)
+                    reason, code = ("stream_idle_timeout", 504) if idle else ("upstream_error", 502)
+                    self._abort(upstream, series, reason)
+                    message = f"engine sent nothing for {idle_s} s" if idle else f"engine stream broke: {exc}"
+                    error = {"error": {"message": message, "type": reason, "code": code}}
                     await response.write(f"data: {json.dumps(error)}\n\n".encode())
-                    code = 504
                     break
                 watchdog.waiting_since = None
                 if not chunk:

@@ -266,3 +266,42 @@ def test_four_json_log_points_per_request(
     assert finished["total_ms"] >= finished["upstream_ms"] > 0
     assert finished["ttft_ms"] > 0
     assert all(p["level"] == "INFO" and p["component"] == "gateway" for p in found.values())
+
+
+def test_engine_dying_mid_stream_gives_error_event_and_502(
+    start_gateway: StartGateway, read_metric: ReadMetric
+) -> None:
+    """An engine that closes its connection in the middle of a stream: the client gets what was sent,
+    then an SSE error event; the request is counted as a 502 with an upstream_error abort."""
+    listener = socket.create_server(("127.0.0.1", 0))
+    first = b'data: {"choices":[{"delta":{"content":"tok0"}}]}\n\n'
+
+    def engine() -> None:
+        conn, _ = listener.accept()
+        with conn:
+            received = b""
+            while b"\r\n\r\n" not in received:
+                received += conn.recv(65536)
+            conn.sendall(
+                b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n"
+                + f"{len(first):x}\r\n".encode()
+                + first
+                + b"\r\n"
+            )
+
+    thread = threading.Thread(target=engine, daemon=True)
+    thread.start()
+    try:
+        gw = start_gateway(f"http://127.0.0.1:{listener.getsockname()[1]}", "--no-warmup")
+        body = {"model": MODEL, "messages": [{"role": "user", "content": "x"}], "stream": True}
+        answer = requests.post(f"{gw}{CHAT}", json=body, timeout=30)
+    finally:
+        thread.join(10)
+        listener.close()
+    assert answer.status_code == 200  # the head went out before the engine died
+    events = [line for line in answer.text.split("\n\n") if line]
+    assert events[0].encode() + b"\n\n" == first
+    assert json.loads(events[-1].removeprefix("data: "))["error"]["type"] == "upstream_error"
+    assert read_metric(gw, "oximeter_requests_total", code="502") == 1
+    assert read_metric(gw, "oximeter_upstream_aborts_total", reason="upstream_error") == 1
+    assert read_metric(gw, "oximeter_inflight_requests") == 0
