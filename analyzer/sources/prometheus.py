@@ -3,14 +3,17 @@ Mimir or VictoriaMetrics alike.
 
 One query per signal returns the whole metric family (never one query per series), on a
 step-aligned grid, split so that no request asks for 11,000 points per series or more. A signal's
-recording rule is tried first; when the store has no such series (no rule engine, or a fresh
-Prometheus), its raw PromQL is used and remembered. Connection errors and 5xx answers are retried
-with exponential back-off; the bearer token is never logged or put into an error.
+recording rule is read when the store evaluates that rule (its rules API says so, re-read every
+few minutes), else its raw PromQL: a rule that has produced no sample yet (a fresh Prometheus, no
+traffic) is still the right query. Where the store has no rules API, the data decide: the rule's
+series if it has any, else the raw PromQL, remembered. Connection errors and 5xx answers are
+retried with exponential back-off; the bearer token is never logged or put into an error.
 """
 
 from __future__ import annotations
 
 import math
+import time
 from collections.abc import Mapping
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -30,6 +33,7 @@ from oximeter.errors import DependencyError
 from oximeter.secrets import read_secret
 
 MAX_POINTS = 11_000  # Prometheus refuses range queries of more points per series
+RULES_REFRESH_S = 300.0  # how long the store's list of recording rules is trusted
 
 
 class _RetryableError(Exception):
@@ -52,8 +56,10 @@ class PrometheusSource:
         self.backoff_s = backoff_s
         self.session = session or requests.Session()
         self._headers = {"Authorization": f"Bearer {token.get_secret_value()}"} if token else {}
-        # signal name → the query that answered (rule or raw), so a fallback is found once.
+        # Without a rules API: signal name → the query that answered (rule or raw), found once.
         self.chosen: dict[str, str] = {}
+        self._rules: frozenset[str] | None = None
+        self._rules_read_at: float | None = None
 
     @classmethod
     def from_settings(cls, settings: PrometheusSettings) -> PrometheusSource:
@@ -75,10 +81,15 @@ class PrometheusSource:
     def fetch(self, spec: SignalSpec, start: datetime, end: datetime, step_s: float) -> SeriesFrame:
         """``spec`` on the aligned grid [start, end], one family-wide query per chunk."""
         grid = grid_index(start, end, step_s)
+        if not (self.use_recording_rules and spec.record):
+            return self._frame(spec.promql, grid, step_s)
+        rules = self.recording_rules()
+        if rules is not None:
+            return self._frame(spec.record if spec.record in rules else spec.promql, grid, step_s)
         known = self.chosen.get(spec.name)
         if known is not None:
             return self._frame(known, grid, step_s)
-        candidates = [spec.record] if (self.use_recording_rules and spec.record) else []
+        candidates = [spec.record]
         candidates.append(spec.promql)
         frame = SeriesFrame(pd.DataFrame(index=grid, dtype=np.float32), {})
         for query in candidates:
@@ -88,6 +99,24 @@ class PrometheusSource:
                 self.chosen[spec.name] = query
                 break
         return frame
+
+    def recording_rules(self) -> frozenset[str] | None:
+        """The names of the recording rules the store evaluates, or None where it has no rules API
+        (read once per ``RULES_REFRESH_S``; one try, as the queries that follow report an outage)."""
+        now = time.monotonic()
+        if self._rules_read_at is not None and now - self._rules_read_at < RULES_REFRESH_S:
+            return self._rules
+        try:
+            data = self._call_once("GET", "/api/v1/rules", {"type": "record"})
+        except _RetryableError:
+            return self._rules  # unreachable now: the last answer stands, asked again next time
+        except DependencyError:
+            data = None  # 404, not JSON, not success: no rules API here
+        self._rules_read_at = now
+        self._rules = None if data is None else frozenset(
+            str(rule.get("name")) for group in data.get("groups") or [] for rule in group.get("rules") or []
+            if rule.get("type", "recording") == "recording")
+        return self._rules
 
     def _frame(self, query: str, grid: pd.DatetimeIndex, step_s: float) -> SeriesFrame:
         per_chunk = self.max_points - 1
@@ -113,16 +142,18 @@ class PrometheusSource:
         try:
             for attempt in retrying:
                 with attempt:
-                    return self._post_once(path, form)
+                    return self._call_once("POST", path, form)
         except _RetryableError as exc:
             tries = self.retries + 1
             raise DependencyError(f"prometheus at {self.where} failed after {tries} tries: {exc}") from None
         raise AssertionError("unreachable")
 
-    def _post_once(self, path: str, form: Mapping[str, str]) -> dict[str, Any]:
+    def _call_once(self, method: str, path: str, form: Mapping[str, str]) -> dict[str, Any]:
+        # The rules API is GET only; queries are POSTed (long PromQL stays out of URLs and logs).
+        args: dict[str, Any] = {"data": form} if method == "POST" else {"params": form}
         try:
-            resp = self.session.post(f"{self.url}{path}", data=form, headers=self._headers,
-                                     timeout=self.timeout_s, verify=self.verify)
+            resp = self.session.request(method, f"{self.url}{path}", headers=self._headers,
+                                        timeout=self.timeout_s, verify=self.verify, **args)
         except (requests.ConnectionError, requests.Timeout) as exc:
             raise _RetryableError(type(exc).__name__) from None
         if resp.status_code >= 500 or resp.status_code == 429:

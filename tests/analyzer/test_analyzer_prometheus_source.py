@@ -105,8 +105,8 @@ def test_prometheus_and_frame_sources_give_the_same_events(backfilled: tuple[str
         assert (a.signal, a.labels) == (b.signal, b.labels)
         assert abs((a.onset - b.onset).total_seconds()) <= STEP, name
         assert abs((a.detected_at - b.detected_at).total_seconds()) <= STEP, name
-    # No rules are loaded: the ECC signal fell back from its recording rule to raw PromQL.
-    assert prom.chosen["ecc_corrected_increase"] == CATALOGUE["ecc_corrected_increase"].promql
+    # No rules are loaded, and the rules API says so: every signal is read through its raw PromQL.
+    assert prom.recording_rules() == frozenset() and prom.chosen == {}
 
 
 @needs_prometheus
@@ -136,6 +136,21 @@ class Canned(BaseHTTPRequestHandler):
     status = 200
     body: ClassVar[dict[str, object]] = {}
     seen: ClassVar[list[tuple[dict[str, str], str]]] = []
+    rules: ClassVar[list[str] | None] = None  # recording rules on GET /api/v1/rules; None: 404
+    rule_reads: ClassVar[int] = 0
+
+    def do_GET(self) -> None:
+        Canned.rule_reads += 1
+        if Canned.rules is None or not self.path.startswith("/api/v1/rules"):
+            self.send_error(404)
+            return
+        groups = [{"name": "g", "rules": [{"name": n, "type": "recording"} for n in Canned.rules]}]
+        payload = json.dumps({"status": "success", "data": {"groups": groups}}).encode()
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(payload)))
+        self.end_headers()
+        self.wfile.write(payload)
 
     def do_POST(self) -> None:
         length = int(self.headers.get("Content-Length", "0"))
@@ -156,7 +171,7 @@ def canned() -> Iterator[str]:
     server = HTTPServer(("127.0.0.1", 0), Canned)
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
-    Canned.seen = []
+    Canned.seen, Canned.rules, Canned.rule_reads = [], None, 0
     yield f"http://127.0.0.1:{server.server_address[1]}"
     server.shutdown()
     server.server_close()
@@ -257,6 +272,26 @@ def test_vectorised_decode_matches_the_sample_by_sample_reference() -> None:
               "gpu=2,node=n1": [nan, nan, nan, nan, 6.0, nan, nan, nan]}
     for key, column in expect.items():
         np.testing.assert_array_equal(got.values[key].to_numpy(), np.array(column, dtype=np.float32), key)
+
+
+def test_a_loaded_rule_is_read_before_it_has_samples(canned: str) -> None:
+    # A fresh Prometheus (or no traffic yet): the rule exists but has produced nothing. The raw
+    # PromQL would answer, but with the rule's windows unscaled or its history different; once
+    # chosen it used to stick for the daemon's life. The rules API decides instead, read once.
+    spec = CATALOGUE["queue_wait_p99"]
+    Canned.rules = [str(spec.record), "some:other:rule"]
+    Canned.body = {"status": "success", "data": {"resultType": "matrix", "result": []}}
+    source = PrometheusSource(canned, retries=0)
+    now = datetime.now(UTC)
+    for _ in range(2):
+        assert source.fetch(spec, now - timedelta(minutes=1), now, STEP).values.columns.empty
+    assert [form for _, form in Canned.seen] and all("p99_5m" in form for _, form in Canned.seen)
+    assert len(Canned.seen) == 2 and Canned.rule_reads == 1 and source.chosen == {}
+    # A signal whose rule the store does not evaluate goes straight to its raw PromQL.
+    Canned.seen = []
+    source.fetch(CATALOGUE["gpu_temperature"].model_copy(update={"record": "not:loaded:rule"}),
+                 now - timedelta(minutes=1), now, STEP)
+    assert len(Canned.seen) == 1 and "max+without" in Canned.seen[0][1]
 
 
 def test_decode_of_nothing_is_an_empty_frame_on_the_grid() -> None:
