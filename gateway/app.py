@@ -135,12 +135,12 @@ class Gateway:
         try:
             async with self.session.get(
                 f"{self.upstream}/v1/models",
-                headers=forwarded_headers(request.headers.items(), request_id),
+                headers=forwarded_headers(request.headers, request_id),
                 timeout=aiohttp.ClientTimeout(total=self.settings.first_byte_timeout_s),
             ) as up:
                 body = await up.read()
                 status = up.status
-                headers = forwarded_headers(up.headers.items(), request_id)
+                headers = forwarded_headers(up.headers, request_id)
         except (aiohttp.ClientError, TimeoutError) as exc:
             self.metrics.series(self.metrics.primary_model).answered("/v1/models", 502, 0.0)
             return json_error(

@@ -13,14 +13,14 @@ import asyncio
 import json
 import re
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Mapping
 
 import aiohttp
 from aiohttp import web
+from yarl import URL
 
 from gateway.metrics import ModelSeries
 from gateway.settings import GatewaySettings
-from gateway.upstream_http import UpstreamError, UpstreamPool, UpstreamResponse
 
 # RFC 9110 §7.6.1 hop-by-hop fields, plus those aiohttp recomputes for the forwarded body.
 _HOP_BY_HOP = frozenset(
@@ -35,8 +35,6 @@ _HOP_BY_HOP = frozenset(
         "upgrade",
         "host",
         "content-length",
-        # The gateway has read the whole body already; an upstream 100 Continue would be noise.
-        "expect",
     }
 )
 _USAGE_TOKENS = re.compile(rb'"completion_tokens"\s*:\s*(\d+)')
@@ -63,9 +61,9 @@ def output_tokens(data: bytes, events: int) -> int:
     return int(found[-1]) if found else events
 
 
-def forwarded_headers(headers: Iterable[tuple[str, str]], request_id: str) -> dict[str, str]:
+def forwarded_headers(headers: Mapping[str, str], request_id: str) -> dict[str, str]:
     """End-to-end header fields of one hop, with the request ID (either direction)."""
-    forwarded = {k: v for k, v in headers if k.lower() not in _HOP_BY_HOP}
+    forwarded = {k: v for k, v in headers.items() if k.lower() not in _HOP_BY_HOP}
     forwarded["X-Request-ID"] = request_id
     return forwarded
 
@@ -102,7 +100,7 @@ class _IdleWatchdog:
 
     __slots__ = ("_content", "_handle", "_idle_s", "_loop", "waiting_since")
 
-    def __init__(self, idle_s: float, content: UpstreamResponse) -> None:
+    def __init__(self, idle_s: float, content: aiohttp.StreamReader) -> None:
         self._idle_s = idle_s
         self._content = content
         self._loop = asyncio.get_running_loop()
@@ -127,19 +125,18 @@ class _IdleWatchdog:
 
 
 class Forwarder:
-    """Sends admitted requests upstream and answers the client.
+    """Sends admitted requests upstream over one keep-alive pool and answers the client.
 
-    Completions go through ``UpstreamPool`` (the hot path); warm-up and ``/v1/models`` use the
-    aiohttp ``session``. ``finish(ctx, status)`` is called exactly once per forwarded request, when
-    its answer is decided (metrics and the "finished" log line live with the caller).
+    ``finish(ctx, status)`` is called exactly once per forwarded request, when its answer is
+    decided (metrics and the "finished" log line live with the caller).
     """
 
     def __init__(self, settings: GatewaySettings, finish: Finish) -> None:
         self.settings = settings
         self.upstream = settings.upstream.rstrip("/")
         self._finish = finish
+        self._urls: dict[str, URL] = {}
         self._session: aiohttp.ClientSession | None = None
-        self._pool: UpstreamPool | None = None
 
     @property
     def session(self) -> aiohttp.ClientSession:
@@ -148,13 +145,13 @@ class Forwarder:
         return self._session
 
     def start(self) -> None:
-        """Open the pools (inside the running event loop)."""
-        self._pool = UpstreamPool(self.upstream, self.settings.first_byte_timeout_s)
-        connector = aiohttp.TCPConnector(keepalive_timeout=60)
+        """Open the pool (inside the running event loop)."""
+        # Room for every admitted request plus warm-up and /v1/models; keep-alive reuses connections.
+        connector = aiohttp.TCPConnector(limit=self.settings.max_concurrency + 8, keepalive_timeout=60)
         self._session = aiohttp.ClientSession(
             connector=connector,
-            # One session serves every client: an upstream Set-Cookie must never ride along with
-            # another client's requests.
+            # One pool serves every client: an upstream Set-Cookie must never ride along with
+            # another client's requests (and skipping the jar saves its per-request filtering).
             cookie_jar=aiohttp.DummyCookieJar(),
             auto_decompress=False,
             skip_auto_headers=("User-Agent", "Accept-Encoding"),
@@ -162,27 +159,33 @@ class Forwarder:
         )
 
     async def close(self) -> None:
-        """Close the pools."""
-        if self._pool is not None:
-            self._pool.close()
+        """Close the pool."""
         if self._session is not None:
             await self._session.close()
+
+    def url(self, path: str) -> URL:
+        """The upstream URL of ``path``, parsed once per path (yarl parsing costs µs per call)."""
+        found = self._urls.get(path)
+        if found is None:
+            found = self._urls[path] = URL(f"{self.upstream}{path}")
+        return found
 
     async def forward(
         self, request: web.Request, body: bytes, ctx: RequestContext, series: ModelSeries
     ) -> web.StreamResponse:
         """Send ``body`` upstream and answer the client: passed through, 502, 504 or 499 (raised)."""
-        assert self._pool is not None, "gateway not started"
         started = time.monotonic()
-        upstream: UpstreamResponse | None = None
+        upstream: aiohttp.ClientResponse | None = None
         try:
             try:
                 async with asyncio.timeout(self.settings.first_byte_timeout_s):
-                    upstream = await self._pool.post(
-                        request.path, body, forwarded_headers(request.headers.items(), ctx.request_id)
+                    upstream = await self.session.post(
+                        self.url(request.path),
+                        data=body,
+                        headers=forwarded_headers(request.headers, ctx.request_id),
                     )
                     streaming = upstream.content_type == "text/event-stream"
-                    data = await (upstream.readany() if streaming else upstream.read())
+                    data = await (upstream.content.readany() if streaming else upstream.read())
             except TimeoutError:
                 self._abort(upstream, series, "first_byte_timeout")
                 ctx.upstream_s = time.monotonic() - started
@@ -193,12 +196,12 @@ class Forwarder:
                     f"no response from the engine within {self.settings.first_byte_timeout_s} s",
                     ctx.request_id,
                 )
-            except UpstreamError as exc:
+            except aiohttp.ClientError as exc:
                 self._abort(upstream, series, "upstream_error")
                 ctx.upstream_s = time.monotonic() - started
                 self._finish(ctx, 502)
                 return json_error(
-                    502, "upstream_error", f"engine unavailable: {exc}", ctx.request_id
+                    502, "upstream_error", f"engine unavailable: {type(exc).__name__}", ctx.request_id
                 )
             if streaming:
                 # A non-streamed answer's "first token" is its whole generation, which grows with
@@ -223,14 +226,11 @@ class Forwarder:
             ctx.upstream_s = time.monotonic() - started
             self._finish(ctx, 499)
             raise
-        finally:
-            if upstream is not None:
-                upstream.release()  # no-op once released or closed; never leaves a connection behind
 
     async def _stream(
         self,
         request: web.Request,
-        upstream: UpstreamResponse,
+        upstream: aiohttp.ClientResponse,
         first: bytes,
         ctx: RequestContext,
         series: ModelSeries,
@@ -238,6 +238,7 @@ class Forwarder:
     ) -> web.StreamResponse:
         """Forward each chunk as soon as it arrives; an idle upstream gets an SSE error event and an abort."""
         inter_token = series.inter_token
+        content = upstream.content
         idle_s = self.settings.stream_idle_timeout_s
         response = web.StreamResponse(
             status=upstream.status, headers=forwarded_headers(upstream.headers, ctx.request_id)
@@ -248,13 +249,13 @@ class Forwarder:
         usage = first if _USAGE_KEY in first else b""
         last = time.monotonic()
         code = upstream.status
-        watchdog = _IdleWatchdog(idle_s, upstream)
+        watchdog = _IdleWatchdog(idle_s, content)
         try:
             while True:
                 watchdog.waiting_since = last
                 try:
-                    chunk = await upstream.readany()
-                except (_StreamIdleError, UpstreamError) as exc:
+                    chunk = await content.readany()
+                except (_StreamIdleError, aiohttp.ClientPayloadError, aiohttp.ClientConnectionError) as exc:
                     # Headers are gone already: the client learns of it from an SSE error event.
                     idle = isinstance(exc, _StreamIdleError)
                     reason, code = ("stream_idle_timeout", 504) if idle else ("upstream_error", 502)
@@ -281,13 +282,13 @@ class Forwarder:
         series.upstream_duration.observe(ctx.upstream_s)
         if code == 200:
             series.output_tokens.inc(output_tokens(usage, events))
-        upstream.release()
+            upstream.release()
         await response.write_eof()
         self._finish(ctx, code)
         return response
 
     @staticmethod
-    def _abort(upstream: UpstreamResponse | None, series: ModelSeries, reason: str) -> None:
+    def _abort(upstream: aiohttp.ClientResponse | None, series: ModelSeries, reason: str) -> None:
         """Close the upstream connection (never back to the pool) and count the abort."""
         if upstream is not None:
             upstream.close()
