@@ -135,6 +135,12 @@ class EngineModel:
         self._iter_work_share = 0.0
         self._iter_end: float | None = None
         self._iter_tokens: list[tuple[Seq, int]] = []
+        # The pool size of the last Conditions seen (conditions providers return the same object
+        # while nothing changes).
+        self._pool_cond: Conditions | None = None
+        self._pool_for_cond = params.kv_blocks
+        self._timing_cond: Conditions | None = None
+        self._timings: dict[tuple[int, int], tuple[float, float, float, float]] = {}
 
     # -- requests -------------------------------------------------------------------------
     def submit(self, prompt_tokens: int, max_tokens: int, now: float, stop_tokens: int | None = None) -> Seq:
@@ -221,7 +227,10 @@ class EngineModel:
     def _start(self, t: float) -> bool:
         cond = self._conditions(t)
         p = self.params
-        self.pool_blocks = max(1, int(p.kv_blocks * cond.kv_fraction))
+        if cond is not self._pool_cond:
+            self._pool_cond = cond
+            self._pool_for_cond = max(1, int(p.kv_blocks * cond.kv_fraction))
+        self.pool_blocks = self._pool_for_cond
         while self.used_blocks > self.pool_blocks and self.running:
             self._preempt(self.running[-1])
         if cond.stalled:
@@ -273,18 +282,35 @@ class EngineModel:
             batch.append((seq, n))
         if not batch:
             return False
-        decode_s = k * p.decode_s_per_token * (1 + p.decode_batch_factor * (len(batch) - 1))
-        duration = (prefill_tokens * p.prefill_s_per_token + decode_s) * cond.slowdown
+        # Decode-only iterations repeat a few shapes (batch size under the same conditions), so
+        # their timing is computed once per shape; the numbers are the same either way.
+        if cond is not self._timing_cond:
+            self._timing_cond = cond
+            self._timings.clear()
+        shape = (len(batch), prefill_tokens)
+        timing = self._timings.get(shape) if prefill_tokens == 0 else None
+        if timing is None:
+            timing = self._timing(len(batch), prefill_tokens, cond)
+            if prefill_tokens == 0:
+                self._timings[shape] = timing
+        duration, self._iter_prefill_s, self._iter_token_s, self._iter_work_share = timing
         self._iter_start = t
-        self._iter_prefill_s = prefill_tokens * p.prefill_s_per_token * cond.slowdown
-        self._iter_token_s = decode_s / k * cond.slowdown
         self._iter_end = t + duration
         self._iter_tokens = batch
         self.busy_s += duration
-        occupancy = min(1.0, len(batch) / max(1.0, p.max_num_seqs * SATURATING_BATCH_SHARE))
-        self._iter_work_share = OCCUPANCY_FLOOR + (1 - OCCUPANCY_FLOOR) * occupancy
         self.work_s += duration * self._iter_work_share
         return True
+
+    def _timing(self, batch: int, prefill_tokens: int, cond: Conditions) -> tuple[float, float, float, float]:
+        """(duration, prefill seconds, seconds per token, work share) of one iteration."""
+        p = self.params
+        k = p.tokens_per_iteration
+        decode_s = k * p.decode_s_per_token * (1 + p.decode_batch_factor * (batch - 1))
+        duration = (prefill_tokens * p.prefill_s_per_token + decode_s) * cond.slowdown
+        prefill_s = prefill_tokens * p.prefill_s_per_token * cond.slowdown
+        token_s = decode_s / k * cond.slowdown
+        occupancy = min(1.0, batch / max(1.0, p.max_num_seqs * SATURATING_BATCH_SHARE))
+        return duration, prefill_s, token_s, OCCUPANCY_FLOOR + (1 - OCCUPANCY_FLOOR) * occupancy
 
     def _split(self, now: float) -> None:
         """End a coarse iteration at the first token boundary after ``now``.
@@ -308,26 +334,30 @@ class EngineModel:
 
     def _complete(self, t: float, touched: list[Seq]) -> None:
         k = self.params.tokens_per_iteration
+        stats = self.stats
+        running_state = SeqState.RUNNING
+        tokens = 0
         for seq, n in self._iter_tokens:
-            if seq.state is not SeqState.RUNNING:
+            if seq.state is not running_state:
                 continue  # aborted during the iteration
             if seq.first_token_at is None:
                 # With coarse iterations (history) the first token is due after the prefill and
                 # one token's decode, not at the end of all k tokens.
                 first = t if k == 1 else min(t, self._iter_start + self._iter_prefill_s + self._iter_token_s)
                 seq.first_token_at = first
-                self.stats.ttft.observe(first - seq.arrival)
+                stats.ttft.observe(first - seq.arrival)
                 if n > 1:
-                    self.stats.itl.observe((t - first) / (n - 1), n - 1)
+                    stats.itl.observe((t - first) / (n - 1), n - 1)
             else:
                 assert seq.last_token_at is not None
-                self.stats.itl.observe((t - seq.last_token_at) / n, n)
+                stats.itl.observe((t - seq.last_token_at) / n, n)
             seq.generated += n
             seq.last_token_at = t
-            self.stats.generation_tokens += n
+            tokens += n
             if seq.generated >= seq.target_tokens:
                 self._finish(seq, t)
             touched.append(seq)
+        stats.generation_tokens += tokens
         self._iter_tokens = []
 
     def _finish(self, seq: Seq, t: float) -> None:

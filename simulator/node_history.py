@@ -160,6 +160,7 @@ class NodeHistory:
         """Simulate ``steps`` steps, sampling at the end of each."""
         engine, heap, clock = self.engine, self.heap, self.clock
         next_arrival = self.arrivals.gap_s(self._rate(0.0))
+        now = clock.now()  # only this loop sets the clock
         for i in range(steps):
             t_sample = (i + 1) * self.step_s
             while True:
@@ -172,10 +173,13 @@ class NodeHistory:
                 wake = engine.next_wake
                 if wake is not None and wake < t:
                     t = wake
-                if t > clock.now():
+                if t > now:
                     clock.set(t)
-                t = clock.now()
-                self._pump(t)
+                    now = clock.now()
+                t = now
+                # An engine busy past t has nothing to do at t (advance would return at once).
+                if wake is None or wake <= t:
+                    self._pump(t)
                 events = bool(heap) and heap[0][0] <= t
                 while heap and heap[0][0] <= t:
                     _t, _n, kind, req = heapq.heappop(heap)
@@ -186,18 +190,38 @@ class NodeHistory:
                 # Only events reach the engine (submit, abort, restart); an arrival waits for its
                 # submit event, so without events the engine is as the first pump left it.
                 if events:
-                    self._pump(t)
+                    wake = engine.next_wake
+                    if wake is None or wake <= t:
+                        self._pump(t)
                 if t >= t_sample:
                     break
             self._sample(i, t_sample)
 
     def _pump(self, t: float) -> None:
-        advance, progress = self.engine.advance, self._progress
-        touched = advance(t)
-        while touched:
-            for seq in touched:
-                progress(seq, t)
-            touched = advance(t)
+        # One advance leaves the engine waiting for a later time (or stalled); answering clients
+        # never reaches the engine, so advancing again would change nothing.
+        by_seq = self.by_seq
+        for seq in self.engine.advance(t):
+            req = by_seq.get(seq.id)
+            if req is None or req.done:
+                continue
+            new = seq.generated - req.seen_tokens
+            if new > 0:
+                if req.first_at is None:
+                    req.first_at = seq.first_token_at if seq.first_token_at is not None else t
+                    self._ttft.observe(req.first_at - req.arrival)
+                elif req.last_chunk is not None:
+                    self._itl.observe(t - req.last_chunk)
+                req.last_chunk = t
+                req.seen_tokens = seq.generated
+                self._tokens.inc(new)
+            if seq.state is SeqState.FINISHED:
+                req.done = True
+                self._code["200"].inc()
+                self._duration.observe(t - req.arrival)
+                assert req.started is not None
+                self._upstream.observe(t - req.started)
+                self._release(req, t, observe=True)
 
     def _event(self, kind: str, req: _Request | None, t: float) -> None:
         if kind == "boundary":
@@ -255,28 +279,6 @@ class NodeHistory:
         wait_s = self.node.dependency.call(t, self.fleet.faults)
         self._push(t + wait_s, "submit", req)
         self._push(t + self.sc.gateway.first_byte_timeout_s, "first_byte_timeout", req)
-
-    def _progress(self, seq: Seq, t: float) -> None:
-        req = self.by_seq.get(seq.id)
-        if req is None or req.done:
-            return
-        new = seq.generated - req.seen_tokens
-        if new > 0:
-            if req.first_at is None:
-                req.first_at = seq.first_token_at if seq.first_token_at is not None else t
-                self._ttft.observe(req.first_at - req.arrival)
-            elif req.last_chunk is not None:
-                self._itl.observe(t - req.last_chunk)
-            req.last_chunk = t
-            req.seen_tokens = seq.generated
-            self._tokens.inc(new)
-        if seq.state is SeqState.FINISHED:
-            req.done = True
-            self._code["200"].inc()
-            self._duration.observe(t - req.arrival)
-            assert req.started is not None
-            self._upstream.observe(t - req.started)
-            self._release(req, t, observe=True)
 
     def _fail(self, req: _Request, t: float, code: str, reason: str) -> None:
         req.done = True

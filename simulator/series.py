@@ -13,6 +13,7 @@ from array import array
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import NamedTuple
 
 import numpy as np
 import pyarrow as pa
@@ -35,12 +36,10 @@ class _Family:
 _Extra = tuple[tuple[str, str], ...]
 
 
-@dataclass(frozen=True)
-class _Plan:
+class _Plan(NamedTuple):
     """Where one family's samples go: ``keys`` are its (name, labels) in order, ``slots`` the
     index and series array of every sample kept."""
 
-    family: Metric
     keys: list[tuple[object, ...]]
     slots: list[tuple[int, array]]
 
@@ -55,7 +54,7 @@ class SeriesStore:
         # Per extra labels, where the samples of the last ``add`` went: by family object (one
         # added again unchanged, as ``ChildSampler`` does, only has its values copied) and by family
         # name (a fresh family with the same samples in the same order skips the series lookup).
-        self._by_id: dict[_Extra, dict[int, _Plan]] = {}
+        self._by_id: dict[_Extra, dict[int, tuple[Metric, _Plan]]] = {}
         self._by_name: dict[_Extra, dict[str, _Plan]] = {}
 
     def add(
@@ -68,20 +67,23 @@ class SeriesStore:
         extra: _Extra = tuple(sorted((extra_labels or {}).items()))
         last_id = self._by_id.get(extra, {})
         last_name = self._by_name.get(extra, {})
-        by_id: dict[int, _Plan] = {}
+        by_id: dict[int, tuple[Metric, _Plan]] = {}
         by_name: dict[str, _Plan] = {}
         for fam in families:
-            plan = last_id.get(id(fam))
-            if plan is None or plan.family is not fam:
-                plan = last_name.get(fam.name)
-                if plan is None or plan.keys != [s[:2] for s in fam.samples]:
-                    plan = self._plan(fam, extra)
+            known = last_id.get(id(fam))
+            if known is not None and known[0] is fam:
+                plan = known[1]
+            else:
+                same_name = last_name.get(fam.name)
+                if same_name is not None and same_name.keys == [s[:2] for s in fam.samples]:
+                    plan = same_name
                 else:
-                    plan = _Plan(fam, plan.keys, plan.slots)
+                    plan = self._plan(fam, extra)
             samples = fam.samples
             for i, values in plan.slots:
                 values[step] = samples[i].value
-            by_id[id(fam)] = by_name[fam.name] = plan
+            by_id[id(fam)] = (fam, plan)
+            by_name[fam.name] = plan
         self._by_id[extra] = by_id
         self._by_name[extra] = by_name
 
@@ -107,7 +109,7 @@ class SeriesStore:
                     values = entry.series[series_key] = array("d", [NAN]) * len(self.timestamps)
                 cache[fast_key] = values
             slots.append((i, values))
-        return _Plan(fam, [s[:2] for s in fam.samples], slots)
+        return _Plan([s[:2] for s in fam.samples], slots)
 
     def values(self, sample_name: str, **labels: str) -> list[list[float]]:
         """Every stored series named ``sample_name`` whose labels include ``labels`` (NaN = absent)."""

@@ -10,7 +10,7 @@ import bisect
 import operator
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from functools import reduce
+from functools import cache, reduce
 
 from prometheus_client import CollectorRegistry
 from prometheus_client import Counter as PromCounter
@@ -113,9 +113,9 @@ class Histogram:
         """(le, cumulative count) pairs, ``+Inf`` last, as exposition formats want them."""
         out: list[tuple[str, int]] = []
         running = 0
-        for bound, c in zip(self.bounds, self.counts, strict=False):
+        for le, c in zip(_les(tuple(self.bounds)), self.counts, strict=False):
             running += c
-            out.append((_fmt(bound), running))
+            out.append((le, running))
         out.append(("+Inf", self.count))
         return out
 
@@ -126,7 +126,8 @@ class PendingObservations:
     The history observes hundreds of thousands of values between two samples, and
     prometheus_client takes a lock and walks the buckets on every ``observe``. ``fold`` gives the
     child exactly the numbers one ``observe`` per value would: whole bucket counts, and the sum
-    added in observation order (the same float rounding).
+    added in observation order (the same float rounding). It keeps the same numbers itself, so
+    ``sample_values`` needs no collect.
     """
 
     def __init__(self, parent: PromHistogram, *labelvalues: str) -> None:
@@ -134,6 +135,8 @@ class PendingObservations:
         self.key = (parent._name, labelvalues)
         # prometheus_client keeps one value per upper bound (+Inf last) and derives _count.
         self._bounds: list[float] = self.child._upper_bounds
+        self._counts = [0.0] * len(self._bounds)
+        self._sum = 0.0
         self.values: list[float] = []
         self.observe = self.values.append
 
@@ -148,12 +151,32 @@ class PendingObservations:
             if value == value:  # observe() puts NaN in the sum but in no bucket
                 counts[bisect.bisect_left(bounds, value)] += 1
         child = self.child
-        for bucket, n in zip(child._buckets, counts, strict=True):
+        for i, n in enumerate(counts):
             if n:
-                bucket.inc(n)
+                child._buckets[i].inc(n)
+                self._counts[i] += n
         child._sum.set(reduce(operator.add, values, child._sum.get()))
+        self._sum = reduce(operator.add, values, self._sum)
         values.clear()
         return True
+
+    def sample_names(self, name: str) -> list[str]:
+        """The names of the samples ``sample_values`` gives, in the child's order."""
+        tail = ["_count", "_sum"] if self._bounds[0] >= 0 else ["_count"]
+        return [name + suffix for suffix in ["_bucket"] * len(self._bounds) + tail]
+
+    def sample_values(self) -> list[float]:
+        """Cumulative buckets, count and sum (prometheus_client leaves out the sum when a bucket
+        bound is negative), computed as the child computes them."""
+        out: list[float] = []
+        acc = 0.0
+        for count in self._counts:
+            acc += count
+            out.append(acc)
+        out.append(acc)
+        if self._bounds[0] >= 0:
+            out.append(self._sum)
+        return out
 
 
 class PendingCount:
@@ -164,6 +187,7 @@ class PendingCount:
         self.child = parent.labels(*labelvalues)
         self.key = (parent._name, labelvalues)
         self.total = 0
+        self._value = 0.0
 
     def inc(self, amount: int = 1) -> None:
         """Count ``amount`` more."""
@@ -174,45 +198,73 @@ class PendingCount:
         if not self.total:
             return False
         self.child.inc(self.total)
+        self._value += self.total
         self.total = 0
         return True
+
+    def sample_names(self, name: str) -> list[str]:
+        """The name of the sample ``sample_values`` gives."""
+        return [name + "_total"]
+
+    def sample_values(self) -> list[float]:
+        """The counter's value."""
+        return [self._value]
 
 
 Pending = PendingCount | PendingObservations
 
 
 class ChildSampler:
-    """A registry's families at each step, re-collecting only the children that changed.
+    """A registry's families at each step, rebuilding only the children that changed.
 
     The history writes every child it touches through a ``Pending*``, so the other children of
     those families keep the values of the first collect (the zero-initialised counters). Those
-    families are split into one family per child, kept as the same objects while unchanged
-    (``SeriesStore.add`` then only copies their values); a changed child is collected alone.
-    Families without a pending child (levels read at scrape time) are collected every time.
+    families are split into one family per pending child plus one for the rest, kept as the same
+    objects while unchanged
+    (``SeriesStore.add`` then only copies their values); a changed child takes its new values
+    from its ``Pending*``, in the samples of the first collect. Families without a pending child
+    (levels read at scrape time) are collected every time.
     """
 
     def __init__(self, registry: CollectorRegistry, pendings: Sequence[Pending]) -> None:
+        self.registry = registry
         self._pendings = pendings
         tracked = {p.key[0] for p in pendings}
         self._families: list[Metric] = []
         self._index: dict[tuple[str, tuple[str, ...]], int] = {}
         live: set[str] = set()
+        keys = {p.key for p in pendings}
         for fam in registry.collect():
             if fam.name not in tracked:
                 live.update(sample.name for sample in fam.samples)
                 continue
-            by_child: dict[tuple[str, ...], Metric] = {}
+            # One family per pending child, and one for all the children nobody writes.
+            by_child: dict[tuple[str, ...] | None, Metric] = {}
             for sample in fam.samples:
                 child = tuple(v for k, v in sample.labels.items() if k != "le")
-                part = by_child.get(child)
+                part_key = child if (fam.name, child) in keys else None
+                part = by_child.get(part_key)
                 if part is None:
-                    part = by_child[child] = Metric(fam.name, fam.documentation, fam.type)
-                    self._index[(fam.name, child)] = len(self._families)
+                    part = by_child[part_key] = Metric(fam.name, fam.documentation, fam.type)
+                    if part_key is not None:
+                        self._index[(fam.name, child)] = len(self._families)
                     self._families.append(part)
                 part.samples.append(sample)
-        missing = [p.key for p in pendings if p.key not in self._index]
-        if missing:
-            raise ValueError(f"pending children not in the registry: {missing}")
+        for pending in pendings:
+            pos = self._index.get(pending.key)
+            if pos is None:
+                raise ValueError(f"pending child {pending.key} is not in the registry")
+            # The child must collect exactly what the pending computes, starting from the same
+            # numbers, with nothing but ``_created`` after it.
+            samples = self._families[pos].samples
+            names = pending.sample_names(self._families[pos].name)
+            rest = [s.name for s in samples[len(names):]]
+            if (
+                [s.name for s in samples[: len(names)]] != names
+                or [s.value for s in samples[: len(names)]] != pending.sample_values()
+                or any(not n.endswith("_created") for n in rest)
+            ):
+                raise ValueError(f"pending child {pending.key} does not match its samples {samples}")
         self._live = registry.restricted_registry(live)
 
     def collect(self) -> list[Metric]:
@@ -223,11 +275,19 @@ class ChildSampler:
                 pos = self._index[pending.key]
                 old = families[pos]
                 new = Metric(old.name, old.documentation, old.type)
-                fresh = next(iter(pending.child.collect())).samples
-                # A child collects its samples in the parent's order, without the parent's labels.
-                new.samples = [s._replace(value=f.value) for s, f in zip(old.samples, fresh, strict=True)]
+                values = pending.sample_values()
+                make = type(old.samples[0])._make
+                new.samples = [
+                    *(make((s[0], s[1], v, *s[3:])) for s, v in zip(old.samples, values, strict=False)),
+                    *old.samples[len(values):],
+                ]
                 families[pos] = new
         return [*families, *self._live.collect()]
+
+
+@cache
+def _les(bounds: tuple[float, ...]) -> tuple[str, ...]:
+    return tuple(_fmt(b) for b in bounds)
 
 
 def _fmt(value: float) -> str:
