@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 
@@ -51,13 +52,29 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 XDIST_GROUPS = {"live_stack": ("tests/live/", "tests/e2e/"), "drill_cache": ("tests/drill/test_drill.py",)}
 
 
+ROOT = Path(__file__).resolve().parent.parent
+
+
+@functools.cache
+def _has_module_fixture(path: str) -> bool:
+    """Whether a test module sets up a module-scoped fixture (a Prometheus, a history): split
+    across workers, each would pay for it again."""
+    file = ROOT / path
+    return file.suffix == ".py" and file.is_file() and 'scope="module"' in file.read_text(encoding="utf-8")
+
+
 class GroupScheduling(LoadScopeScheduling):
-    """Each test is its own unit of work, except the groups above, each one unit (the largest
-    first, so the live stack starts at once). xdist's own ``--dist loadgroup`` reads the groups
-    from a node-id suffix that pytest 9.2 no longer keeps (pytest-dev/pytest-xdist#1386)."""
+    """Each test is its own unit of work, except the groups above and the modules with a
+    module-scoped fixture, each one unit (the largest first, so the live stack starts at once).
+    xdist's own ``--dist loadgroup`` reads groups from a node-id suffix that pytest 9.2 no longer
+    keeps (pytest-dev/pytest-xdist#1386)."""
 
     def _split_scope(self, nodeid: str) -> str:
-        return next((group for group, paths in XDIST_GROUPS.items() if nodeid.startswith(paths)), nodeid)
+        group = next((g for g, paths in XDIST_GROUPS.items() if nodeid.startswith(paths)), None)
+        if group is not None:
+            return group
+        module = nodeid.split("::", 1)[0]
+        return module if _has_module_fixture(module) else nodeid
 
 
 def pytest_xdist_make_scheduler(config: pytest.Config, log: Producer) -> GroupScheduling:
