@@ -71,7 +71,7 @@ class SeqState(Enum):
     ABORTED = "aborted"
 
 
-@dataclass(eq=False)
+@dataclass(eq=False, slots=True)
 class Seq:
     """One request inside the engine."""
 
@@ -262,14 +262,18 @@ class EngineModel:
             prefill_tokens += seq.prompt_tokens + seq.generated - hits
         batch: list[tuple[Seq, int]] = []
         block_tokens = p.block_tokens
+        pool = self.pool_blocks
         running_state = SeqState.RUNNING
         for seq in list(self.running):
             if seq.state is not running_state:
                 continue  # preempted below by an earlier sequence's growth
             generated = seq.generated
-            n = min(k, seq.target_tokens - generated)
-            need = math.ceil((seq.prompt_tokens + generated + n) / block_tokens) - seq.blocks
-            if need > self.pool_blocks - self.used_blocks:
+            n = seq.target_tokens - generated
+            if n > k:
+                n = k
+            # _blocks_for in integers (the hottest line of a history run).
+            need = (seq.prompt_tokens + generated + n + block_tokens - 1) // block_tokens - seq.blocks
+            if need > pool - self.used_blocks:
                 while need > self.pool_blocks - self.used_blocks and len(self.running) > 1:
                     victim = self.running[-1]
                     self._preempt(victim)

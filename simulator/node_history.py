@@ -75,7 +75,7 @@ class _FleetBackend:
         return NodeSnapshot(gpus=tuple(gpus), errors=tuple(errors), host_processes=host)
 
 
-@dataclass(eq=False)
+@dataclass(eq=False, slots=True)
 class _Request:
     arrival: float
     prompt_tokens: int

@@ -7,10 +7,12 @@ Keeping the numbers here (not in prometheus_client objects) is what lets one mod
 from __future__ import annotations
 
 import bisect
+import math
 import operator
+from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from functools import cache, reduce
+from functools import cache, partial, reduce
 
 from prometheus_client import CollectorRegistry
 from prometheus_client import Counter as PromCounter
@@ -146,15 +148,12 @@ class PendingObservations:
         if not values:
             return False
         bounds = self._bounds
-        counts = [0] * len(bounds)
-        for value in values:
-            if value == value:  # observe() puts NaN in the sum but in no bucket
-                counts[bisect.bisect_left(bounds, value)] += 1
+        # observe() puts NaN in the sum but in no bucket.
+        counted = [v for v in values if v == v] if any(map(math.isnan, values)) else values
         child = self.child
-        for i, n in enumerate(counts):
-            if n:
-                child._buckets[i].inc(n)
-                self._counts[i] += n
+        for i, n in sorted(Counter(map(partial(bisect.bisect_left, bounds), counted)).items()):
+            child._buckets[i].inc(n)
+            self._counts[i] += n
         child._sum.set(reduce(operator.add, values, child._sum.get()))
         self._sum = reduce(operator.add, values, self._sum)
         values.clear()
