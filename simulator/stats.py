@@ -9,7 +9,6 @@ from __future__ import annotations
 import bisect
 import math
 import operator
-from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from functools import cache, partial, reduce
@@ -92,7 +91,7 @@ REQUEST_LATENCY_BUCKETS = (
 DEPENDENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
 
 
-@dataclass
+@dataclass(slots=True)
 class Histogram:
     """Cumulative-on-render histogram: per-bucket counts, sum and count."""
 
@@ -150,10 +149,14 @@ class PendingObservations:
         bounds = self._bounds
         # observe() puts NaN in the sum but in no bucket.
         counted = [v for v in values if v == v] if any(map(math.isnan, values)) else values
+        counts = [0] * len(bounds)
+        for i in map(partial(bisect.bisect_left, bounds), counted):
+            counts[i] += 1
         child = self.child
-        for i, n in sorted(Counter(map(partial(bisect.bisect_left, bounds), counted)).items()):
-            child._buckets[i].inc(n)
-            self._counts[i] += n
+        for i, n in enumerate(counts):
+            if n:
+                child._buckets[i].inc(n)
+                self._counts[i] += n
         child._sum.set(reduce(operator.add, values, child._sum.get()))
         self._sum = reduce(operator.add, values, self._sum)
         values.clear()
