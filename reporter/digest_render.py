@@ -25,10 +25,10 @@ def sections(d: Digest, settings: ReporterSettings) -> tuple[Section, ...]:
     seed = Section("Yesterday at a glance", table=(
         ("number", "value", "status"),
         ("max queue length", f"{fmt_number(d.max_queue_length)} ({d.max_queue_where})",
-         f"{MARK[d.queue_colour]} (> {ds.queue_length_red:g})"),
+         f"{MARK[d.queue_colour]} (red > {ds.queue_length_red:g})"),
         ("top-3 routes by 504", routes, ""),
         ("GPU utilisation spread (stddev)", fmt_number(d.gpu_spread),
-         f"{MARK[d.spread_colour]} (> {ds.gpu_spread_yellow:g})"),
+         f"{MARK[d.spread_colour]} (yellow > {ds.gpu_spread_yellow:g})"),
     ))
     incident_rows: list[tuple[str, ...]] = [("by", "name", "incidents")]
     incident_rows += [("layer", k, str(v)) for k, v in d.by_layer]
