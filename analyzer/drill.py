@@ -154,7 +154,8 @@ def replay_drill(path: Path, cache_dir: Path, step_s: float, interval_s: float) 
     return score(sc.name, "replay", expected, incidents, start, messages)
 
 
-def _prepare(paths: Sequence[Path], cache_dir: Path, step_s: float, jobs: int) -> None:
+def prepare_drill_windows(paths: Sequence[Path], cache_dir: Path, step_s: float, jobs: int) -> None:
+    """Every drill window of the scenarios and the fault-free day before each, generated `jobs` at a time."""
     from analyzer.replay import drill_windows, prepare, same_time_window
     from simulator.scenario import load_scenario
 
@@ -331,7 +332,7 @@ def run(args: argparse.Namespace) -> int:
     skipped: list[str] = []
     try:
         if target is None:
-            _prepare(paths, Path(args.cache), step_s, args.jobs)
+            prepare_drill_windows(paths, Path(args.cache), step_s, args.jobs)
         for path in paths:
             if target is not None and (kinds := history_only_kinds(path)):
                 # The live simulator refuses these kinds: say so rather than count a miss or a pass.
