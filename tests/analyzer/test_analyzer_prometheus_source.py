@@ -5,7 +5,6 @@ source replays: both yield the same anomaly events (must-show 3). Plus chunking 
 from __future__ import annotations
 
 import json
-import shutil
 import subprocess
 import threading
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -33,8 +32,6 @@ from oximeter.procs import ManagedProcess, free_port, http_ok
 
 STEP = 15.0
 ROWS = 240
-needs_prometheus = pytest.mark.skipif(shutil.which("prometheus") is None or shutil.which("promtool") is None,
-                                      reason="prometheus/promtool not installed")
 
 
 def _labels(node: str, gpu: int, **extra: str) -> tuple[tuple[str, str], ...]:
@@ -90,7 +87,6 @@ def backfilled(tmp_path: Path,
     yield url, frames, t0
 
 
-@needs_prometheus
 def test_prometheus_and_frame_sources_give_the_same_events(backfilled: tuple[str, Path, datetime]) -> None:
     url, frames, t0 = backfilled
     prom = PrometheusSource(url, timeout_s=30)
@@ -109,7 +105,6 @@ def test_prometheus_and_frame_sources_give_the_same_events(backfilled: tuple[str
     assert prom.recording_rules() == frozenset() and prom.chosen == {}
 
 
-@needs_prometheus
 def test_chunks_stay_under_the_point_limit(backfilled: tuple[str, Path, datetime]) -> None:
     url, _, t0 = backfilled
     spec = CATALOGUE["gpu_temperature"]

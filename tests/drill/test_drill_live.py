@@ -33,7 +33,6 @@ faults:
 truth: {layer: infrastructure, entity: {node: n1, gpu: "1"}, rule: ecc_uncorrectable}
 """
 
-pytestmark = pytest.mark.skipif(not Path(PROMETHEUS).exists(), reason="prometheus is not installed")
 
 
 @dataclass(frozen=True)

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import math
-import shutil
 import subprocess
 import time
 from pathlib import Path
@@ -30,10 +29,6 @@ faults:
 truth: {layer: infrastructure, entity: {node: n2, gpu: "1"}, rule: ecc_storm}
 """
 
-pytestmark = pytest.mark.skipif(
-    not shutil.which("promtool") or not shutil.which("prometheus"),
-    reason="needs the Debian prometheus package (make test installs it)",
-)
 
 
 @pytest.mark.parametrize(
