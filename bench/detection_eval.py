@@ -136,6 +136,12 @@ def false_alarms(events: Sequence[AnomalyEvent], faults: Sequence[Fault]) -> lis
     return [e for e in events if not explained(e)]
 
 
+def paging(events: Sequence[AnomalyEvent]) -> list[AnomalyEvent]:
+    """The events of signals that may open an incident (not the context-only evidence such as
+    the end-to-end request_p99, which the analyzer attaches to an incident but never pages on)."""
+    return [e for e in events if SIGNALS[e.signal].opens_incident]
+
+
 def events_of(directory: Path, yesterday: Path | None) -> tuple[list[AnomalyEvent], float, datetime]:
     """Every catalogue signal's events over one history window (the daemon's detection path),
     the step and the window's last timestamp."""
@@ -165,8 +171,9 @@ def _gen_text(hours: float, wall_s: float) -> str:
     return "cached" if hours == 0 else f"{hours:.1f} h in {wall_s:.0f} s"
 
 
-def scenario_row(sc: Scenario, cache: Path, step_s: float, jobs: int) -> tuple[str, list[Verdict], int]:
-    """One scenario's Markdown row, its verdicts and its false-alarm count."""
+def scenario_row(sc: Scenario, cache: Path, step_s: float, jobs: int,
+                 ) -> tuple[str, list[Verdict], list[AnomalyEvent]]:
+    """One scenario's Markdown row, its verdicts and its false alarms."""
     windows = drill_windows(sc, step_s=step_s)
     quiet = [same_time_window(w) for w in windows]
     paths, hours, gen_s = generate([*windows, *quiet], cache, step_s, jobs)
@@ -186,11 +193,12 @@ def scenario_row(sc: Scenario, cache: Path, step_s: float, jobs: int) -> tuple[s
                       f"(onset +{v.confirm_s:.0f} s, {v.signal})"
                       for v in found) or "—"
     kinds = Counter(e.signal for e in false)
-    fa = f"{len(false)}" + (f" ({', '.join(f'{k} ×{n}' for k, n in sorted(kinds.items()))})" if false else "")
+    fa = f"{len(false)}" + (f" ({', '.join(f'{k} ×{n}' for k, n in sorted(kinds.items()))}; "
+                            f"{len(paging(false))} may page)" if false else "")
     detected = sum(v.delay_s is not None for v in found)
     row = (f"| {sc.name} | {len(found)} | {detected} | {shown} | {fa} | {total} | "
            f"{_gen_text(hours, gen_s)} | {detect_s:.0f} s |")
-    return row, found, len(false)
+    return row, found, false
 
 
 def week_report(sc: Scenario, cache: Path, step_s: float, days: float) -> list[str]:
@@ -202,8 +210,10 @@ def week_report(sc: Scenario, cache: Path, step_s: float, days: float) -> list[s
     detect_s = time.perf_counter() - started
     nuisance = faults_of(directory, end)
     first = datetime.fromtimestamp(DRILL_END_S - days * DAY_S, UTC)
+    pages = len(paging(events))
     lines = [f"fault-free week: {days:g} simulated days ({_gen_text(hours, gen_s)}; detection "
-             f"{detect_s:.0f} s), {len(events)} false alarm(s), {len(events) / days:.2f} per simulated day"]
+             f"{detect_s:.0f} s), {len(events)} false alarm(s), {len(events) / days:.2f} per simulated day; "
+             f"{pages} on signals that may open an incident, {pages / days:.2f} per simulated day"]
     per_day = Counter(int((e.detected_at - first).total_seconds() // DAY_S) for e in events)
     lines.append("per day: " + ", ".join(f"d{d}={per_day.get(d, 0)}" for d in range(int(days))))
     for e in events:
@@ -238,19 +248,20 @@ def main(argv: list[str] | None = None) -> int:
           "| generated | detection |")
     print("|---|---:|---:|---|---|---:|---|---:|")
     verdict_all: list[Verdict] = []
-    false_total = 0
+    false_all: list[AnomalyEvent] = []
     for name in names:
         if name == WEEK:
             continue
         sc = load_scenario(SCENARIOS / f"{name}.yaml")
         row, found, false = scenario_row(sc, args.cache, step_s, args.jobs)
         verdict_all += found
-        false_total += false
+        false_all += false
         print(row, flush=True)
     met = sum(v.in_target for v in verdict_all)
     seen = sum(v.delay_s is not None for v in verdict_all)
     print(f"faults detected {seen}/{len(verdict_all)}, within persistence + 2 steps "
-          f"{met}/{len(verdict_all)}, false alarms {false_total}")
+          f"{met}/{len(verdict_all)}, false alarms {len(false_all)} ({len(paging(false_all))} on signals "
+          "that may open an incident)")
     if WEEK in names and not args.no_week:
         week = load_scenario(SCENARIOS / f"{WEEK}.yaml")
         for line in week_report(week, args.cache, step_s, args.week_days):
