@@ -173,10 +173,15 @@ def _drill(stack: Stack, drill: DemoDrill, deadline: float | None, console: Cons
     watch = IncidentWatch(api)
     console.rule(f"[bold]drill: {drill.description}")
     t0 = time.monotonic()
-    for fault in drill_faults(drill, stack.nodes, stack.options.gpus_per_node):
+    for spec, fault in zip(drill.faults, drill_faults(drill, stack.nodes, stack.options.gpus_per_node),
+                           strict=True):
         stack.fault(fault.kind, fault.node, gpu=fault.gpu, strength=fault.strength,
                     duration_s=fault.duration_s)
         where = f"{fault.node}" + (f" GPU {fault.gpu}" if fault.gpu is not None else "")
+        if (spec["node"], spec.get("gpu")) != (fault.node, fault.gpu):
+            # The scenario names a place this smaller fleet lacks: say where it went instead.
+            scenario_gpu = f" GPU {spec['gpu']}" if spec.get("gpu") is not None else ""
+            where += f" (the scenario's {spec['node']}{scenario_gpu}, on this fleet)"
         console.print(f"injected {fault.kind} on {where} for {fault.duration_s:.0f} s "
                       f"(strength {fault.strength}) at {datetime.now(UTC):%H:%M:%S} UTC")
     limit = time.monotonic() + drill.fault_s + 240.0
