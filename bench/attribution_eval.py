@@ -44,6 +44,20 @@ from simulator.scenario import load_scenario
 ROOT = Path(__file__).resolve().parent.parent
 
 
+def whole_history(window: HistoryWindow, workdir: Path, step_s: float, interval_s: float,
+                  settings: IncidentSettings) -> DrillScore:
+    """One scenario's whole history (cached in ``workdir``) replayed through the daemon's cycles, scored."""
+    sc = window.scenario
+    directory = history_dir(window, workdir, step_s)
+    faults = json.loads((directory / "truth.json").read_text())["faults"]
+    first = min((f["start_epoch_s"] for f in faults), default=None)
+    outcome = replay_history(directory, interval_s, settings)
+    expected = expected_truths(sc.truth.model_dump(), [a.model_dump() for a in sc.also])
+    start = None if first is None else datetime.fromtimestamp(first, tz=UTC)
+    return score(sc.name, "replay", expected, [i.to_dict() for i in outcome.incidents], start,
+                 len(outcome.changes))
+
+
 def main(argv: list[str] | None = None) -> int:
     """Run every scenario and print the table."""
     parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
@@ -69,26 +83,14 @@ def main(argv: list[str] | None = None) -> int:
         prepare_drill_windows(scenarios, Path(args.cache), step_s, args.jobs)
     for path in scenarios:
         started = time.perf_counter()
-        sc = load_scenario(path)
-        verdict: DrillScore
         if args.windows == "drill":
             verdict = replay_drill(path, Path(args.cache), step_s, interval_s)
-            right += verdict.passed
-            rows.append((sc.name, verdict.truth_text, str(len(verdict.expected)),
-                         str(len(verdict.attributed)), "yes" if verdict.passed else "NO", verdict.got_text,
-                         f"{time.perf_counter() - started:.0f}s"))
-            continue
-        directory = history_dir(HistoryWindow(sc, args.days, end_s), Path(args.workdir), step_s)
-        faults = json.loads((directory / "truth.json").read_text())["faults"]
-        first = min((f["start_epoch_s"] for f in faults), default=None)
-        outcome = replay_history(directory, interval_s, settings)
-        expected = expected_truths(sc.truth.model_dump(), [a.model_dump() for a in sc.also])
-        start = None if first is None else datetime.fromtimestamp(first, tz=UTC)
-        verdict = score(sc.name, "replay", expected, [i.to_dict() for i in outcome.incidents], start,
-                        len(outcome.changes))
+        else:
+            window = HistoryWindow(load_scenario(path), args.days, end_s)
+            verdict = whole_history(window, Path(args.workdir), step_s, interval_s, settings)
         right += verdict.passed
-        rows.append((sc.name, verdict.truth_text, str(len(expected)), str(len(outcome.incidents)),
-                     "yes" if verdict.passed else "NO", verdict.got_text,
+        rows.append((verdict.scenario, verdict.truth_text, str(len(verdict.expected)),
+                     str(len(verdict.attributed)), "yes" if verdict.passed else "NO", verdict.got_text,
                      f"{time.perf_counter() - started:.0f}s"))
     header = ("scenario", "truth", "expected", "incidents", "right", "attributed", "time")
     widths = [max(len(r[c]) for r in (header, *rows)) for c in range(len(header))]
