@@ -20,7 +20,6 @@ class Faults:
     api: str
     before: set[str]
     t0: float
-    thermal_id: str
     stall_id: str
 
 
