@@ -22,10 +22,11 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from oximeter.cache import cache_dir
 from oximeter.errors import ConfigError, OximeterError
 
 LIBRARY = Path(__file__).resolve().parent.parent / "simulator" / "scenarios"
-DEFAULT_CACHE = Path(".oximeter") / "cache" / "drill"
+DEFAULT_CACHE = cache_dir("drill")  # per user, shared by every checkout (keys cover the code)
 
 
 @dataclass(frozen=True)

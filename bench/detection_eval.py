@@ -231,7 +231,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--only", nargs="*", help="scenario names (default: every scenario)")
     parser.add_argument("--step", default="15s", help="history step (default 15s, the scrape interval)")
     parser.add_argument("--jobs", type=int, default=2, help="histories generated in parallel")
-    parser.add_argument("--cache", type=Path, default=ROOT / DEFAULT_CACHE)
+    parser.add_argument("--cache", type=Path, default=DEFAULT_CACHE)
     parser.add_argument("--week-days", type=float, default=7.0)
     parser.add_argument("--no-week", action="store_true", help="skip the fault-free week")
     parser.add_argument("--signals", type=Path, default=None,

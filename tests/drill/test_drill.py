@@ -1,8 +1,9 @@
 """``oximeter drill`` in replay: the whole library passes, a wrong truth fails, the JSON has its shape;
 plus the scoring, the windows and the scenario lookup as tables.
 
-Histories are cached in ``.oximeter/cache/drill`` (git-ignored, keyed by the scenario, the window
-and the simulator's source), so only the first run after a simulator change pays for generation.
+Histories are cached in the per-user drill cache (keyed by the scenario, the window and the
+simulator's source), so only the first run after a simulator change pays for generation, in any
+checkout.
 """
 
 from __future__ import annotations
@@ -16,14 +17,14 @@ from typing import Any
 import pytest
 import yaml
 
-from analyzer.drill import LIBRARY, expected_truths, scenario_paths, score
+from analyzer.drill import DEFAULT_CACHE, LIBRARY, expected_truths, scenario_paths, score
 from analyzer.replay import DRILL_END_S, drill_windows, same_time_window
 from oximeter.errors import ConfigError
 from oximeter.procs import oximeter_argv
 from simulator.scenario import load_scenario
 
 ROOT = Path(__file__).resolve().parents[2]
-CACHE = ROOT / ".oximeter" / "cache" / "drill"
+CACHE = DEFAULT_CACHE
 # Generating the library's histories on a cold cache takes minutes on 2 shared cores.
 COLD_TIMEOUT_S = 1800
 

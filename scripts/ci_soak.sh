@@ -1,0 +1,68 @@
+#!/usr/bin/env bash
+# ci_soak.sh N [--hog] [--keep]: run `make test` in N fresh clones of HEAD, one after another, as CI
+# does (a clean clone with ../shared beside it), and report each run's exit status, wall time and
+# failing tests. --hog keeps one core busy with a CPU-bound loop for the whole run (CI machines are
+# rarely quiet); --keep leaves the clones (under $TMPDIR) for inspection.
+# Last line: `ci_soak: N runs, K green, slowest M:SS`.
+set -uo pipefail
+
+usage() { echo "usage: $0 N [--hog] [--keep]" >&2; exit 2; }
+[[ $# -ge 1 && $1 =~ ^[1-9][0-9]*$ ]] || usage
+runs=$1; shift
+hog=0; keep=0
+for arg in "$@"; do
+	case $arg in
+		--hog) hog=1 ;;
+		--keep) keep=1 ;;
+		*) usage ;;
+	esac
+done
+
+repo=$(git -C "$(dirname "$0")/.." rev-parse --show-toplevel)
+shared=$(cd "$repo/.." && pwd)/shared
+head=$(git -C "$repo" rev-parse --short HEAD)
+[[ -d $shared ]] || echo "ci_soak: warning: no $shared beside the repository (tests that read it will fail)" >&2
+base=$(mktemp -d "${TMPDIR:-/tmp}/ci_soak.XXXXXX")
+hog_pid=""
+
+cleanup() {
+	[[ -n $hog_pid ]] && kill "$hog_pid" 2>/dev/null
+	[[ $keep == 1 ]] || rm -rf "$base"
+}
+trap cleanup EXIT
+trap 'exit 130' INT TERM
+
+if [[ $hog == 1 ]]; then
+	# One busy core for the whole soak; `exec` so that killing $hog_pid stops the loop itself.
+	bash -c 'exec python3 -c "while True: pass"' &
+	hog_pid=$!
+fi
+
+green=0; slowest=0
+echo "ci_soak: $runs run(s) of make test on fresh clones of $head$([[ $hog == 1 ]] && echo ', one core hogged'); in $base"
+for i in $(seq 1 "$runs"); do
+	dir="$base/run$i"
+	mkdir -p "$dir"
+	ln -s "$shared" "$dir/shared"
+	git clone -q "$repo" "$dir/main"
+	log="$dir/make-test.log"
+	start=$(date +%s)
+	(cd "$dir/main" && CI=true make test) >"$log" 2>&1 </dev/null
+	rc=$?
+	wall=$(( $(date +%s) - start ))
+	(( wall > slowest )) && slowest=$wall
+	summary=$(grep -E '^=+ .*(passed|failed|error).* in ' "$log" | tail -n 1 | tr -d '=' | sed 's/^ *//')
+	printf 'run %d: exit %d, wall %d:%02d, %s\n' "$i" "$rc" $((wall / 60)) $((wall % 60)) "${summary:-no pytest summary}"
+	if [[ $rc == 0 ]]; then
+		green=$((green + 1))
+	else
+		grep -E '^(FAILED|ERROR) ' "$log" | sed 's/^/    /' | head -n 40
+		if [[ $keep != 1 ]]; then
+			kept="${TMPDIR:-/tmp}/ci_soak_${head}_run${i}.log"
+			cp "$log" "$kept" && echo "    log: $kept"
+		fi
+	fi
+	[[ $keep == 1 ]] || rm -rf "$dir"
+done
+printf 'ci_soak: %d runs, %d green, slowest %d:%02d\n' "$runs" "$green" $((slowest / 60)) $((slowest % 60))
+[[ $green == "$runs" ]]
