@@ -1,0 +1,302 @@
+"""Generated scenario sweep: many faults nobody wrote a scenario for, replayed like the daemon.
+
+``python bench/drill_sweep.py --n 200 --seed 1 [--jobs 2]`` generates ``--n`` scenarios in the
+library's format, each with its truth: every fault kind alone, pairs of unrelated faults on
+different nodes, and fault-free stretches; with a random fleet (2-8 nodes, 4-8 GPUs, part of them
+with four or more same-model nodes), traffic from light to busy at the daily peak (weekend factors
+included), strength from near its detection limit to severe, onset at any hour, and durations from
+10 minutes to 6 hours. Each is replayed through the same pipeline as ``oximeter drill --replay``
+(histories in the shared per-user cache, so a re-run only replays).
+
+Reported per fault kind and overall: attribution (layer, entity and rule all right), time to detect
+(p50/p95), how much of the fault's duration its incident stayed open, chat messages per incident,
+and false incidents per fault-free node-day (the paging ones, warning or critical, apart); per
+kind, the weakest strength that was attributed right. The scenarios are written under
+``--out`` so a miss can be replayed alone (``oximeter drill --replay NAME --scenarios DIR``).
+
+Last line: ``sweep: scenarios=N attribution=A% coverage_p10=C% messages_median=M messages_max=X
+false_per_node_day=F paging_false=P``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import random
+import sys
+import time
+from collections.abc import Callable, Sequence
+from concurrent.futures import ProcessPoolExecutor
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import yaml
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from analyzer.drill import DEFAULT_CACHE, expected_truths  # noqa: E402
+from analyzer.incidents import NOTIFY_KINDS  # noqa: E402
+from analyzer.replay import (  # noqa: E402
+    DAY_S,
+    drill_windows,
+    history_dir,
+    replay_history,
+    same_time_window,
+    truth_matches,
+)
+from exporter.backends.base import PAGING_XIDS  # noqa: E402
+from simulator.scenario import load_scenario  # noqa: E402
+
+HOUR_S = 3600.0
+PAGING_SEVERITIES = ("critical", "warning")
+
+
+@dataclass(frozen=True)
+class Kind:
+    """How to generate one fault pattern: its faults, truth and strength range."""
+
+    name: str  # the diagnosis rule the truth names
+    layer: str
+    faults: Callable[[random.Random, float], list[dict[str, Any]]]  # strength -> fault dicts (no node/start)
+    strength: tuple[float, float]  # (weak end, severe end); weak may be the larger number
+    per_gpu: bool = False
+    entity_extra: dict[str, str] = field(default_factory=dict)
+    fixed_duration_s: float | None = None  # a one-off event (an Xid, an uncorrectable error)
+    open_ended: bool = False  # a leak has no end
+    scenario: dict[str, Any] = field(default_factory=dict)  # fleet/engine/gateway settings it needs
+
+
+def _one(kind: str) -> Callable[[random.Random, float], list[dict[str, Any]]]:
+    return lambda rng, s: [{"kind": kind, "strength": round(s, 3)}]
+
+
+def _xid(rng: random.Random, _s: float) -> list[dict[str, Any]]:
+    return [{"kind": "xid", "strength": float(rng.choice(PAGING_XIDS))}]
+
+
+def _dependency(rng: random.Random, s: float) -> list[dict[str, Any]]:
+    return [{"kind": "dependency_slow", "strength": round(s, 1)},
+            {"kind": "cache_hit_drop", "strength": round(rng.uniform(0.4, 0.8), 2)}]
+
+
+FLAT = {"daily_shape": False, "gateway": {"max_concurrency": 12}}
+KINDS: dict[str, Kind] = {k.name: k for k in (
+    Kind("thermal_throttle", "infrastructure", _one("thermal_throttle"), (0.85, 0.35), per_gpu=True),
+    Kind("ecc_storm", "infrastructure", _one("ecc_storm"), (5.0, 200.0), per_gpu=True),
+    Kind("ecc_uncorrectable", "infrastructure", _one("ecc_uncorrectable"), (1.0, 4.0), per_gpu=True,
+         fixed_duration_s=600.0),
+    Kind("xid_critical", "infrastructure", _xid, (1.0, 1.0), per_gpu=True, fixed_duration_s=60.0),
+    Kind("peer_outlier", "infrastructure", _one("gpu_slow"), (1.3, 2.5), per_gpu=True),
+    Kind("telemetry_lost", "platform", _one("telemetry_loss"), (1.0, 1.0)),
+    Kind("dependency_degraded", "dependency", _dependency, (2.0, 300.0),
+         entity_extra={"dependency": "vectordb"}, scenario=FLAT),
+    Kind("engine_leak", "engine", _one("rss_leak"), (16.0, 256.0), entity_extra={"process": "vllm"},
+         open_ended=True),
+    Kind("kv_pressure", "engine", _one("kv_shrink"), (0.3, 0.05), scenario={"base_rps": 3.0}),
+    Kind("prefix_cache_collapse", "engine", _one("prefix_cache_drop"), (0.15, 0.0),
+         scenario={"engine": {"prefill_s_per_token": 0.001}}),
+    Kind("capacity_exhausted", "scheduling", _one("traffic_spike"), (3.0, 8.0), scenario={"base_rps": 2.0}),
+    Kind("scheduling_bottleneck", "scheduling", _one("admission_limit"), (3.0, 1.0)),
+    Kind("ingress_errors", "ingress", _one("ingress_errors"), (0.02, 0.3)),
+)}
+
+
+def _duration_s(rng: random.Random, kind: Kind) -> float | None:
+    if kind.open_ended:
+        return None
+    if kind.fixed_duration_s is not None:
+        return kind.fixed_duration_s
+    # Log-uniform 10 min .. 6 h: most faults are short, some last a shift.
+    return round(math.exp(rng.uniform(math.log(600.0), math.log(6 * HOUR_S))) / 60.0) * 60.0
+
+
+def _fault_set(rng: random.Random, kind: Kind, node: str, gpus: int, end_slack_s: float
+               ) -> tuple[list[dict[str, Any]], dict[str, Any], float]:
+    weak, severe = kind.strength
+    u = rng.random()
+    strength = weak + (severe - weak) * u
+    duration = _duration_s(rng, kind)
+    span = (duration or 2 * HOUR_S) + end_slack_s
+    start = -(span + rng.uniform(0.0, 18 * HOUR_S))  # the onset at any hour before the drill's end
+    gpu = rng.randrange(gpus) if kind.per_gpu else None
+    faults = []
+    for f in kind.faults(rng, strength):
+        f = {**f, "node": node, "start": round(start), **({"gpu": gpu} if gpu is not None else {})}
+        if duration is not None:
+            f["duration"] = duration
+        faults.append(f)
+    entity = {"node": node, **({"gpu": str(gpu)} if gpu is not None else {}), **kind.entity_extra}
+    return faults, {"layer": kind.layer, "entity": entity, "rule": kind.name}, strength
+
+
+def generate(rng: random.Random, index: int) -> dict[str, Any]:
+    """One scenario document: a single fault (70 %), two unrelated faults (15 %), or none."""
+    nodes = rng.choice([2, 2, 3, 4, 4, 5, 6, 8])
+    gpus = rng.choice([4, 4, 8])
+    roll = rng.random()
+    picked = [] if roll < 0.15 else rng.sample(sorted(KINDS), 2 if roll > 0.85 else 1)
+    doc: dict[str, Any] = {"name": f"sweep_{index:04d}", "nodes": nodes, "gpus_per_node": gpus,
+                           "seed": rng.randrange(10_000), "weekend_factor": round(rng.uniform(0.6, 1.0), 2)}
+    # Light to busy: the library's own rates are 1-3 requests/s per node at the daily mean.
+    doc["base_rps"] = round(math.exp(rng.uniform(math.log(0.3), math.log(2.5))), 2)
+    for name in picked:  # a pattern that needs its fleet settings keeps them
+        for key, value in KINDS[name].scenario.items():
+            doc[key] = value
+    targets = rng.sample([f"n{i}" for i in range(1, nodes + 1)], len(picked))
+    faults, truths, strengths = [], [], []
+    for name, node in zip(picked, targets, strict=True):
+        f, truth, strength = _fault_set(rng, KINDS[name], node, gpus, end_slack_s=HOUR_S)
+        faults += f
+        truths.append(truth)
+        strengths.append(strength)
+    doc["description"] = ("Generated: " + (", ".join(f"{t['rule']} on {t['entity']['node']}" for t in truths)
+                                           or "fault-free"))
+    doc["faults"] = faults
+    doc["truth"] = truths[0] if truths else {"layer": "none", "entity": {}, "rule": "none"}
+    if len(truths) > 1:
+        doc["also"] = truths[1:]
+    doc["x_strengths"] = strengths  # read back by the report, ignored by the scenario loader
+    return doc
+
+
+def _t(text: str | None) -> float | None:
+    return None if not text else datetime.fromisoformat(text.replace("Z", "+00:00")).timestamp()
+
+
+def replay_one(path: Path, cache_dir: Path, step_s: float, interval_s: float) -> dict[str, Any]:
+    """Replay one generated scenario and measure what chat would have seen."""
+    sc = load_scenario(path)
+    expected = expected_truths(sc.truth.model_dump(), [a.model_dump() for a in sc.also])
+    incidents: list[dict[str, Any]] = []
+    faults: list[dict[str, Any]] = []
+    node_days, messages = 0.0, 0
+    per_incident: dict[str, int] = {}
+    for window in drill_windows(sc, step_s=step_s):
+        directory = history_dir(window, cache_dir, step_s)
+        yesterday = history_dir(same_time_window(window), cache_dir, step_s)
+        truth = json.loads((directory / "truth.json").read_text(encoding="utf-8"))
+        faults += truth["faults"]
+        outcome = replay_history(directory, interval_s, same_time={DAY_S: yesterday})
+        incidents += [i.to_dict() for i in outcome.incidents]
+        for change in outcome.changes:
+            if change.kind in NOTIFY_KINDS:
+                messages += 1
+                per_incident[change.incident_id] = per_incident.get(change.incident_id, 0) + 1
+        node_days += window.days * sc.nodes
+    rows, unused = [], list(incidents)
+    for exp in expected:
+        hit = next((i for i in unused if truth_matches(i, exp)), None)
+        if hit is not None:
+            unused.remove(hit)
+        mine = [f for f in faults if f["node"] == exp["entity"]["node"]]
+        start = min((f["start_epoch_s"] for f in mine), default=None)
+        ends = [f.get("end_epoch_s") for f in mine]
+        end = max((e for e in ends if e is not None), default=None)
+        row: dict[str, Any] = {"rule": exp["rule"], "right": hit is not None, "ttd_s": None, "coverage": None,
+                               "messages": per_incident.get(hit["id"], 0) if hit else None}
+        if hit is not None and start is not None:
+            opened = _t(hit.get("opened_at"))
+            row["ttd_s"] = None if opened is None else max(0.0, opened - start)
+            if end is not None and end > start and opened is not None:
+                closed = _t(hit.get("resolved_at")) or math.inf
+                row["coverage"] = max(0.0, min(end, closed) - max(start, opened)) / (end - start)
+        rows.append(row)
+    false = [{"severity": i["severity"], "rule": i["rule"], "node": i["root_cause"]["labels"].get("node")}
+             for i in unused]
+    return {"name": sc.name, "rows": rows, "false": false, "node_days": node_days, "messages": messages,
+            "incidents": len(incidents), "per_incident": list(per_incident.values())}
+
+
+def _pct(values: Sequence[float], q: float) -> float:
+    return float(np.percentile(values, q)) if values else math.nan
+
+
+def report(results: list[dict[str, Any]], strengths: dict[str, list[float]]) -> list[str]:
+    """The per-kind table and the closing line."""
+    lines = [f"{'kind':24} {'n':>4} {'right':>6} {'ttd p50':>8} {'ttd p95':>8} {'cov p10':>8} "
+             f"{'msg max':>7}  weakest right (range weak..severe)"]
+    by_kind: dict[str, list[tuple[dict[str, Any], float]]] = {}
+    for res in results:
+        for row, strength in zip(res["rows"], strengths[res["name"]], strict=True):
+            by_kind.setdefault(row["rule"], []).append((row, strength))
+    for name in sorted(KINDS):
+        got = by_kind.get(name, [])
+        rows = [r for r, _ in got]
+        right = [r for r in rows if r["right"]]
+        ttd = [r["ttd_s"] / 60 for r in right if r["ttd_s"] is not None]
+        cov = [100 * r["coverage"] for r in right if r["coverage"] is not None]
+        msgs = [r["messages"] for r in right if r["messages"] is not None]
+        weak, severe = KINDS[name].strength
+        found = [s for r, s in got if r["right"]]
+        weakest = (max(found) if weak > severe else min(found)) if found else None
+        share = f"{100 * len(right) / len(rows):.0f}%" if rows else "-"
+        lines.append(f"{name:24} {len(rows):>4} {share:>6} {_pct(ttd, 50):>7.1f}m {_pct(ttd, 95):>7.1f}m "
+                     f"{_pct(cov, 10):>7.0f}% {max(msgs, default=0):>7}  "
+                     f"{'none' if weakest is None else f'{weakest:g}'} ({weak:g}..{severe:g})")
+    rows = [r for res in results for r in res["rows"]]
+    right = [r for r in rows if r["right"]]
+    cov = [100 * r["coverage"] for r in right if r["coverage"] is not None]
+    per_incident = [m for res in results for m in res["per_incident"]]
+    false = [f for res in results for f in res["false"]]
+    node_days = sum(res["node_days"] for res in results)
+    paging = [f for f in false if f["severity"] in PAGING_SEVERITIES]
+    lines.append("false incidents: " + (", ".join(f"{f['rule']}@{f['node']} ({f['severity']})" for f in false)
+                                        or "none") + f" over {node_days:.1f} node-days")
+    lines.append(
+        f"sweep: scenarios={len(results)} attribution={100 * len(right) / max(1, len(rows)):.0f}% "
+        f"coverage_p10={_pct(cov, 10):.0f}% messages_median={_pct(per_incident, 50):.0f} "
+        f"messages_max={max(per_incident, default=0)} "
+        f"false_per_node_day={len(false) / max(node_days, 1e-9):.2f} "
+        f"paging_false={len(paging)}")
+    return lines
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Generate, replay and report."""
+    parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
+    parser.add_argument("--n", type=int, default=40, help="scenarios to generate (default 40)")
+    parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--jobs", type=int, default=2, help="scenarios replayed in parallel")
+    parser.add_argument("--out", type=Path, default=Path("/tmp/oximeter-sweep"),
+                        help="where the generated scenario files are written")
+    parser.add_argument("--cache", type=Path, default=DEFAULT_CACHE, help="history cache folder")
+    parser.add_argument("--step", type=float, default=60.0, help="history step, seconds (default 60)")
+    parser.add_argument("--interval", type=float, default=60.0, help="analyzer cycle replayed, seconds")
+    args = parser.parse_args(argv)
+    rng = random.Random(args.seed)
+    out = args.out / f"seed{args.seed}"
+    out.mkdir(parents=True, exist_ok=True)
+    paths, strengths = [], {}
+    for i in range(args.n):
+        doc = generate(rng, i)
+        strengths[doc["name"]] = doc.pop("x_strengths")
+        path = out / f"{doc['name']}.yaml"
+        path.write_text(yaml.safe_dump(doc, sort_keys=False), encoding="utf-8")
+        paths.append(path)
+    t0 = time.monotonic()
+    print(f"run at {datetime.now(UTC):%Y-%m-%d %H:%M}Z: {args.n} scenarios (seed {args.seed}) in {out}, "
+          f"step {args.step:g} s, cache {args.cache}", flush=True)
+    jobs = [(p, args.cache, args.step, args.interval) for p in paths]
+    if args.jobs > 1:
+        with ProcessPoolExecutor(max_workers=args.jobs) as pool:
+            results = list(pool.map(replay_one, *zip(*jobs, strict=True)))
+    else:
+        results = [replay_one(*job) for job in jobs]
+    for res in results:
+        misses = [r["rule"] for r in res["rows"] if not r["right"]]
+        if misses or res["false"]:
+            falses = [f["rule"] for f in res["false"]]
+            print(f"  {res['name']}: missed {misses or '-'}; false {falses or '-'}")
+    print(f"replayed in {time.monotonic() - t0:.0f} s")
+    for line in report(results, strengths):
+        print(line)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
