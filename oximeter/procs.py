@@ -94,15 +94,17 @@ class ManagedProcess:
 
     def wait_ready(self, predicate: Callable[[], object], timeout_s: float = 30.0) -> None:
         """Poll ``predicate`` until true; fail early, with the log tail, if the child dies."""
+        exited = object()  # a truthy value that ends the wait (an exception would be retried)
+
         def check() -> object:
-            if not self.running:
-                raise ProcessError(f"{self.name} exited with {self.proc and self.proc.returncode}:\n"
-                                   f"{self.log_tail()}")
-            return predicate()
+            return predicate() if self.running else exited
         try:
-            wait_until(check, timeout_s, what=f"{self.name} ready")
+            value = wait_until(check, timeout_s, what=f"{self.name} ready")
         except TimeoutError as exc:
             raise ProcessError(f"{exc}\n{self.name} log:\n{self.log_tail()}") from None
+        if value is exited:
+            raise ProcessError(f"{self.name} exited with {self.proc and self.proc.returncode}:\n"
+                               f"{self.log_tail()}")
 
     def signal(self, sig: int) -> None:
         """Send ``sig`` to the child's whole process group."""
