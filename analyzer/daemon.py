@@ -51,6 +51,7 @@ from analyzer.sources.base import ReplayClock, Source
 from analyzer.topology import Topology
 from oximeter.config import OximeterConfig, load_config
 from oximeter.errors import OximeterError
+from oximeter.ports import write_port_file
 from oximeter.secrets import read_secret
 from oximeter.store import connect
 
@@ -191,7 +192,8 @@ class Analyzer:
 
 
 async def serve(analyzer: Analyzer, interval_s: float, host: str, port: int | None,
-                token_env: str = "OXIMETER_API_TOKEN", reporting: Reporting | None = None) -> None:
+                token_env: str = "OXIMETER_API_TOKEN", reporting: Reporting | None = None,
+                port_file: str | None = None) -> None:
     """Run cycles until SIGTERM/SIGINT, with the API (and /metrics) on ``host:port``.
 
     With ``reporting``: the Alertmanager relay on the API, and outbox delivery plus the daily
@@ -213,6 +215,12 @@ async def serve(analyzer: Analyzer, interval_s: float, host: str, port: int | No
         if reporting is not None:
             reporting.mount(app)
         runner = await start_api(app, host, port)
+        if port == 0 and reporting is not None:
+            # No configuration could name the port the kernel picks: chat links use the one it got.
+            reporting.settings.api_url = f"http://{host}:{runner.addresses[0][1]}"
+        port = runner.addresses[0][1]
+        if port_file is not None:
+            write_port_file(port_file, port)
         logger.info("analyzer API on http://{}:{}", host, port)
     reporter_task = asyncio.create_task(reporting.run(stop)) if reporting is not None else None
     try:
@@ -244,6 +252,9 @@ def configure(parser: argparse.ArgumentParser) -> None:
                         help="replayed time to start at (default: the data's start)")
     parser.add_argument("--store", default=None, help="store file (default: incidents.store_path)")
     parser.add_argument("--port", type=int, default=None, help="API port (default: incidents.api_port)")
+    parser.add_argument("--port-file", metavar="PATH",
+                        help="write the API port there once listening (with --port 0 the kernel picks it, "
+                        "and chat links point at it)")
     parser.set_defaults(func=run)
 
 
@@ -307,7 +318,7 @@ def run(args: argparse.Namespace) -> int:
             return 0 if analyzer.cycle() else 1
         port = settings.api_port if args.port is None else args.port
         asyncio.run(serve(analyzer, config.analyzer.interval_s, settings.api_host, port,
-                          reporting=reporting))
+                          reporting=reporting, port_file=args.port_file))
         return 0
     finally:
         # serve() has returned, so no cycle thread or API handler still uses the connection.

@@ -43,7 +43,8 @@ from analyzer.frame import SeriesFrame
 from analyzer.signals import CATALOGUE, SignalSpec
 from analyzer.sources.prometheus import PrometheusSource
 from gateway.metrics import LATENCY_BUCKETS_S, QUEUE_WAIT_BUCKETS_S
-from oximeter.procs import ManagedProcess, free_port, http_ok
+from oximeter.ports import start_reserved
+from oximeter.procs import ManagedProcess, http_ok
 
 BENCH = Path(__file__).resolve().parent
 sys.path.insert(0, str(BENCH))
@@ -278,18 +279,22 @@ def main(argv: list[str] | None = None) -> int:
               f"1 d back ±{HALF_S / 60:g} min, step {STEP_S:g} s")
         print(f"backfill: {timings['samples'] / 1e6:.1f} M samples ({timings['openmetrics_mib']:.0f} MiB "
               f"OpenMetrics) written in {timings['write_s']:.0f} s, promtool {timings['promtool_s']:.0f} s")
-        port = free_port()
         config = workdir / "prometheus.yml"
         config.write_text("global: {}\n", encoding="utf-8")
-        argv = ["prometheus", f"--config.file={config}", f"--storage.tsdb.path={data}",
-                f"--web.listen-address=127.0.0.1:{port}", "--storage.tsdb.retention.time=30d"]
-        prom = ManagedProcess("prometheus", argv, workdir / "logs")
-        url = f"http://127.0.0.1:{port}"
-        with prom:
-            t0 = time.perf_counter()
-            prom.wait_ready(lambda: http_ok(f"{url}/-/ready"), timeout_s=120)
+
+        def start(port: int) -> ManagedProcess:
+            return ManagedProcess("prometheus", [
+                "prometheus", f"--config.file={config}", f"--storage.tsdb.path={data}",
+                f"--web.listen-address=127.0.0.1:{port}", "--storage.tsdb.retention.time=30d"],
+                workdir / "logs").start()
+        t0 = time.perf_counter()
+        prom, port = start_reserved(start, lambda port: http_ok(f"http://127.0.0.1:{port}/-/ready"),
+                                    timeout_s=120)
+        try:
             print(f"prometheus ready in {time.perf_counter() - t0:.1f} s")
-            rows = list(measure(url, now, args.cycles))
+            rows = list(measure(f"http://127.0.0.1:{port}", now, args.cycles))
+        finally:
+            prom.stop()
         rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     print("| cycle | series | queries | wall s | CPU s | HTTP s | decode s | decode CPU s | compute s "
           "| events |")

@@ -26,7 +26,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import psutil
 
-from oximeter.procs import ManagedProcess, free_port, http_ok, oximeter_argv
+from oximeter.ports import wait_port, wait_ports
+from oximeter.procs import ManagedProcess, http_ok, oximeter_argv
 from simulator.traffic import RequestBuilder, RequestMix, Result, closed_loop
 
 MODEL = "bench-model"
@@ -81,8 +82,7 @@ def cpu_s(proc: ManagedProcess) -> float:
 
 def scenario(decode_s: float, args: argparse.Namespace, tmp: Path) -> None:
     """One simulator + gateway pair; alternating direct/gateway rounds; one table row per mode."""
-    sim_port, gw_port = free_port(), free_port()
-    sim_url, gw_url = f"http://127.0.0.1:{sim_port}", f"http://127.0.0.1:{gw_port}"
+    sim_ports, gw_port_file = tmp / f"simulator-{decode_s}.port", tmp / f"gateway-{decode_s}.port"
     sim = ManagedProcess(
         f"simulator-{decode_s}",
         oximeter_argv(
@@ -91,7 +91,9 @@ def scenario(decode_s: float, args: argparse.Namespace, tmp: Path) -> None:
             "sim",
             "serve",
             "--port",
-            str(sim_port),
+            "0",
+            "--port-file",
+            str(sim_ports),
             "--nodes",
             "1",
             "--model",
@@ -107,46 +109,51 @@ def scenario(decode_s: float, args: argparse.Namespace, tmp: Path) -> None:
         ),
         tmp,
     )
-    gateway = ManagedProcess(
-        f"gateway-{decode_s}",
-        oximeter_argv(
-            "--log-level",
-            args.gateway_log_level,
-            "gateway",
-            "--upstream",
-            sim_url,
-            "--port",
-            str(gw_port),
-            "--max-concurrency",
-            str(2 * args.concurrency),
-            "--max-queue",
-            str(8 * args.concurrency),
-        ),
-        tmp,
-    )
-    with sim, gateway:
-        sim.wait_ready(lambda: http_ok(f"{sim_url}/health"))
-        gateway.wait_ready(lambda: http_ok(f"{gw_url}/health/ready"))
-        for stream in (False, True):
-            warm = argparse.Namespace(**{**vars(args), "requests": args.concurrency * 4})
-            for url in (sim_url, gw_url):  # open connections and warm caches once per mode
-                measure(url, stream, warm)
-            direct_runs: list[Run] = []
-            gateway_runs: list[Run] = []
-            gateway_cpu_s = 0.0
-            for _ in range(args.rounds):
-                direct_runs.append(measure(sim_url, stream, args))
-                before = cpu_s(gateway)
-                gateway_runs.append(measure(gw_url, stream, args))
-                gateway_cpu_s += cpu_s(gateway) - before
-            d, g = median_run(direct_runs), median_run(gateway_runs)
-            cpu_us = gateway_cpu_s / (args.rounds * args.requests) * 1e6
-            print(
-                f"| {decode_s * 1e3:g} ms | {'streaming' if stream else 'non-streaming'} | {d.rps:.0f} "
-                f"| {g.rps:.0f} | {g.rps / d.rps:.3f} | {d.p50_ms:.2f} | {g.p50_ms - d.p50_ms:+.2f} "
-                f"| {d.p99_ms:.2f} | {g.p99_ms - d.p99_ms:+.2f} | {cpu_us:.0f} | {d.errors + g.errors} |",
-                flush=True,
-            )
+    with sim:
+        sim_url = f"http://127.0.0.1:{wait_ports(sim, sim_ports)['n1']}"
+        gateway = ManagedProcess(
+            f"gateway-{decode_s}",
+            oximeter_argv(
+                "--log-level",
+                args.gateway_log_level,
+                "gateway",
+                "--upstream",
+                sim_url,
+                "--port",
+                "0",
+                "--port-file",
+                str(gw_port_file),
+                "--max-concurrency",
+                str(2 * args.concurrency),
+                "--max-queue",
+                str(8 * args.concurrency),
+            ),
+            tmp,
+        )
+        with gateway:
+            gw_url = f"http://127.0.0.1:{wait_port(gateway, gw_port_file)}"
+            sim.wait_ready(lambda: http_ok(f"{sim_url}/health"))
+            gateway.wait_ready(lambda: http_ok(f"{gw_url}/health/ready"))
+            for stream in (False, True):
+                warm = argparse.Namespace(**{**vars(args), "requests": args.concurrency * 4})
+                for url in (sim_url, gw_url):  # open connections and warm caches once per mode
+                    measure(url, stream, warm)
+                direct_runs: list[Run] = []
+                gateway_runs: list[Run] = []
+                gateway_cpu_s = 0.0
+                for _ in range(args.rounds):
+                    direct_runs.append(measure(sim_url, stream, args))
+                    before = cpu_s(gateway)
+                    gateway_runs.append(measure(gw_url, stream, args))
+                    gateway_cpu_s += cpu_s(gateway) - before
+                d, g = median_run(direct_runs), median_run(gateway_runs)
+                cpu_us = gateway_cpu_s / (args.rounds * args.requests) * 1e6
+                print(
+                    f"| {decode_s * 1e3:g} ms | {'streaming' if stream else 'non-streaming'} | {d.rps:.0f} "
+                    f"| {g.rps:.0f} | {g.rps / d.rps:.3f} | {d.p50_ms:.2f} | {g.p50_ms - d.p50_ms:+.2f} "
+                    f"| {d.p99_ms:.2f} | {g.p99_ms - d.p99_ms:+.2f} | {cpu_us:.0f} | {d.errors + g.errors} |",
+                    flush=True,
+                )
 
 
 def main() -> int:

@@ -28,6 +28,7 @@ from exporter.host import ProcessMemory
 from exporter.queues import RedisQueues, read_password
 from exporter.settings import BACKEND_NAMES, NAMINGS, ExporterSettings, QueueSpec
 from oximeter.errors import ConfigError
+from oximeter.ports import write_port_file
 
 log = logging.getLogger("exporter")
 DEFAULT_CONFIG_PATH = Path("oximeter.yaml")
@@ -40,6 +41,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--node", help="node label (default: this host's name)")
     parser.add_argument("--host", help="address to listen on (default: 127.0.0.1)")
     parser.add_argument("--port", type=int, help="port to listen on (default: 9400)")
+    parser.add_argument("--port-file", metavar="PATH",
+                        help="write the port there once listening (with --port 0 the kernel picks it)")
     parser.add_argument("--naming", choices=NAMINGS, help="dcgm: also export dcgm-exporter names")
     parser.add_argument("--process", action="append", metavar="NAME",
                         help="inference process to report RSS for (repeatable; default: vllm)")
@@ -144,8 +147,11 @@ def run(args: argparse.Namespace) -> int:
               file=sys.stderr)
         backend.close()
         return 1
+    port = int(server.server_address[1])
+    if getattr(args, "port_file", None):
+        write_port_file(args.port_file, port)
     log.info("exporter (%s backend, node %s) on http://%s:%d/metrics",
-             backend.name, node, settings.host, settings.port)
+             backend.name, node, settings.host, port)
     try:
         stop.wait()
     finally:

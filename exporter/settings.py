@@ -77,8 +77,8 @@ class ExporterSettings:
         if self.naming not in NAMINGS:
             raise ValueError(f"naming: must be one of {', '.join(NAMINGS)}, got {self.naming!r}")
         _check_type("port", self.port, int)
-        if not 1 <= self.port <= 65535:
-            raise ValueError(f"port: must be between 1 and 65535, got {self.port}")
+        if not 0 <= self.port <= 65535:  # 0: the kernel picks one (see --port-file)
+            raise ValueError(f"port: must be between 0 and 65535, got {self.port}")
         for key in ("sim_timeout_s", "gpu_timeout_s", "redis_timeout_s"):
             value = getattr(self, key)
             _check_type(key, value, (int, float))

@@ -17,6 +17,7 @@ from gateway.logsink import RequestLog, setup_gateway_logging
 from gateway.settings import GatewaySettings
 from oximeter.config import load_config
 from oximeter.errors import ConfigError
+from oximeter.ports import write_port_file
 
 # flag -> settings field; None defaults mean "keep the configured value".
 _FLAGS: tuple[tuple[str, str, type, str], ...] = (
@@ -52,6 +53,12 @@ def configure(parser: argparse.ArgumentParser) -> None:
         help="allowed model label value (repeatable; default: the upstream's /v1/models)",
     )
     parser.add_argument(
+        "--port-file",
+        default=None,
+        metavar="PATH",
+        help="write the port listened on there once listening (with --port 0 the kernel picks it)",
+    )
+    parser.add_argument(
         "--no-warmup",
         dest="warmup",
         action="store_false",
@@ -75,7 +82,9 @@ def resolve_settings(args: argparse.Namespace) -> GatewaySettings:
         raise ConfigError(problems, "<command line>") from None
 
 
-async def serve(settings: GatewaySettings, request_log: RequestLog | None = None) -> None:
+async def serve(
+    settings: GatewaySettings, request_log: RequestLog | None = None, port_file: str | None = None
+) -> None:
     """Serve until SIGTERM or SIGINT, then close the listener and the upstream pool."""
     gateway = Gateway(settings, request_log)
     # handler_cancellation: a client that disconnects cancels its handler, which is how a queued
@@ -84,10 +93,13 @@ async def serve(settings: GatewaySettings, request_log: RequestLog | None = None
     await runner.setup()
     site = web.TCPSite(runner, settings.host, settings.port, backlog=1024)
     await site.start()
+    port = runner.addresses[0][1]
+    if port_file is not None:
+        write_port_file(port_file, port)
     logger.info(
         "gateway listening",
         host=settings.host,
-        port=settings.port,
+        port=port,
         upstream=settings.upstream,
         service=settings.service,
         node=settings.node,
@@ -123,7 +135,7 @@ def run(args: argparse.Namespace) -> int:
     sink, request_log = setup_gateway_logging(args.log_level)
     try:
         with asyncio.Runner(loop_factory=_new_loop) as runner:
-            runner.run(serve(settings, request_log))
+            runner.run(serve(settings, request_log, args.port_file))
     finally:
         sink.stop()
     return 0

@@ -12,7 +12,7 @@ class GatewaySettings(BaseModel):
 
     upstream: str = "http://127.0.0.1:8100"
     host: str = "127.0.0.1"
-    port: int = Field(8000, ge=1, le=65535)
+    port: int = Field(8000, ge=0, le=65535)  # 0: the kernel picks one
     service: str = "llm"
     node: str = "local"
     # Bounded label values (ARCHITECTURE "Topology and labels"): anything else becomes "other".

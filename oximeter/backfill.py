@@ -23,7 +23,8 @@ from typing import Any
 import yaml
 
 from oximeter.errors import OximeterError
-from oximeter.procs import ManagedProcess, free_port, http_ok, oximeter_argv
+from oximeter.ports import start_reserved
+from oximeter.procs import ManagedProcess, http_ok, oximeter_argv
 
 
 class BackfillError(OximeterError):
@@ -144,16 +145,20 @@ def _backfill_rules(blocks: Path, rules_out: Path, start: float, end: float, ste
     shutil.copytree(blocks, reader_dir)  # the reader's own WAL and compactions stay out of ``blocks``
     config = rules_out.parent / "reader.yml"
     config.write_text("global: {}\n", encoding="utf-8")
-    port = free_port()
-    reader = ManagedProcess("backfill-reader", [
-        prometheus, f"--config.file={config}", f"--storage.tsdb.path={reader_dir}",
-        f"--web.listen-address=127.0.0.1:{port}", "--storage.tsdb.retention.time=3650d",
-    ], logs)
-    with reader:
-        reader.wait_ready(lambda: http_ok(f"http://127.0.0.1:{port}/-/ready"), timeout_s=60)
+
+    def launch(port: int) -> ManagedProcess:
+        return ManagedProcess("backfill-reader", [
+            prometheus, f"--config.file={config}", f"--storage.tsdb.path={reader_dir}",
+            f"--web.listen-address=127.0.0.1:{port}", "--storage.tsdb.retention.time=3650d",
+        ], logs).start()
+
+    reader, port = start_reserved(launch, lambda port: http_ok(f"http://127.0.0.1:{port}/-/ready"))
+    try:
         _run("rules", [promtool, "tsdb", "create-blocks-from", "rules", f"--start={start:.0f}",
                        f"--end={end:.0f}", f"--url=http://127.0.0.1:{port}", f"--output-dir={rules_out}",
                        f"--eval-interval={step_s:g}s", "--quiet", *map(str, rule_files)], logs, timeout_s)
+    finally:
+        reader.stop()
     shutil.rmtree(reader_dir)
     for block in sorted(rules_out.iterdir()) if rules_out.exists() else []:
         if (block / "meta.json").is_file():

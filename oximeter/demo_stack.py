@@ -85,14 +85,14 @@ def analyzer_addon(workspace: Path, chat_url: str, token_file: Path, *, scale: f
                    name: str = "analyzer", **config: Any) -> Addon:
     """``oximeter analyze`` as a stack add-on: scraped by Prometheus, Alertmanager's webhook target.
 
-    Its config is written when the stack knows Prometheus's URL (``argv`` is called then).
+    Its config is written when the stack knows Prometheus's URL (``argv`` is called then). Its API
+    binds port 0 and reports the port in ``port_file`` (chat links follow it, see ``oximeter analyze``).
     """
-    def argv(ep: Endpoints, port: int) -> list[str]:
+    def argv(ep: Endpoints, port_file: Path) -> list[str]:
         path = workspace / ("oximeter.yaml" if name == "analyzer" else f"{name}.yaml")
-        doc = analyzer_config(workspace, ep.prometheus, scale=scale,
-                              api_url=f"http://127.0.0.1:{port}", **config)
+        doc = analyzer_config(workspace, ep.prometheus, scale=scale, **config)
         path.write_text(yaml.safe_dump(doc, sort_keys=False), encoding="utf-8")
-        return oximeter_argv("--config", str(path), "analyze", "--port", str(port))
+        return oximeter_argv("--config", str(path), "analyze", "--port", "0", "--port-file", str(port_file))
 
     return Addon(name=name, argv=argv, ready_path="/metrics", scrape_job=ANALYZER_JOB,
                  webhook_path="/api/alertmanager",

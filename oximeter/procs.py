@@ -1,4 +1,4 @@
-"""Child processes on free loopback ports, polled with deadlines and always stopped.
+"""Child processes, polled with deadlines and always stopped (their ports: ``oximeter/ports.py``).
 
 Used by the demo and by the test fixtures, so both start servers the same way.
 """
@@ -8,7 +8,6 @@ from __future__ import annotations
 import contextlib
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -24,13 +23,6 @@ from oximeter.errors import OximeterError
 
 class ProcessError(OximeterError):
     """A child process failed to start or to become ready in time."""
-
-
-def free_port(host: str = "127.0.0.1") -> int:
-    """A TCP port that was free a moment ago (the OS picks it)."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind((host, 0))
-        return int(sock.getsockname()[1])
 
 
 def wait_until(predicate: Callable[[], object], timeout_s: float, interval_s: float = 0.05,
@@ -71,11 +63,13 @@ class ManagedProcess:
         self.cwd = cwd
         self.proc: subprocess.Popen[bytes] | None = None
         self._log: IO[bytes] | None = None
+        self._log_start = 0  # where this run's output begins in an appended log
 
     def start(self) -> ManagedProcess:
         """Start the process in its own process group (so its children stop with it)."""
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         self._log = self.log_path.open("ab")
+        self._log_start = self._log.tell()
         full_env = {**os.environ, **(self.env or {})}
         self.proc = subprocess.Popen(
             self.argv, stdout=self._log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
@@ -89,23 +83,28 @@ class ManagedProcess:
         return self.proc is not None and self.proc.poll() is None
 
     def log_tail(self, lines: int = 30) -> str:
-        """The last lines of the child's output, for error messages."""
+        """The last lines of the child's output (this run's), for error messages."""
         try:
-            return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
+            with self.log_path.open("rb") as log:
+                log.seek(self._log_start)
+                text = log.read().decode(errors="replace")
         except OSError:
             return ""
+        return "\n".join(text.splitlines()[-lines:])
 
     def wait_ready(self, predicate: Callable[[], object], timeout_s: float = 30.0) -> None:
         """Poll ``predicate`` until true; fail early, with the log tail, if the child dies."""
+        exited = object()  # a truthy value that ends the wait (an exception would be retried)
+
         def check() -> object:
-            if not self.running:
-                raise ProcessError(f"{self.name} exited with {self.proc and self.proc.returncode}:\n"
-                                   f"{self.log_tail()}")
-            return predicate()
+            return predicate() if self.running else exited
         try:
-            wait_until(check, timeout_s, what=f"{self.name} ready")
+            value = wait_until(check, timeout_s, what=f"{self.name} ready")
         except TimeoutError as exc:
             raise ProcessError(f"{exc}\n{self.name} log:\n{self.log_tail()}") from None
+        if value is exited:
+            raise ProcessError(f"{self.name} exited with {self.proc and self.proc.returncode}:\n"
+                               f"{self.log_tail()}")
 
     def signal(self, sig: int) -> None:
         """Send ``sig`` to the child's whole process group."""

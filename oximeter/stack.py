@@ -1,14 +1,18 @@
-"""The whole local stack on 127.0.0.1 free ports in one workspace, for the demo and the live tests.
+"""The whole local stack on 127.0.0.1 in one workspace, for the demo and the live tests.
 
 Start order follows the dependencies, each step polled until ready: (backfill) → Redis →
 simulator → one exporter and one gateway per node → Alertmanager → Prometheus (every target up)
-→ add-ons (the analyzer daemon, a chat sink: issue 8) → traffic. ``stop()`` goes in reverse, and
+→ add-ons (the analyzer daemon) → Alertmanager and Prometheus reloaded with the add-ons' webhook and
+scrape targets → traffic. No port is chosen before it is bound (``oximeter/ports.py``): each step
+learns its ports as it starts, and every configuration naming a port is written after that port is
+known. ``stop()`` goes in reverse, and
 ``start()`` stops what it started when a step fails, so nothing outlives an error or Ctrl-C.
 Missing binaries are reported before anything starts, pointing at ``make doctor``.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import os
 import secrets
@@ -28,7 +32,8 @@ from alert_rules import rule_files
 from alert_rules.scale import format_duration, write_scaled_rules
 from oximeter.backfill import BackfillResult, BackfillSpec, build_backfill
 from oximeter.errors import OximeterError
-from oximeter.procs import ManagedProcess, free_port, http_ok, oximeter_argv, wait_until
+from oximeter.ports import start_reserved, wait_port, wait_ports
+from oximeter.procs import ManagedProcess, http_ok, oximeter_argv, wait_until
 from oximeter.stack_config import (
     ANALYZER_JOB,
     ENGINE_JOB,
@@ -68,27 +73,6 @@ def find_binaries(roles: list[str], search_path: str | None = None) -> dict[str,
         raise StackError(f"missing binaries: {', '.join(missing)}; run `make doctor` to see what is "
                          "installed and `make setup` to install them")
     return found
-
-
-def _port_block(count: int, attempts: int = 50) -> int:
-    """A first port such that ``count`` consecutive ports were free (the simulator's engines)."""
-    for _ in range(attempts):
-        base = free_port()
-        if base + count > 65535:
-            continue
-        socks = []
-        try:
-            for port in range(base, base + count):
-                sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-                socks.append(sock)
-                sock.bind(("127.0.0.1", port))
-            return base
-        except OSError:
-            continue
-        finally:
-            for sock in socks:
-                sock.close()
-    raise StackError(f"no {count} consecutive free ports on 127.0.0.1")
 
 
 class Stack:
@@ -168,50 +152,72 @@ class Stack:
                                                                promtool=bins["promtool"],
                                                                prometheus=bins["prometheus"]))
             self.backfill.install(prom_dir / "data")
-        sim_port = _port_block(opts.nodes)
-        engines = {n: f"http://127.0.0.1:{sim_port + i}" for i, n in enumerate(self.nodes)}
-        exporters = {n: f"http://127.0.0.1:{free_port()}" for n in self.nodes}
-        gateways = {n: f"http://127.0.0.1:{free_port()}" for n in self.nodes}
-        addons = {a.name: f"http://127.0.0.1:{free_port()}" for a in opts.addons}
-        redis_port = free_port() if opts.redis else None
-        am_url = f"http://127.0.0.1:{free_port()}" if opts.alertmanager else None
-        self.endpoints = ep = Endpoints(
+        redis = None
+        if opts.redis:
+            redis = self._timed("redis", "redis", lambda: self._start_redis(bins["redis"]))
+        engines = self._timed("simulator", f"{opts.nodes} simulated engines", self._start_simulator)
+        exporters, gateways = self._timed(
+            "exporters+gateways", f"{opts.nodes} exporters and {opts.nodes} gateways",
+            lambda: self._start_node_services(engines, redis))
+        self.endpoints = Endpoints(
             simulator=engines[self.nodes[0]], engines=engines, exporters=exporters, gateways=gateways,
-            prometheus=f"http://127.0.0.1:{free_port()}", alertmanager=am_url,
-            redis=f"redis://127.0.0.1:{redis_port}" if redis_port else None, addons=addons)
-
-        if redis_port is not None:
-            self._timed("redis", f"redis on :{redis_port}",
-                        lambda: self._start_redis(bins["redis"], redis_port))
-        self._timed("simulator", f"{opts.nodes} simulated engines from :{sim_port}", self._start_simulator)
-        self._timed("exporters+gateways", f"{opts.nodes} exporters and {opts.nodes} gateways",
-                    self._start_node_services)
-        if am_url is not None:
-            self._timed("alertmanager", f"alertmanager on {am_url}",
-                        lambda: self._start_alertmanager(bins["alertmanager"], am_url))
-        self._timed("prometheus", f"prometheus on {ep.prometheus}",
-                    lambda: self._start_prometheus(bins["prometheus"], prom_dir))
+            prometheus="", alertmanager=None, redis=redis, addons={})
+        if opts.alertmanager:
+            am_url = self._timed("alertmanager", "alertmanager",
+                                 lambda: self._start_alertmanager(bins["alertmanager"]))
+            self.endpoints = dataclasses.replace(self.endpoints, alertmanager=am_url)
+        prom_url = self._timed("prometheus", "prometheus",
+                               lambda: self._start_prometheus(bins["prometheus"], prom_dir))
+        self.endpoints = ep = dataclasses.replace(self.endpoints, prometheus=prom_url)
         for addon in opts.addons:
-            self._timed(addon.name, f"{addon.name} on {addons[addon.name]}",
-                        lambda addon=addon: self._start_addon(addon))  # type: ignore[misc]
+            self._timed(addon.name, addon.name, lambda addon=addon: self._start_addon(addon))  # type: ignore[misc]
+        if opts.addons:
+            self._timed("reload", "alertmanager and prometheus told the add-ons' ports", self._reload)
         self._timed("traffic", f"traffic {opts.traffic_rps_per_node * opts.nodes:g} req/s",
                     self._start_traffic)
+        assert ep is self.endpoints
 
-    def _start_simulator(self) -> None:
-        opts, ep = self.options, self.endpoints
-        assert ep is not None
-        self._launch("simulator", oximeter_argv(
-            "sim", "serve", "--port", _port(ep.simulator), "--nodes", str(opts.nodes),
+    def _port_file(self, name: str) -> Path:
+        """Where child ``name`` writes the port it bound (none left from an earlier run)."""
+        path = self.workspace / "ports" / f"{name}.json"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.unlink(missing_ok=True)
+        return path
+
+    def _start_simulator(self) -> dict[str, str]:
+        opts = self.options
+        port_file = self._port_file("simulator")
+        proc = self._launch("simulator", oximeter_argv(
+            "sim", "serve", "--port", "0", "--port-file", str(port_file), "--nodes", str(opts.nodes),
             "--gpus-per-node", str(opts.gpus_per_node), "--seed", str(opts.seed), "--model", opts.model,
-            "--dependency-latency-s", str(opts.dependency_latency_s)),
-            lambda: all(http_ok(f"{url}/health") for url in ep.engines.values()),
+            "--dependency-latency-s", str(opts.dependency_latency_s)), None,
             env={TOKEN_ENV: self.admin_token})
+        ports = wait_ports(proc, port_file)
+        engines = {n: f"http://127.0.0.1:{ports[n]}" for n in self.nodes}
+        proc.wait_ready(lambda: all(http_ok(f"{url}/health") for url in engines.values()), 60)
+        return engines
 
     def _start_addon(self, addon: Addon) -> None:
         assert self.endpoints is not None
-        url = self.endpoints.addons[addon.name]
-        ready = (lambda: http_ok(f"{url}{addon.ready_path}")) if addon.ready_path else None
-        self._launch(addon.name, addon.argv(self.endpoints, int(_port(url))), ready, env=addon.env)
+        port_file = self._port_file(addon.name)
+        proc = self._launch(addon.name, addon.argv(self.endpoints, port_file), None, env=addon.env)
+        url = self.endpoints.addons[addon.name] = f"http://127.0.0.1:{wait_port(proc, port_file)}"
+        if addon.ready_path:
+            proc.wait_ready(functools.partial(http_ok, f"{url}{addon.ready_path}"), 60)
+
+    def _reload(self) -> None:
+        """Alertmanager and Prometheus, started before the add-ons, now told where they listen."""
+        ep = self.endpoints
+        assert ep is not None
+        urls = [ep.prometheus]
+        if ep.alertmanager is not None:
+            self._write_alertmanager_config()
+            urls.append(ep.alertmanager)
+        self._write_prometheus_config()
+        for url in urls:
+            reply = requests.post(f"{url}/-/reload", timeout=30)
+            if not reply.ok:
+                raise StackError(f"reloading {url} failed: {reply.status_code} {reply.text.strip()}")
 
     def _start_traffic(self) -> None:
         opts, ep = self.options, self.endpoints
@@ -224,53 +230,65 @@ class Stack:
             "--start-hour", f"{now.hour + now.minute / 60:.3f}", "--stream-ratio", str(opts.stream_ratio),
             "--duration", str(10 * 365 * 86400), "--seed", str(opts.seed)), None)
 
-    def _start_node_services(self) -> None:
+    def _start_node_services(self, engines: dict[str, str],
+                             redis: str | None) -> tuple[dict[str, str], dict[str, str]]:
         """Every node's exporter and gateway, started together and then polled (they are independent)."""
-        opts, ep = self.options, self.endpoints
-        assert ep is not None
-        started: list[tuple[ManagedProcess, str]] = []
+        opts = self.options
+        started: dict[tuple[str, str], tuple[ManagedProcess, Path]] = {}
         for node in self.nodes:
-            queue = ["--redis-url", ep.redis, "--queue", f"jobs=oximeter:jobs:{node}"] if ep.redis else []
-            started.append((self._launch(f"exporter-{node}", oximeter_argv(
-                "exporter", "--backend", "sim", "--sim-url", ep.simulator, "--node", node,
-                "--host", "127.0.0.1", "--port", _port(ep.exporters[node]), *queue), None),
-                f"{ep.exporters[node]}/metrics"))
-            started.append((self._launch(f"gateway-{node}", oximeter_argv(
-                "gateway", "--upstream", ep.engines[node], "--host", "127.0.0.1",
-                "--port", _port(ep.gateways[node]),
+            queue = ["--redis-url", redis, "--queue", f"jobs=oximeter:jobs:{node}"] if redis else []
+            port_file = self._port_file(f"exporter-{node}")
+            started["exporter", node] = (self._launch(f"exporter-{node}", oximeter_argv(
+                "exporter", "--backend", "sim", "--sim-url", engines[self.nodes[0]], "--node", node,
+                "--host", "127.0.0.1", "--port", "0", "--port-file", str(port_file), *queue), None),
+                port_file)
+            port_file = self._port_file(f"gateway-{node}")
+            started["gateway", node] = (self._launch(f"gateway-{node}", oximeter_argv(
+                "gateway", "--upstream", engines[node], "--host", "127.0.0.1", "--port", "0",
+                "--port-file", str(port_file),
                 "--service", opts.service, "--node", node, "--max-concurrency", str(opts.max_concurrency),
                 "--max-queue", str(opts.max_queue), "--max-queue-wait", str(opts.max_queue_wait_s)), None),
-                f"{ep.gateways[node]}/health/ready"))
-        for proc, url in started:
-            proc.wait_ready(functools.partial(http_ok, url), timeout_s=60)
+                port_file)
+        urls = {key: f"http://127.0.0.1:{wait_port(proc, port_file)}"
+                for key, (proc, port_file) in started.items()}
+        for (kind, node), (proc, _) in started.items():
+            path = "/metrics" if kind == "exporter" else "/health/ready"
+            proc.wait_ready(functools.partial(http_ok, f"{urls[kind, node]}{path}"), timeout_s=60)
+        return ({n: urls["exporter", n] for n in self.nodes}, {n: urls["gateway", n] for n in self.nodes})
 
-    def _start_redis(self, binary: str, port: int) -> None:
+    def _start_redis(self, binary: str) -> str:
         data = self.workspace / "redis"
         data.mkdir(parents=True, exist_ok=True)
 
-        def ping() -> bool:
+        def ping(port: int) -> bool:
             with socket.create_connection(("127.0.0.1", port), timeout=1) as sock:
                 sock.sendall(b"PING\r\n")
                 return sock.recv(16).startswith(b"+PONG")
-        self._launch("redis", [binary, "--bind", "127.0.0.1", "--port", str(port), "--save", "",
-                               "--appendonly", "no", "--dir", str(data)], ping)
+        _, port = start_reserved(lambda port: self._launch(
+            "redis", [binary, "--bind", "127.0.0.1", "--port", str(port), "--save", "", "--appendonly", "no",
+                      "--dir", str(data)], None), ping)
+        return f"redis://127.0.0.1:{port}"
 
-    def _start_alertmanager(self, binary: str, url: str) -> None:
+    def _write_alertmanager_config(self) -> Path:
         opts, ep = self.options, self.endpoints
         assert ep is not None
-        hooks = [a for a in opts.addons if a.webhook_path]
+        hooks = [a for a in opts.addons if a.webhook_path and a.name in ep.addons]
         webhook = Webhook(f"{ep.addons[hooks[0].name]}{hooks[0].webhook_path}",
                           opts.relay_token_file) if hooks else None
-        config = write_yaml(self.workspace / "alertmanager.yml", alertmanager_config(
+        return write_yaml(self.workspace / "alertmanager.yml", alertmanager_config(
             group_wait_s=opts.alert_group_wait_s, group_interval_s=opts.alert_group_interval_s,
             repeat_interval_s=opts.alert_repeat_interval_s, webhook=webhook))
-        # An empty cluster address switches gossip off: nothing listens beyond the one loopback port.
-        self._launch("alertmanager", [
-            binary, f"--config.file={config}", f"--storage.path={self.workspace / 'alertmanager'}",
-            f"--web.listen-address=127.0.0.1:{_port(url)}", "--cluster.listen-address="],
-            lambda: http_ok(f"{url}/-/ready"))
 
-    def _start_prometheus(self, binary: str, prom_dir: Path) -> None:
+    def _start_alertmanager(self, binary: str) -> str:
+        config = self._write_alertmanager_config()  # the webhook follows once the add-ons listen
+        # An empty cluster address switches gossip off: nothing listens beyond the one loopback port.
+        _, port = start_reserved(lambda port: self._launch("alertmanager", [
+            binary, f"--config.file={config}", f"--storage.path={self.workspace / 'alertmanager'}",
+            f"--web.listen-address=127.0.0.1:{port}", "--cluster.listen-address="], None),
+            lambda port: http_ok(f"http://127.0.0.1:{port}/-/ready"))
+        return f"http://127.0.0.1:{port}"
+
+    def _write_prometheus_config(self) -> Path:
         opts, ep = self.options, self.endpoints
         assert ep is not None
         if opts.time_scale != 1.0:
@@ -284,24 +302,36 @@ class Stack:
         targets += [Target(EXPORTER_JOB, _hostport(ep.exporters[n]), stable_instance(EXPORTER_JOB, n))
                     for n in self.nodes]
         targets += [Target(a.scrape_job, _hostport(ep.addons[a.name]), f"{a.name}:{a.scrape_job}")
-                    for a in opts.addons if a.scrape_job]
-        config = write_yaml(self.workspace / "prometheus.yml", prometheus_config(
+                    for a in opts.addons if a.scrape_job and a.name in ep.addons]
+        return write_yaml(self.workspace / "prometheus.yml", prometheus_config(
             targets, rules, scrape_interval_s=opts.scrape_interval_s, eval_interval_s=opts.eval_interval_s,
             alertmanager=_hostport(ep.alertmanager) if ep.alertmanager else None))
-        argv = [binary, f"--config.file={config}", f"--storage.tsdb.path={prom_dir / 'data'}",
-                f"--web.listen-address={_hostport(ep.prometheus)}", "--storage.tsdb.retention.time=30d"]
-        if opts.lookback_delta_s is not None:
-            argv.append(f"--query.lookback-delta={format_duration(opts.lookback_delta_s)}")
+
+    def _start_prometheus(self, binary: str, prom_dir: Path) -> str:
+        opts = self.options
+        config = self._write_prometheus_config()  # the add-ons' targets follow once they listen
+
+        def argv(port: int) -> list[str]:
+            # The lifecycle API (loopback only) is how the add-ons' targets are loaded later.
+            args = [binary, f"--config.file={config}", f"--storage.tsdb.path={prom_dir / 'data'}",
+                    f"--web.listen-address=127.0.0.1:{port}", "--storage.tsdb.retention.time=30d",
+                    "--web.enable-lifecycle"]
+            if opts.lookback_delta_s is not None:
+                args.append(f"--query.lookback-delta={format_duration(opts.lookback_delta_s)}")
+            return args
         self.prometheus_started_s = time.time()
-        self._launch("prometheus", argv, lambda: http_ok(f"{ep.prometheus}/-/ready"))
+        _, port = start_reserved(lambda port: self._launch("prometheus", argv(port), None),
+                                 lambda port: http_ok(f"http://127.0.0.1:{port}/-/ready"))
+        url = f"http://127.0.0.1:{port}"
         core = {ENGINE_JOB, GATEWAY_JOB, EXPORTER_JOB}  # add-ons start after Prometheus
 
         def all_up() -> bool:
-            reply = requests.get(f"{ep.prometheus}/api/v1/targets", timeout=5).json()
+            reply = requests.get(f"{url}/api/v1/targets", timeout=5).json()
             active = reply["data"]["activeTargets"]
             mine = [t for t in active if t["labels"]["job"] in core]
             return len(mine) == 3 * len(self.nodes) and all(t["health"] == "up" for t in mine)
         wait_until(all_up, 60, interval_s=0.2, what="every scrape target up")
+        return url
 
     # -- helpers for the demo and tests -----------------------------------------------------
     def query(self, promql: str, at_s: float | None = None) -> list[dict[str, Any]]:
@@ -351,10 +381,6 @@ class Stack:
 
 def _hostport(url: str) -> str:
     return url.split("://", 1)[1].rstrip("/")
-
-
-def _port(url: str) -> str:
-    return _hostport(url).rsplit(":", 1)[1]
 
 
 __all__ = ["ANALYZER_JOB", "Addon", "BackfillSpec", "Endpoints", "Observer", "Stack", "StackError",

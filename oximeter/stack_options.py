@@ -16,14 +16,15 @@ from oximeter.backfill import BackfillSpec
 
 @dataclass(frozen=True)
 class Addon:
-    """A process started after Prometheus (the analyzer daemon, a chat sink), on a port of its own.
+    """A process started after Prometheus (the analyzer daemon), on a port of its own.
 
-    ``argv`` gets the stack's endpoints and the add-on's port. With ``scrape_job`` Prometheus scrapes
+    ``argv`` gets the stack's endpoints and a path: the add-on binds port 0 and writes the port it got
+    there (``oximeter.ports.write_port_file``). With ``scrape_job`` Prometheus scrapes
     its ``/metrics``; with ``webhook_path`` Alertmanager notifies it (``relay_token_file`` as bearer).
     """
 
     name: str
-    argv: Callable[[Endpoints, int], list[str]]
+    argv: Callable[[Endpoints, Path], list[str]]
     ready_path: str | None = "/metrics"
     scrape_job: str | None = None
     webhook_path: str | None = None

@@ -20,8 +20,6 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
-from oximeter.procs import free_port
-
 WECOM_PATH = "/cgi-bin/webhook/send"
 CONTENT_LIMIT_BYTES = {"markdown": 4096, "markdown_v2": 4096, "text": 2048}  # WeCom robot docs
 IMAGE_LIMIT_BYTES = 2 * 1024 * 1024
@@ -85,14 +83,19 @@ class ChatSink:
     """``ChatSink(on_message).start()``; ``url`` is the robot webhook URL (with its key) to configure."""
 
     def __init__(self, on_message: Callable[[SinkMessage], None] | None = None,
-                 port: int | None = None) -> None:
-        self.port = port or free_port()
+                 port: int = 0) -> None:
         self.key = secrets.token_hex(16)
         self.on_message = on_message
         self.messages: list[SinkMessage] = []
         self.problems: list[str] = []
         self._lock = threading.Lock()
-        self._server: ThreadingHTTPServer | None = None
+        # Bound now (port 0: the kernel picks), listening from ``start()``: ``url`` is final at once,
+        # and until then a sender is refused, as by a chat service that is down.
+        self._server: ThreadingHTTPServer | None = ThreadingHTTPServer(
+            ("127.0.0.1", port), self._handler(), bind_and_activate=False)
+        self._server.daemon_threads = True
+        self._server.server_bind()
+        self.port = int(self._server.server_address[1])
         self._thread: threading.Thread | None = None
 
     @property
@@ -122,8 +125,7 @@ class ChatSink:
             self.on_message(message)
         return 200, OK
 
-    def start(self) -> ChatSink:
-        """Serve on 127.0.0.1:``port`` in a daemon thread."""
+    def _handler(self) -> type[BaseHTTPRequestHandler]:
         sink = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -141,21 +143,27 @@ class ChatSink:
             def log_message(self, format: str, *args: Any) -> None:
                 pass  # the demo prints messages itself; request lines would interleave with it
 
-        self._server = ThreadingHTTPServer(("127.0.0.1", self.port), Handler)
-        self._server.daemon_threads = True
+        return Handler
+
+    def start(self) -> ChatSink:
+        """Serve on 127.0.0.1:``port`` in a daemon thread."""
+        if self._server is None:
+            raise RuntimeError("a stopped ChatSink cannot start again")
+        self._server.server_activate()
         self._thread = threading.Thread(target=self._server.serve_forever, args=(0.05,), daemon=True)
         self._thread.start()
         return self
 
     def stop(self) -> None:
         """Stop serving; safe to call twice."""
-        if self._server is not None:
-            self._server.shutdown()
-            self._server.server_close()
-            self._server = None
         if self._thread is not None:
+            assert self._server is not None
+            self._server.shutdown()
             self._thread.join(10)
             self._thread = None
+        if self._server is not None:
+            self._server.server_close()
+            self._server = None
 
     def __enter__(self) -> ChatSink:
         return self.start()

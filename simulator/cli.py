@@ -61,6 +61,8 @@ def configure(parser: argparse.ArgumentParser) -> None:
     serve = sub.add_parser("serve", help="run the simulated fleet (engines, GPUs, admin API)")
     for flag, (_field, kind, text) in _SERVE_FLAGS.items():
         serve.add_argument(flag, type=kind, default=None, help=text)
+    serve.add_argument("--port-file", help="write the engines' ports there as JSON {node: port} once "
+                       "they listen (with --port 0 the kernel picks each)")
     serve.set_defaults(func=run_serve)
 
     fault = sub.add_parser("fault", help=f"inject, list or delete faults (token from {TOKEN_ENV})")
@@ -153,7 +155,7 @@ def run_serve(args: argparse.Namespace) -> int:
         uvloop.install()
     except ImportError:
         pass
-    asyncio.run(serve(server))
+    asyncio.run(serve(server, args.port_file))
     return 0
 
 

@@ -1,6 +1,7 @@
 """``oximeter sim serve``: the whole simulated fleet in one aiohttp process on one clock.
 
-Node i's engine listens on ``port + i - 1``; every port also serves the admin and fleet API
+Node i's engine listens on ``port + i - 1`` (with port 0, each engine on a port the kernel picks,
+written to ``--port-file``); every port also serves the admin and fleet API
 (``simulator/admin.py``) over the same shared state. One asyncio task per node steps its
 engine and wakes the request handlers whose sequences progressed — no per-request loops, so
 the server stays cheap when a benchmark drives it hard.
@@ -22,6 +23,7 @@ from prometheus_client import CollectorRegistry
 from prometheus_client.exposition import CONTENT_TYPE_LATEST, generate_latest
 from pydantic import SecretStr
 
+from oximeter.ports import write_port_file
 from simulator import admin
 from simulator.dependency import DependencyCollector
 from simulator.engine import EngineModel, Seq, SeqState
@@ -68,6 +70,7 @@ class SimServer:
     wall_origin_s: float = 0.0
     runtimes: dict[str, NodeRuntime] = field(default_factory=dict)
     holds: dict[str, asyncio.Event] = field(default_factory=dict)
+    bound: dict[str, int] = field(default_factory=dict)  # node -> the port it listens on
 
     def now(self) -> float:
         """Simulation time."""
@@ -75,6 +78,8 @@ class SimServer:
 
     def port_of(self, node: str) -> int:
         """The engine port of ``node``."""
+        if node in self.bound:
+            return self.bound[node]
         return self.port + list(self.fleet.nodes).index(node)
 
     def hold(self, key: str) -> asyncio.Event:
@@ -272,8 +277,8 @@ def build_server(
     return server
 
 
-async def serve(server: SimServer) -> None:
-    """Listen on every node's port until SIGINT/SIGTERM."""
+async def serve(server: SimServer, port_file: str | None = None) -> None:
+    """Listen on every node's port until SIGINT/SIGTERM (``port_file``: write them there, by node)."""
     runners: list[web.AppRunner] = []
     tasks = [asyncio.create_task(server.run_node(rt)) for rt in server.runtimes.values()]
     tasks.append(asyncio.create_task(server.tick()))
@@ -288,8 +293,9 @@ async def serve(server: SimServer) -> None:
             runner = web.AppRunner(engine_app(server, rt), handler_cancellation=True, access_log=None)
             await runner.setup()
             runners.append(runner)
-            port = server.port_of(node_name)
+            port = 0 if server.port == 0 else server.port_of(node_name)
             await web.TCPSite(runner, server.host, port, reuse_address=True).start()
+            port = server.bound[node_name] = runner.addresses[0][1]
             logger.info(
                 "SIMULATION engine {} ({}) listening on http://{}:{}",
                 node_name,
@@ -297,6 +303,8 @@ async def serve(server: SimServer) -> None:
                 server.host,
                 port,
             )
+        if port_file is not None:
+            write_port_file(port_file, server.bound)
         logger.warning(
             "SIMULATION: {} simulated vLLM engines x {} simulated GPUs, pid {}. Not a real engine.",
             len(server.runtimes),

@@ -11,7 +11,7 @@ class SimSettings(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     host: str = "127.0.0.1"
-    port: int = Field(8100, ge=1, le=65535)
+    port: int = Field(8100, ge=0, le=65535)  # 0: each engine on a port the kernel picks
     nodes: int = Field(2, ge=1)
     gpus_per_node: int = Field(4, ge=1)
     max_num_seqs: int = Field(16, ge=1)

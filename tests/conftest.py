@@ -1,4 +1,4 @@
-"""Shared fixtures: child processes on free ports, always stopped; the session's one live stack."""
+"""Shared fixtures: child processes, always stopped; the session's one live stack."""
 
 from __future__ import annotations
 

@@ -28,7 +28,8 @@ from analyzer.sources.frames import FrameSource
 from analyzer.sources.matrix import decode_matrix
 from analyzer.sources.prometheus import PrometheusSource
 from oximeter.errors import DependencyError
-from oximeter.procs import ManagedProcess, free_port, http_ok
+from oximeter.ports import refusing_port, start_reserved
+from oximeter.procs import ManagedProcess, http_ok
 
 STEP = 15.0
 ROWS = 240
@@ -78,13 +79,11 @@ def backfilled(tmp_path: Path,
     frames.mkdir()
     write_history(frames, series, t0, STEP)
     (tmp_path / "prometheus.yml").write_text("global:\n  scrape_interval: 15s\n")
-    port = free_port()
-    proc = start_process("prometheus", ["prometheus", f"--config.file={tmp_path / 'prometheus.yml'}",
-                                        f"--storage.tsdb.path={tsdb}",
-                                        f"--web.listen-address=127.0.0.1:{port}"])
-    url = f"http://127.0.0.1:{port}"
-    proc.wait_ready(lambda: http_ok(f"{url}/-/ready"), timeout_s=60)
-    yield url, frames, t0
+    _, port = start_reserved(lambda port: start_process(
+        "prometheus", ["prometheus", f"--config.file={tmp_path / 'prometheus.yml'}",
+                       f"--storage.tsdb.path={tsdb}", f"--web.listen-address=127.0.0.1:{port}"]),
+        lambda port: http_ok(f"http://127.0.0.1:{port}/-/ready"))
+    yield f"http://127.0.0.1:{port}", frames, t0
 
 
 def test_prometheus_and_frame_sources_give_the_same_events(backfilled: tuple[str, Path, datetime]) -> None:
@@ -117,11 +116,11 @@ def test_chunks_stay_under_the_point_limit(backfilled: tuple[str, Path, datetime
 
 
 def test_unreachable_store_is_a_dependency_error_after_retries() -> None:
-    source = PrometheusSource(f"http://user:pw@127.0.0.1:{free_port()}", retries=2, backoff_s=0.01,
-                              timeout_s=2)
-    now = datetime.now(UTC)
-    with pytest.raises(DependencyError, match="failed after 3 tries") as info:
-        source.fetch(CATALOGUE["gpu_temperature"], now - timedelta(minutes=5), now, STEP)
+    with refusing_port() as port:
+        source = PrometheusSource(f"http://user:pw@127.0.0.1:{port}", retries=2, backoff_s=0.01, timeout_s=2)
+        now = datetime.now(UTC)
+        with pytest.raises(DependencyError, match="failed after 3 tries") as info:
+            source.fetch(CATALOGUE["gpu_temperature"], now - timedelta(minutes=5), now, STEP)
     assert "pw" not in str(info.value)
 
 

@@ -24,7 +24,8 @@ from dashboards.promql import (
     format_value,
     panel_queries,
 )
-from oximeter.procs import ManagedProcess, free_port, http_ok
+from oximeter.ports import start_reserved
+from oximeter.procs import ManagedProcess, http_ok
 
 PROMTOOL = shutil.which("promtool") or "/usr/bin/promtool"
 PROMETHEUS = shutil.which("prometheus") or "/usr/bin/prometheus"
@@ -105,21 +106,18 @@ def test_promtool_rejects_a_broken_query(tmp_path: Path) -> None:
 
 @pytest.fixture
 def prometheus(tmp_path: Path, start_process: Callable[..., ManagedProcess]) -> str:
-    """A real Prometheus on a free port with an empty TSDB and the rules time-scaled by 20."""
+    """A real Prometheus on a reserved port with an empty TSDB and the rules time-scaled by 20."""
     rules = write_scaled_rules(tmp_path / "rules", 20)
     config = tmp_path / "prometheus.yml"
     config.write_text(yaml.safe_dump({
         "global": {"scrape_interval": "1s", "evaluation_interval": "1s"},
         "rule_files": [str(p) for p in rules],
     }))
-    port = free_port()
-    proc = start_process("prometheus", [
+    _, port = start_reserved(lambda port: start_process("prometheus", [
         PROMETHEUS, f"--config.file={config}", f"--storage.tsdb.path={tmp_path / 'tsdb'}",
         f"--web.listen-address=127.0.0.1:{port}",
-    ])
-    url = f"http://127.0.0.1:{port}"
-    proc.wait_ready(lambda: http_ok(f"{url}/-/ready"), timeout_s=30)
-    return url
+    ]), lambda port: http_ok(f"http://127.0.0.1:{port}/-/ready"), timeout_s=30)
+    return f"http://127.0.0.1:{port}"
 
 
 def test_every_query_runs_on_a_real_prometheus(prometheus: str) -> None:

@@ -17,7 +17,8 @@ import requests
 import yaml
 
 from alert_rules import alerting_rules
-from oximeter.procs import ManagedProcess, free_port, http_ok, wait_until
+from oximeter.ports import start_reserved
+from oximeter.procs import ManagedProcess, http_ok, wait_until
 
 ROOT = Path(__file__).resolve().parents[2]
 DEPLOY = ROOT / "deploy"
@@ -89,7 +90,7 @@ def relay() -> Iterator[tuple[str, list[tuple[str, dict[str, Any]]]]]:
     """A stand-in for the analyzer's relay endpoint, recording what Alertmanager posts."""
     received: list[tuple[str, dict[str, Any]]] = []
     handler = type("Relay", (_Relay,), {"received": received})
-    server = ThreadingHTTPServer(("127.0.0.1", free_port()), handler)
+    server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
     yield f"http://127.0.0.1:{server.server_address[1]}/api/alertmanager", received
@@ -110,14 +111,11 @@ def alertmanager(tmp_path: Path, relay: tuple[str, list[Any]],
     webhook["http_config"]["authorization"]["credentials_file"] = str(token)
     path = tmp_path / "alertmanager.yml"
     path.write_text(yaml.safe_dump(config))
-    port = free_port()
-    proc = start_process("alertmanager", [
+    _, port = start_reserved(lambda port: start_process("alertmanager", [
         ALERTMANAGER, f"--config.file={path}", f"--storage.path={tmp_path / 'data'}",
         f"--web.listen-address=127.0.0.1:{port}", "--cluster.listen-address=",
-    ])
-    url = f"http://127.0.0.1:{port}"
-    proc.wait_ready(lambda: http_ok(f"{url}/-/ready"), timeout_s=30)
-    return url
+    ]), lambda port: http_ok(f"http://127.0.0.1:{port}/-/ready"), timeout_s=30)
+    return f"http://127.0.0.1:{port}"
 
 
 def _post(url: str, *alerts: dict[str, str]) -> None:

@@ -15,11 +15,13 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
+from typing import Any
 
 import pytest
 import requests
 
-from oximeter.procs import ManagedProcess, free_port, http_ok, oximeter_argv, wait_until
+from oximeter.ports import start_reserved, wait_port, wait_ports
+from oximeter.procs import ManagedProcess, http_ok, oximeter_argv, wait_until
 
 PROMETHEUS = shutil.which("prometheus") or "/usr/bin/prometheus"
 TOKEN = "drill-admin-token"
@@ -62,33 +64,42 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LiveStack]:
     """Simulator → exporter → Prometheus → analyzer, started in order and always stopped."""
     root = tmp_path_factory.mktemp("live-drill")
     logs = root / "logs"
-    sim_port, exporter_port, prom_port, api_port = free_port(), free_port(), free_port(), free_port()
-    sim_url, prom_url = f"http://127.0.0.1:{sim_port}", f"http://127.0.0.1:{prom_port}"
-    (root / "prometheus.yml").write_text(
-        "global: {scrape_interval: 1s, evaluation_interval: 1s}\n"
-        "scrape_configs:\n  - job_name: oximeter-exporter\n"
-        f"    static_configs: [{{targets: ['127.0.0.1:{exporter_port}']}}]\n")
-    (root / "oximeter.yaml").write_text(
-        f"analyzer: {{prometheus: {{url: '{prom_url}'}}, step_s: 1, interval_s: 1, live_window_s: 600}}\n"
-        f"incidents: {{store_path: '{root / 'oximeter.db'}', api_port: {api_port}}}\n")
-    procs = [
-        (ManagedProcess("simulator", oximeter_argv("sim", "serve", "--port", str(sim_port), "--nodes", "1",
-                                                   "--gpus-per-node", "2"), logs,
-                        env={"OXIMETER_ADMIN_TOKEN": TOKEN}), f"{sim_url}/fleet"),
-        (ManagedProcess("exporter", oximeter_argv("exporter", "--backend", "sim", "--sim-url", sim_url,
-                                                  "--node", "n1", "--port", str(exporter_port)), logs),
-         f"http://127.0.0.1:{exporter_port}/metrics"),
-        (ManagedProcess("prometheus", [PROMETHEUS, f"--config.file={root / 'prometheus.yml'}",
-                                       f"--storage.tsdb.path={root / 'tsdb'}",
-                                       f"--web.listen-address=127.0.0.1:{prom_port}"], logs),
-         f"{prom_url}/-/ready"),
-        (ManagedProcess("analyzer", oximeter_argv("--config", str(root / "oximeter.yaml"), "analyze"), logs,
-                        cwd=root), f"http://127.0.0.1:{api_port}/api/incidents"),
-    ]
+    procs: list[ManagedProcess] = []
+
+    def start(name: str, argv: list[str], **kwargs: Any) -> ManagedProcess:
+        procs.append(ManagedProcess(name, argv, logs, **kwargs).start())
+        return procs[-1]
+
     try:
-        for proc, ready in procs:
-            proc.start()
-            proc.wait_ready(partial(http_ok, ready), timeout_s=60)
+        sim = start("simulator", oximeter_argv("sim", "serve", "--port", "0", "--port-file",
+                                               str(root / "sim.port"), "--nodes", "1",
+                                               "--gpus-per-node", "2"),
+                    env={"OXIMETER_ADMIN_TOKEN": TOKEN})
+        sim_url = f"http://127.0.0.1:{wait_ports(sim, root / 'sim.port')['n1']}"
+        sim.wait_ready(partial(http_ok, f"{sim_url}/fleet"), timeout_s=60)
+        exporter = start("exporter", oximeter_argv("exporter", "--backend", "sim", "--sim-url", sim_url,
+                                                   "--node", "n1", "--port", "0",
+                                                   "--port-file", str(root / "exporter.port")))
+        exporter_port = wait_port(exporter, root / "exporter.port")
+        exporter.wait_ready(partial(http_ok, f"http://127.0.0.1:{exporter_port}/metrics"), timeout_s=60)
+        (root / "prometheus.yml").write_text(
+            "global: {scrape_interval: 1s, evaluation_interval: 1s}\n"
+            "scrape_configs:\n  - job_name: oximeter-exporter\n"
+            f"    static_configs: [{{targets: ['127.0.0.1:{exporter_port}']}}]\n")
+        _, prom_port = start_reserved(
+            lambda port: start("prometheus", [PROMETHEUS, f"--config.file={root / 'prometheus.yml'}",
+                                              f"--storage.tsdb.path={root / 'tsdb'}",
+                                              f"--web.listen-address=127.0.0.1:{port}"]),
+            lambda port: http_ok(f"http://127.0.0.1:{port}/-/ready"))
+        prom_url = f"http://127.0.0.1:{prom_port}"
+        (root / "oximeter.yaml").write_text(
+            f"analyzer: {{prometheus: {{url: '{prom_url}'}}, step_s: 1, interval_s: 1, live_window_s: 600}}\n"
+            f"incidents: {{store_path: '{root / 'oximeter.db'}'}}\n")
+        analyzer = start("analyzer", oximeter_argv("--config", str(root / "oximeter.yaml"), "analyze",
+                                                   "--port", "0", "--port-file", str(root / "api.port")),
+                         cwd=root)
+        api_port = wait_port(analyzer, root / "api.port")
+        analyzer.wait_ready(partial(http_ok, f"http://127.0.0.1:{api_port}/api/incidents"), timeout_s=60)
         # A drill starts against a running stack: Prometheus holds the counters from before the
         # injection (a counter whose first sample is already 1 shows no increase) and the analyzer
         # has read them for a few cycles.
@@ -100,7 +111,7 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LiveStack]:
         (root / "scenarios" / "live_ecc_uncorrectable.yaml").write_text(SCENARIO)
         yield LiveStack(sim_url, f"http://127.0.0.1:{api_port}", root)
     finally:
-        for proc, _ in reversed(procs):
+        for proc in reversed(procs):
             proc.stop()
 
 

@@ -21,7 +21,8 @@ from e2e_helpers import THERMAL_ALERT, analyzer_url, incidents, new_incidents
 from shared_stack import ANALYZER_STEP_S, SCALE
 
 from oximeter.demo_stack import CHAT_URL_ENV, analyzer_config
-from oximeter.procs import ManagedProcess, free_port, http_ok, oximeter_argv, wait_until
+from oximeter.ports import start_reserved, wait_port
+from oximeter.procs import ManagedProcess, http_ok, oximeter_argv, wait_until
 from oximeter.stack import Stack
 from oximeter.stack_config import ANALYZER_JOB
 from reporter.sink import ChatSink
@@ -47,20 +48,20 @@ def test_victoria_metrics_finds_the_thermal_incident(live_stack: Stack, tmp_path
     main_api = analyzer_url(live_stack)
     wait_until(lambda: all(i["state"] == "resolved" for i in incidents(main_api)), 180, interval_s=1.0,
                what="the shared stack's incidents resolved")
-    vm_url, api_port = f"http://127.0.0.1:{free_port()}", free_port()
-    vm = start_process("victoria-metrics", [
-        VICTORIA, f"-httpListenAddr={vm_url.removeprefix('http://')}", f"-storageDataPath={tmp_path / 'vm'}",
-        f"-promscrape.config={_scrape_config(live_stack, tmp_path / 'scrape.yml')}",
-        "-search.latencyOffset=1s", "-retentionPeriod=1d"])
-    vm.wait_ready(lambda: http_ok(f"{vm_url}/health"), 60)
+    scrape = _scrape_config(live_stack, tmp_path / "scrape.yml")
+    _, vm_port = start_reserved(lambda port: start_process("victoria-metrics", [
+        VICTORIA, f"-httpListenAddr=127.0.0.1:{port}", f"-storageDataPath={tmp_path / 'vm'}",
+        f"-promscrape.config={scrape}", "-search.latencyOffset=1s", "-retentionPeriod=1d"]),
+        lambda port: http_ok(f"http://127.0.0.1:{port}/health"))
+    vm_url = f"http://127.0.0.1:{vm_port}"
     config = analyzer_config(tmp_path, vm_url, scale=SCALE, step_s=ANALYZER_STEP_S, interval_s=1.0,
-                             use_recording_rules=False, api_url=f"http://127.0.0.1:{api_port}")
+                             use_recording_rules=False)
     (tmp_path / "oximeter.yaml").write_text(yaml.safe_dump(config), encoding="utf-8")
     with ChatSink() as sink:
         analyzer = start_process("analyzer-vm", oximeter_argv(
-            "--config", str(tmp_path / "oximeter.yaml"), "analyze", "--port", str(api_port)),
-            env={CHAT_URL_ENV: sink.url})
-        api = f"http://127.0.0.1:{api_port}"
+            "--config", str(tmp_path / "oximeter.yaml"), "analyze", "--port", "0",
+            "--port-file", str(tmp_path / "api.port")), env={CHAT_URL_ENV: sink.url})
+        api = f"http://127.0.0.1:{wait_port(analyzer, tmp_path / 'api.port')}"
         analyzer.wait_ready(lambda: http_ok(f"{api}/metrics"), 60)
         # Scraped series first: the analyzer's windows need some live samples before the fault.
         wait_until(lambda: "oximeter_gpu_temperature_celsius" in vm_metrics(vm_url), 60,

@@ -16,8 +16,6 @@ from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.core import Metric
 from prometheus_client.registry import Collector
 
-from oximeter.procs import free_port
-
 GIB = 1024**3
 NODE = "n1"
 
@@ -105,8 +103,8 @@ class FleetServer:
             def log_message(self, format: str, *args: Any) -> None:
                 pass
 
-        self.port = free_port()
-        self._server = ThreadingHTTPServer(("127.0.0.1", self.port), Handler)
+        self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.port = int(self._server.server_address[1])
         self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
         self._thread.start()
 

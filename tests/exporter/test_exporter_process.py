@@ -17,7 +17,8 @@ from exporter_harness import NODE, FleetServer, fleet_server, promtool_check, si
 from prometheus_client.parser import text_string_to_metric_families
 
 from exporter.host import ProcessMemory
-from oximeter.procs import ManagedProcess, free_port, http_ok, oximeter_argv, wait_until
+from oximeter.ports import start_reserved, wait_port, wait_ports
+from oximeter.procs import ManagedProcess, http_ok, oximeter_argv, wait_until
 
 StartProcess = Callable[..., ManagedProcess]
 SIM_TOKEN = "exporter-test-token"
@@ -41,10 +42,10 @@ def pick(found: dict[tuple[str, frozenset[tuple[str, str]]], float], name: str,
     return {lbl: v for (n, lbl), v in found.items() if n == name and want <= lbl}
 
 
-def start_exporter(start_process: StartProcess, *args: str) -> str:
-    port = free_port()
-    proc = start_process("exporter", oximeter_argv("exporter", "--port", str(port), *args))
-    url = f"http://127.0.0.1:{port}/metrics"
+def start_exporter(start_process: StartProcess, port_file: Path, *args: str) -> str:
+    proc = start_process("exporter", oximeter_argv("exporter", "--port", "0", "--port-file", str(port_file),
+                                                   *args))
+    url = f"http://127.0.0.1:{wait_port(proc, port_file)}/metrics"
     proc.wait_ready(lambda: http_ok(url), timeout_s=30)
     return url
 
@@ -54,14 +55,15 @@ def fleet() -> Iterator[FleetServer]:
     yield from fleet_server(sim_document([sim_gpu(0)]))
 
 
-def test_reads_the_real_simulator(start_process: StartProcess) -> None:
-    sim_port = free_port()
-    sim = start_process("simulator", oximeter_argv("sim", "serve", "--port", str(sim_port), "--nodes", "1",
+def test_reads_the_real_simulator(start_process: StartProcess, tmp_path: Path) -> None:
+    sim = start_process("simulator", oximeter_argv("sim", "serve", "--port", "0", "--port-file",
+                                                   str(tmp_path / "sim.port"), "--nodes", "1",
                                                    "--gpus-per-node", "2"),
                         env={"OXIMETER_ADMIN_TOKEN": SIM_TOKEN})
-    sim_url = f"http://127.0.0.1:{sim_port}"
+    sim_url = f"http://127.0.0.1:{wait_ports(sim, tmp_path / 'sim.port')['n1']}"
     sim.wait_ready(lambda: http_ok(f"{sim_url}/health"), timeout_s=30)
-    url = start_exporter(start_process, "--backend", "sim", "--sim-url", sim_url, "--node", "n1")
+    url = start_exporter(start_process, tmp_path / "exporter.port", "--backend", "sim", "--sim-url", sim_url,
+                         "--node", "n1")
 
     found = samples(url)
     assert sorted(pick(found, "oximeter_gpu_up").values()) == [1.0, 1.0]
@@ -83,12 +85,13 @@ def test_reads_the_real_simulator(start_process: StartProcess) -> None:
 
 def test_redis_queue_growth_then_redis_down(start_process: StartProcess, tmp_path: Path,
                                             fleet: FleetServer) -> None:
-    redis_port = free_port()
-    server = start_process("redis", ["redis-server", "--port", str(redis_port), "--bind", "127.0.0.1",
-                                     "--save", "", "--appendonly", "no", "--dir", str(tmp_path)])
+    server, redis_port = start_reserved(
+        lambda port: start_process("redis", ["redis-server", "--port", str(port), "--bind", "127.0.0.1",
+                                             "--save", "", "--appendonly", "no", "--dir", str(tmp_path)]),
+        lambda port: redis.Redis(host="127.0.0.1", port=port, socket_timeout=5).ping(), timeout_s=30)
     client = redis.Redis(host="127.0.0.1", port=redis_port, socket_timeout=5)
-    server.wait_ready(client.ping, timeout_s=30)
-    url = start_exporter(start_process, "--backend", "sim", "--sim-url", fleet.url, "--node", NODE,
+    url = start_exporter(start_process, tmp_path / "exporter.port", "--backend", "sim",
+                         "--sim-url", fleet.url, "--node", NODE,
                          "--redis-url", f"redis://127.0.0.1:{redis_port}/0",
                          "--queue", "jobs=queue:jobs", "--stream", "events=events")
 
@@ -121,7 +124,7 @@ def test_redis_queue_growth_then_redis_down(start_process: StartProcess, tmp_pat
 def test_without_nvml_the_exporter_exits_with_a_reason() -> None:
     if ctypes.util.find_library("nvidia-ml"):
         pytest.skip("this host has NVML; scripts/gpu_check.sh covers it")
-    argv = [sys.executable, "-m", "exporter", "--backend", "nvml", "--port", str(free_port())]
+    argv = [sys.executable, "-m", "exporter", "--backend", "nvml", "--port", "0"]  # exits before binding
     result = subprocess.run(argv, capture_output=True, text=True, timeout=60)
     assert result.returncode == 1
     assert "NVML initialisation failed" in result.stderr
@@ -129,11 +132,11 @@ def test_without_nvml_the_exporter_exits_with_a_reason() -> None:
 
 def test_config_section_is_read_and_checked(tmp_path: Path, start_process: StartProcess,
                                             fleet: FleetServer) -> None:
-    port = free_port()
     good = tmp_path / "oximeter.yaml"
-    good.write_text(f"exporter:\n  backend: sim\n  sim_url: {fleet.url}\n  node: cfg-node\n  port: {port}\n")
-    proc = start_process("exporter", [sys.executable, "-m", "exporter", "--config", str(good)])
-    url = f"http://127.0.0.1:{port}/metrics"
+    good.write_text(f"exporter:\n  backend: sim\n  sim_url: {fleet.url}\n  node: cfg-node\n  port: 0\n")
+    proc = start_process("exporter", [sys.executable, "-m", "exporter", "--config", str(good),
+                                      "--port-file", str(tmp_path / "exporter.port")])
+    url = f"http://127.0.0.1:{wait_port(proc, tmp_path / 'exporter.port')}/metrics"
     proc.wait_ready(lambda: http_ok(url), timeout_s=30)
     assert pick(samples(url), "oximeter_simulation_info") == {frozenset({("node", "cfg-node")}): 1.0}
 

@@ -13,7 +13,7 @@ from oximeter.errors import ConfigError
 
 CASES: list[tuple[dict[str, Any], str]] = [
     ({"backend": "tpu"}, "backend: must be one of nvml, sim, got 'tpu'"),
-    ({"port": 70000}, "port: must be between 1 and 65535, got 70000"),
+    ({"port": 70000}, "port: must be between 0 and 65535, got 70000"),
     ({"naming": "nvidia"}, "naming: must be one of oximeter, dcgm"),
     ({"gpu_timeout_s": 0}, "gpu_timeout_s: must be > 0 and <= 60 seconds"),
     ({"sim_url": "127.0.0.1:8100"}, "sim_url: must start with http://"),

@@ -18,7 +18,7 @@ from exporter_harness import (
 
 from exporter.backends.sim import SimBackend
 from exporter.collector import GpuCollector
-from oximeter.procs import free_port
+from oximeter.ports import refusing_port
 
 
 @pytest.fixture
@@ -51,7 +51,8 @@ def test_telemetry_lost_means_no_gpu_series(server: FleetServer) -> None:
 
 
 def test_unreachable_simulator_is_an_error_not_a_crash() -> None:
-    registry = scrape_once(collector_for(f"http://127.0.0.1:{free_port()}"))
+    with refusing_port() as port:
+        registry = scrape_once(collector_for(f"http://127.0.0.1:{port}"))
     assert errors(registry, "sim_unreachable") == 1
     assert registry.get_sample_value("oximeter_gpu_up", gpu_labels(0)) is None
 

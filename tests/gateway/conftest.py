@@ -13,6 +13,7 @@ import json
 import threading
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -20,7 +21,8 @@ import requests
 from aiohttp import web
 from prometheus_client.parser import text_string_to_metric_families
 
-from oximeter.procs import ManagedProcess, free_port, http_ok, oximeter_argv
+from oximeter.ports import wait_port, wait_ports
+from oximeter.procs import ManagedProcess, http_ok, oximeter_argv
 
 MODEL = "test-model"
 
@@ -113,9 +115,8 @@ async def _models(_request: web.Request) -> web.Response:
 
 @pytest.fixture
 def upstream() -> Iterator[Upstream]:
-    """Run the upstream on a free port in a thread; stopped at teardown."""
+    """Run the upstream on a port the kernel picks, in a thread; stopped at teardown."""
     state = Upstream()
-    port = free_port()
     started = threading.Event()
     stop: list[Callable[[], object]] = []
 
@@ -132,7 +133,8 @@ def upstream() -> Iterator[Upstream]:
         app.router.add_get("/v1/models", _models)
         runner = web.AppRunner(app, handler_cancellation=True, access_log=None)
         loop.run_until_complete(runner.setup())
-        loop.run_until_complete(web.TCPSite(runner, "127.0.0.1", port).start())
+        loop.run_until_complete(web.TCPSite(runner, "127.0.0.1", 0).start())
+        state.url = f"http://127.0.0.1:{runner.addresses[0][1]}"
         done = asyncio.Event()
         stop.append(lambda: loop.call_soon_threadsafe(done.set))
         started.set()
@@ -143,7 +145,6 @@ def upstream() -> Iterator[Upstream]:
     thread = threading.Thread(target=run, daemon=True)
     thread.start()
     assert started.wait(30)
-    state.url = f"http://127.0.0.1:{port}"
     yield state
     stop[0]()
     thread.join(30)
@@ -153,11 +154,11 @@ StartGateway = Callable[..., str]
 
 
 @pytest.fixture
-def start_gateway(start_process: Callable[..., ManagedProcess]) -> StartGateway:
+def start_gateway(start_process: Callable[..., ManagedProcess], tmp_path: Path) -> StartGateway:
     """Start ``oximeter gateway`` in front of ``upstream_url``; returns its base URL once ready."""
 
     def start(upstream_url: str, *flags: str, name: str = "gateway") -> str:
-        port = free_port()
+        port_file = tmp_path / f"{name}.port"
         proc = start_process(
             name,
             oximeter_argv(
@@ -165,7 +166,9 @@ def start_gateway(start_process: Callable[..., ManagedProcess]) -> StartGateway:
                 "--upstream",
                 upstream_url,
                 "--port",
-                str(port),
+                "0",
+                "--port-file",
+                str(port_file),
                 "--service",
                 "chat",
                 "--node",
@@ -173,7 +176,7 @@ def start_gateway(start_process: Callable[..., ManagedProcess]) -> StartGateway:
                 *flags,
             ),
         )
-        url = f"http://127.0.0.1:{port}"
+        url = f"http://127.0.0.1:{wait_port(proc, port_file)}"
         proc.wait_ready(lambda: http_ok(f"{url}/health/ready"), timeout_s=30)
         return url
 
@@ -204,16 +207,18 @@ StartSim = Callable[..., str]
 
 
 @pytest.fixture
-def start_sim(start_process: Callable[..., ManagedProcess]) -> StartSim:
+def start_sim(start_process: Callable[..., ManagedProcess], tmp_path: Path) -> StartSim:
     """Start ``oximeter sim serve`` with one node; returns its engine's base URL once healthy."""
 
     def start(*flags: str) -> str:
-        port = free_port()
+        port_file = tmp_path / "simulator.port"
         proc = start_process(
             "simulator",
-            oximeter_argv("sim", "serve", "--port", str(port), "--nodes", "1", *flags),
+            oximeter_argv("sim", "serve", "--port", "0", "--port-file", str(port_file), "--nodes", "1",
+                          *flags),
             env={"OXIMETER_ADMIN_TOKEN": SIM_TOKEN},
         )
+        [port] = wait_ports(proc, port_file).values()
         url = f"http://127.0.0.1:{port}"
         proc.wait_ready(lambda: http_ok(f"{url}/health"), timeout_s=30)
         return url

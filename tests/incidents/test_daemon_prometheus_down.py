@@ -18,7 +18,8 @@ from typing import Any
 import pytest
 import requests
 
-from oximeter.procs import ManagedProcess, free_port, http_ok, oximeter_argv, wait_until
+from oximeter.ports import reserve_port, wait_port
+from oximeter.procs import ManagedProcess, http_ok, oximeter_argv, wait_until
 
 PROMETHEUS = shutil.which("prometheus") or "/usr/bin/prometheus"
 
@@ -41,7 +42,7 @@ class Receiver:
             def log_message(self, format: str, *args: Any) -> None:
                 return
 
-        self.server = ThreadingHTTPServer(("127.0.0.1", free_port()), Handler)
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         self.url = f"http://127.0.0.1:{self.server.server_address[1]}/hook"
         self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
 
@@ -70,7 +71,13 @@ def _metric(port: int, name: str) -> float | None:
 
 def test_prometheus_down_notices_once_and_recovers(tmp_path: Path, receiver: Receiver,
                                                    start_process: Callable[..., ManagedProcess]) -> None:
-    prom_port, api_port = free_port(), free_port()
+    # Prometheus comes back on the same port: it stays reserved for the whole test.
+    with reserve_port() as prom_port:
+        _prometheus_down_and_back(tmp_path, receiver, start_process, prom_port)
+
+
+def _prometheus_down_and_back(tmp_path: Path, receiver: Receiver,
+                              start_process: Callable[..., ManagedProcess], prom_port: int) -> None:
     prom_url = f"http://127.0.0.1:{prom_port}"
     (tmp_path / "prometheus.yml").write_text(
         "global: {scrape_interval: 1s, evaluation_interval: 1s}\n"
@@ -81,7 +88,7 @@ def test_prometheus_down_notices_once_and_recovers(tmp_path: Path, receiver: Rec
     config = {
         "analyzer": {"prometheus": {"url": prom_url, "retries": 0, "timeout_s": 5}, "step_s": 1,
                      "interval_s": 1, "live_window_s": 120},
-        "incidents": {"store_path": str(tmp_path / "oximeter.db"), "api_port": api_port},
+        "incidents": {"store_path": str(tmp_path / "oximeter.db")},
         "reporter": {"channels": {"chat": {"type": "webhook", "url_env": "CHAT_URL"}},
                      "watchdog_timeout_s": 0, "retry_base_s": 1.0,
                      "digest": {"prometheus_url": prom_url, "time": "23:59", "timezone": "UTC"}},
@@ -90,8 +97,10 @@ def test_prometheus_down_notices_once_and_recovers(tmp_path: Path, receiver: Rec
 
     prometheus = start_process("prometheus-1", prom_argv)
     prometheus.wait_ready(lambda: http_ok(f"{prom_url}/-/ready"), 60)
-    daemon = start_process("analyze", oximeter_argv("--config", str(tmp_path / "oximeter.yaml"), "analyze"),
+    daemon = start_process("analyze", oximeter_argv("--config", str(tmp_path / "oximeter.yaml"), "analyze",
+                                                    "--port", "0", "--port-file", str(tmp_path / "api.port")),
                            env={"CHAT_URL": receiver.url})
+    api_port = wait_port(daemon, tmp_path / "api.port")
     daemon.wait_ready(lambda: http_ok(f"http://127.0.0.1:{api_port}/metrics")
                       and (_metric(api_port, "oximeter_analyzer_cycle_seconds_count") or 0) >= 1, 60)
     assert _metric(api_port, "oximeter_analyzer_source_up") == 1

@@ -18,7 +18,6 @@ from analyzer.api import build_app, start_api
 from analyzer.incident_store import IncidentStore
 from analyzer.incidents import IncidentSettings, IncidentTracker, findings
 from analyzer.topology import Topology, TopologySettings
-from oximeter.procs import free_port
 from oximeter.store import connect
 
 TOKEN = "s3cret-token"
@@ -27,15 +26,14 @@ TOPO = Topology.from_settings(TopologySettings(services={"chat": ["node-0"], "em
 
 
 class Server:
-    """An aiohttp app served from its own event-loop thread on 127.0.0.1:<free port>."""
+    """An aiohttp app served from its own event-loop thread on 127.0.0.1 (a port the kernel picks)."""
 
     def __init__(self, app: web.Application) -> None:
         self.loop = asyncio.new_event_loop()
         self.thread = threading.Thread(target=self.loop.run_forever, daemon=True)
-        self.port = free_port()
         self.thread.start()
-        self.runner = asyncio.run_coroutine_threadsafe(start_api(app, "127.0.0.1", self.port),
-                                                       self.loop).result(30)
+        self.runner = asyncio.run_coroutine_threadsafe(start_api(app, "127.0.0.1", 0), self.loop).result(30)
+        self.port = self.runner.addresses[0][1]
 
     def url(self, path: str) -> str:
         return f"http://127.0.0.1:{self.port}{path}"

@@ -21,7 +21,8 @@ from analyzer.incident_store import IncidentStore
 from analyzer.incidents import Change, Incident, IncidentSettings
 from analyzer.settings import AnalyzerSettings
 from analyzer.topology import Topology
-from oximeter.procs import ManagedProcess, free_port, http_ok, oximeter_argv, wait_until
+from oximeter.ports import wait_port
+from oximeter.procs import ManagedProcess, http_ok, oximeter_argv, wait_until
 from oximeter.store import connect
 
 START = "2026-03-02T10:10:00Z"
@@ -51,10 +52,13 @@ def _cycles(port: int) -> float:
 
 def test_kill_mid_incident_and_restart(tmp_path: Path,
                                        start_process: Callable[..., ManagedProcess]) -> None:
-    data, store_path, port = signal_file(tmp_path / "signals.parquet"), tmp_path / "oximeter.db", free_port()
-    argv = oximeter_argv("analyze", "--signals", str(data), "--replay-start", START, "--speed", "1",
-                         "--store", str(store_path), "--port", str(port))
-    first = start_process("analyze-1", argv)
+    data, store_path = signal_file(tmp_path / "signals.parquet"), tmp_path / "oximeter.db"
+
+    def argv(port_file: Path) -> list[str]:
+        return oximeter_argv("analyze", "--signals", str(data), "--replay-start", START, "--speed", "1",
+                             "--store", str(store_path), "--port", "0", "--port-file", str(port_file))
+    first = start_process("analyze-1", argv(tmp_path / "api-1.port"))
+    port = wait_port(first, tmp_path / "api-1.port")
     first.wait_ready(lambda: http_ok(f"http://127.0.0.1:{port}/openapi.json") and _open_ids(port), 60)
     (incident_id,) = _open_ids(port)
     metrics = requests.get(f"http://127.0.0.1:{port}/metrics", timeout=5).text
@@ -64,7 +68,8 @@ def test_kill_mid_incident_and_restart(tmp_path: Path,
     first.signal(signal.SIGKILL)
     wait_until(lambda: not first.running, 30, what="analyze killed")
 
-    second = start_process("analyze-2", argv)
+    second = start_process("analyze-2", argv(tmp_path / "api-2.port"))
+    port = wait_port(second, tmp_path / "api-2.port")
     second.wait_ready(lambda: http_ok(f"http://127.0.0.1:{port}/metrics") and _cycles(port) >= 1, 60)
     assert _open_ids(port) == [incident_id]
     assert second.stop() == 0  # SIGTERM: clean shutdown

@@ -20,7 +20,6 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
-from oximeter.procs import free_port
 from reporter.sink import check_wecom
 
 WECOM_KEY = "wk-693a91f6-7a0c-4bc4-97a0-0ec2b1fa5aaa"
@@ -188,13 +187,18 @@ def _check_webhook(r: Received, secret: str | None) -> None:
 class ChatReceiver:
     """Start with ``start()``; ``url(service)`` is the webhook URL a channel is configured with."""
 
-    def __init__(self, port: int | None = None, secrets: dict[str, str | None] | None = None) -> None:
-        self.port = port or free_port()
+    def __init__(self, secrets: dict[str, str | None] | None = None) -> None:
         self.secrets: dict[str, str | None] = {**SECRETS, **(secrets or {})}
         self.received: list[Received] = []
         self._script: dict[str, deque[str]] = defaultdict(deque)
         self._lock = threading.Lock()
-        self._server: ThreadingHTTPServer | None = None
+        # Bound at once (the kernel picks the port), listening from ``start()``: until then every
+        # request is refused, as by a chat service that is down.
+        self._server: ThreadingHTTPServer | None = ThreadingHTTPServer(
+            ("127.0.0.1", 0), self._handler(), bind_and_activate=False)
+        self._server.daemon_threads = True
+        self._server.server_bind()
+        self.port = int(self._server.server_address[1])
         self._thread: threading.Thread | None = None
 
     def url(self, service: str) -> str:
@@ -263,8 +267,7 @@ class ChatReceiver:
             record.ok = kind in ("ok", "legacy_ok")
         return REPLIES[service][kind]
 
-    def start(self) -> ChatReceiver:
-        """Serve on 127.0.0.1:``port`` in a background thread."""
+    def _handler(self) -> type[BaseHTTPRequestHandler]:
         receiver = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -286,20 +289,24 @@ class ChatReceiver:
             def log_message(self, format: str, *args: Any) -> None:
                 pass
 
-        ThreadingHTTPServer.allow_reuse_address = True
-        self._server = ThreadingHTTPServer(("127.0.0.1", self.port), Handler)
-        self._server.daemon_threads = True
+        return Handler
+
+    def start(self) -> ChatReceiver:
+        """Serve on 127.0.0.1:``port`` in a background thread."""
+        assert self._server is not None, "a stopped ChatReceiver cannot start again"
+        self._server.server_activate()
         # A short poll interval so shutdown() returns quickly at every test's teardown.
         self._thread = threading.Thread(target=self._server.serve_forever, args=(0.02,), daemon=True)
         self._thread.start()
         return self
 
     def stop(self) -> None:
-        """Stop serving (the port is free again); safe to call twice."""
-        if self._server is not None:
-            self._server.shutdown()
-            self._server.server_close()
-            self._server = None
+        """Stop serving (the port is free again); safe to call twice, and before ``start()``."""
         if self._thread is not None:
+            assert self._server is not None
+            self._server.shutdown()
             self._thread.join(10)
             self._thread = None
+        if self._server is not None:
+            self._server.server_close()
+            self._server = None

@@ -11,7 +11,7 @@ from aiohttp import web
 from analyzer.api import start_api
 from analyzer.diagnosis import RootCause
 from analyzer.incidents import Evidence, Incident
-from oximeter.procs import free_port, http_ok, wait_until
+from oximeter.procs import http_ok, wait_until
 
 
 def sample_incident(now: datetime, *, layer: str = "infrastructure", node: str = "n1",
@@ -37,10 +37,10 @@ def sample_incident(now: datetime, *, layer: str = "infrastructure", node: str =
 
 
 class ThreadedApp:
-    """Serve an aiohttp app on 127.0.0.1:<free port> from a thread with its own event loop."""
+    """Serve an aiohttp app on 127.0.0.1 (a port the kernel picks) from a thread with its own event loop."""
 
     def __init__(self, app: web.Application) -> None:
-        self.app, self.port = app, free_port()
+        self.app, self.port = app, 0  # known once started
         self.loop = asyncio.new_event_loop()
         self.runner: web.AppRunner | None = None
         self.thread = threading.Thread(target=self.loop.run_forever, daemon=True)
@@ -54,7 +54,8 @@ class ThreadedApp:
         """Start and wait until it answers."""
         self.thread.start()
         self.runner = asyncio.run_coroutine_threadsafe(
-            start_api(self.app, "127.0.0.1", self.port), self.loop).result(30)
+            start_api(self.app, "127.0.0.1", 0), self.loop).result(30)
+        self.port = self.runner.addresses[0][1]
         wait_until(lambda: http_ok(f"{self.url}/openapi.json"), 30)
         return self
 

@@ -13,7 +13,6 @@ from conftest import MakeChannel
 from pydantic import SecretStr
 from sample_messages import alert
 
-from oximeter.procs import free_port
 from reporter.channels import CHANNELS, Outcome
 from reporter.channels.base import TRUNCATED, retry_after_s, split_text
 from reporter.channels.dingtalk import dingtalk_sign
@@ -70,9 +69,10 @@ def test_reply_table(receiver: ChatReceiver, make_channel: MakeChannel, service:
 
 @pytest.mark.parametrize("service", SERVICES)
 def test_receiver_down_is_retryable(service: str) -> None:
-    down = ChatReceiver(port=free_port())  # never started: connection refused
+    down = ChatReceiver()  # never started: connection refused
     channel = CHANNELS[service]("down", SecretStr(down.url(service)))
     result = channel.send(alert())
+    down.stop()
     assert (result.outcome, result.code, result.parts_sent) == (Outcome.RETRY, "connection", 0)
 
 

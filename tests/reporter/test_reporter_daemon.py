@@ -11,7 +11,8 @@ import pandas as pd
 import requests
 from chat_receiver import ChatReceiver
 
-from oximeter.procs import ManagedProcess, free_port, http_ok, oximeter_argv, wait_until
+from oximeter.ports import wait_port
+from oximeter.procs import ManagedProcess, http_ok, oximeter_argv, wait_until
 
 TOKEN = "daemon-relay-token"
 
@@ -32,7 +33,6 @@ def _alert(name: str, **labels: str) -> dict[str, object]:
 
 def test_daemon_notifies_and_relays(tmp_path: Path, receiver: ChatReceiver,
                                     start_process: Callable[..., ManagedProcess]) -> None:
-    port = free_port()
     (tmp_path / "oximeter.yaml").write_text(json.dumps({"analyzer": {"interval_s": 2}, "reporter": {
         "simulated": True, "grafana_url": "http://grafana.example",
         "channels": {"chat": {"type": "webhook", "url_env": "CHAT_URL", "secret_env": "CHAT_SECRET"}}}}))
@@ -42,7 +42,8 @@ def test_daemon_notifies_and_relays(tmp_path: Path, receiver: ChatReceiver,
     daemon = start_process("analyze", oximeter_argv(
         "--config", str(tmp_path / "oximeter.yaml"), "analyze", "--signals", str(signals),
         "--replay-start", "2026-03-02T10:10:00Z", "--speed", "1", "--store", str(tmp_path / "oximeter.db"),
-        "--port", str(port)), env=env)
+        "--port", "0", "--port-file", str(tmp_path / "api.port")), env=env)
+    port = wait_port(daemon, tmp_path / "api.port")
     daemon.wait_ready(lambda: http_ok(f"http://127.0.0.1:{port}/openapi.json"), 60)
     wait_until(lambda: receiver.accepted("webhook"), 60, what="the incident's message in chat")
     (opened,) = receiver.accepted("webhook")

@@ -11,7 +11,8 @@ from zoneinfo import ZoneInfo
 import pytest
 
 from oximeter.errors import OximeterError
-from oximeter.procs import free_port, oximeter_argv
+from oximeter.ports import refusing_port
+from oximeter.procs import oximeter_argv
 from reporter.digest import colour, day_bounds, histogram_quantile, share_below
 from reporter.digest_schedule import DigestScheduler
 from reporter.prom import counter_increase
@@ -115,9 +116,10 @@ def test_scheduler_retries_after_a_failure_and_skips_what_was_queued() -> None:
     (["--date", "2025-11-30", "--prometheus", "http://127.0.0.1:{port}"], "/api/v1/query: ConnectionError"),
 ])
 def test_report_cli_errors(tmp_path: Path, args: list[str], error: str) -> None:
-    argv = [a.replace("{port}", str(free_port())) for a in args]
-    done = subprocess.run(oximeter_argv("report", "--dry-run", "--out", "p", *argv), cwd=tmp_path,
-                          capture_output=True, text=True, timeout=120, check=False)
+    with refusing_port() as port:
+        argv = [a.replace("{port}", str(port)) for a in args]
+        done = subprocess.run(oximeter_argv("report", "--dry-run", "--out", "p", *argv), cwd=tmp_path,
+                              capture_output=True, text=True, timeout=120, check=False)
     assert done.returncode == 1
     assert error in done.stderr
     assert not (tmp_path / "oximeter.db").exists()  # a preview creates no store

@@ -28,7 +28,8 @@ from chat_receiver import ChatReceiver
 from relay_harness import sample_incident
 
 from analyzer.incident_store import IncidentStore
-from oximeter.procs import ManagedProcess, free_port, http_ok, oximeter_argv
+from oximeter.ports import start_reserved
+from oximeter.procs import ManagedProcess, http_ok, oximeter_argv
 from oximeter.store import connect
 
 PROMTOOL = shutil.which("promtool") or "/usr/bin/promtool"
@@ -100,12 +101,12 @@ def day(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Day]:
                        "--step", f"{STEP_S}s", "--end", str(int(END.timestamp())), "--out", "history"), root)
     _run([PROMTOOL, "tsdb", "create-blocks-from", "openmetrics", "history/history.om", "tsdb"], root)
     (root / "prometheus.yml").write_text("global: {scrape_interval: 1h}\n")
-    port = free_port()
-    prometheus = ManagedProcess("prometheus", [
+    prometheus, port = start_reserved(lambda port: ManagedProcess("prometheus", [
         PROMETHEUS, f"--config.file={root / 'prometheus.yml'}", f"--storage.tsdb.path={root / 'tsdb'}",
-        "--storage.tsdb.retention.time=10y", f"--web.listen-address=127.0.0.1:{port}"], root / "logs").start()
+        "--storage.tsdb.retention.time=10y", f"--web.listen-address=127.0.0.1:{port}"],
+        root / "logs").start(),
+        lambda port: http_ok(f"http://127.0.0.1:{port}/-/ready"))
     try:
-        prometheus.wait_ready(lambda: http_ok(f"http://127.0.0.1:{port}/-/ready"), timeout_s=60)
         conn = connect(root / "oximeter.db")
         IncidentStore(conn).save([sample_incident(START + timedelta(hours=18))])
         conn.close()

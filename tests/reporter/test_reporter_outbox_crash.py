@@ -11,7 +11,7 @@ import yaml
 from chat_receiver import SECRETS, WEBHOOK_TOKEN, ChatReceiver
 from sample_messages import alert
 
-from oximeter.procs import free_port, oximeter_argv, wait_until
+from oximeter.procs import oximeter_argv, wait_until
 from oximeter.store import connect
 from reporter.outbox import Outbox
 from tests.conftest import StartProcess
@@ -34,7 +34,7 @@ def test_outbox_survives_sigkill_while_the_receiver_is_down(tmp_path: Path,
                                                             start_process: StartProcess) -> None:
     store = tmp_path / "oximeter.db"
     config = _write_config(tmp_path, store)
-    receiver = ChatReceiver(port=free_port())  # not started: the chat service is down
+    receiver = ChatReceiver()  # not started: the chat service is down
     env = {"OXI_TEST_HOOK_URL": receiver.url("webhook"), "OXI_TEST_HOOK_SECRET": SECRETS["webhook"]}
     outbox = Outbox(connect(store))
     for key in KEYS:

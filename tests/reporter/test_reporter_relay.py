@@ -19,7 +19,8 @@ from relay_harness import ThreadedApp, sample_incident
 from analyzer.api import build_app
 from analyzer.incident_store import IncidentStore
 from analyzer.incidents import Change
-from oximeter.procs import ManagedProcess, free_port, http_ok
+from oximeter.ports import start_reserved
+from oximeter.procs import ManagedProcess, http_ok
 from oximeter.store import connect
 from reporter.channels import CHANNELS
 from reporter.outbox import Outbox, OutboxPolicy
@@ -169,11 +170,10 @@ def test_real_alertmanager_firing_and_resolved(stack: Stack, tmp_path: Path,
             "url": f"{stack.api.url}{PATH}", "send_resolved": True,
             "http_config": {"authorization": {"type": "Bearer", "credentials_file": str(token_file)}}}]}],
     }))
-    port = free_port()
-    am = start_process("alertmanager", [
+    _, port = start_reserved(lambda port: start_process("alertmanager", [
         ALERTMANAGER, f"--config.file={config}", f"--storage.path={tmp_path / 'am-data'}",
-        f"--web.listen-address=127.0.0.1:{port}", "--cluster.listen-address="])
-    am.wait_ready(lambda: http_ok(f"http://127.0.0.1:{port}/-/ready"), timeout_s=30)
+        f"--web.listen-address=127.0.0.1:{port}", "--cluster.listen-address="]),
+        lambda port: http_ok(f"http://127.0.0.1:{port}/-/ready"), timeout_s=30)
 
     matching = {"alertname": "GpuTemperatureHigh", "node": "n1", "gpu": "2", "layer": "infrastructure",
                 "severity": "warning"}

@@ -22,7 +22,7 @@ from loguru import logger
 from pydantic import SecretStr
 from sample_messages import alert
 
-from oximeter.procs import free_port, oximeter_argv
+from oximeter.procs import oximeter_argv
 from oximeter.store import connect
 from reporter.channels import CHANNELS, Channel
 from reporter.outbox import Outbox, OutboxPolicy
@@ -56,7 +56,7 @@ def _channels(receiver: ChatReceiver) -> dict[str, Channel]:
 
 
 def test_no_secret_in_errors_reprs_logs_or_outbox_list(tmp_path: Path) -> None:
-    down = ChatReceiver(port=free_port())  # connection refused: the error text would carry the URL
+    down = ChatReceiver()  # bound, never listening: refused, and the error text would carry the URL
     up = ChatReceiver().start()
     up.secrets.update(feishu="other", dingtalk="other", webhook="other")  # signatures refused
     for service in ("wecom", "slack"):
@@ -75,6 +75,7 @@ def test_no_secret_in_errors_reprs_logs_or_outbox_list(tmp_path: Path) -> None:
     finally:
         logger.remove(sink)
         up.stop()
+        down.stop()
     errors = [row.last_error or "" for row in outbox.rows()]
     assert len(errors) == 10 and all(errors)
     assert any("ConnectionError" in e for e in errors) and any("19021" in e for e in errors)

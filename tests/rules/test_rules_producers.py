@@ -10,7 +10,8 @@ import pytest
 import requests
 
 from alert_rules import load_catalogue
-from oximeter.procs import ManagedProcess, free_port, http_ok, oximeter_argv
+from oximeter.ports import wait_port, wait_ports
+from oximeter.procs import ManagedProcess, http_ok, oximeter_argv
 
 PREFIXES = ("oximeter_", "vllm:")
 
@@ -30,26 +31,28 @@ def exposed_types(text: str) -> dict[str, str]:
 def expositions(tmp_path_factory: pytest.TempPathFactory) -> dict[str, dict[str, str]]:
     """{producer: {family: type}} scraped from live processes (stopped at the end of the module)."""
     logs = tmp_path_factory.mktemp("producers")
-    sim_port, gateway_port, exporter_port = free_port(), free_port(), free_port()
-    procs = [
-        ManagedProcess("simulator", oximeter_argv("sim", "serve", "--port", str(sim_port), "--nodes", "1",
-                                                  "--gpus-per-node", "2"), logs),
-        ManagedProcess("gateway", oximeter_argv("gateway", "--upstream", f"http://127.0.0.1:{sim_port}",
-                                                "--port", str(gateway_port), "--node", "n1",
-                                                "--service", "chat"), logs),
-        ManagedProcess("exporter", oximeter_argv("exporter", "--backend", "sim", "--sim-url",
-                                                 f"http://127.0.0.1:{sim_port}", "--node", "n1",
-                                                 "--port", str(exporter_port)), logs),
-    ]
-    urls = {"simulator": sim_port, "gateway": gateway_port, "exporter": exporter_port}
+    procs: list[ManagedProcess] = []
+
+    def start(name: str, *args: str) -> str:
+        """Start one producer on a port it binds; its /metrics URL once it answers."""
+        port_file = logs / f"{name}.port"
+        procs.append(ManagedProcess(name, oximeter_argv(*args, "--port", "0", "--port-file", str(port_file)),
+                                    logs).start())
+        proc = procs[-1]
+        bound = wait_ports(proc, port_file)["n1"] if name == "simulator" else wait_port(proc, port_file)
+        url = f"http://127.0.0.1:{bound}/metrics"
+        proc.wait_ready(partial(http_ok, url), timeout_s=60)
+        return url
+
     try:
-        found = {}
-        for proc, (producer, port) in zip(procs, urls.items(), strict=True):
-            proc.start()
-            url = f"http://127.0.0.1:{port}/metrics"
-            proc.wait_ready(partial(http_ok, url), timeout_s=60)
-            found[producer] = exposed_types(requests.get(url, timeout=10).text)
-        return found
+        sim_metrics = start("simulator", "sim", "serve", "--nodes", "1", "--gpus-per-node", "2")
+        sim_url = sim_metrics.removesuffix("/metrics")
+        urls = {"simulator": sim_metrics,
+                "gateway": start("gateway", "gateway", "--upstream", sim_url, "--node", "n1",
+                                 "--service", "chat"),
+                "exporter": start("exporter", "exporter", "--backend", "sim", "--sim-url", sim_url,
+                                  "--node", "n1")}
+        return {producer: exposed_types(requests.get(url, timeout=10).text) for producer, url in urls.items()}
     finally:
         for proc in reversed(procs):
             proc.stop()

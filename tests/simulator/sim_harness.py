@@ -1,15 +1,16 @@
-"""Helpers for simulator tests: a live ``oximeter sim serve`` child on free ports, a metrics reader."""
+"""Helpers for simulator tests: a live ``oximeter sim serve`` child on ports it binds, a metrics reader."""
 
 from __future__ import annotations
 
-import socket
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 
 import requests
 from prometheus_client.parser import text_string_to_metric_families
 
-from oximeter.procs import ManagedProcess, free_port, http_ok, oximeter_argv
+from oximeter.ports import wait_ports
+from oximeter.procs import ManagedProcess, http_ok, oximeter_argv
 
 MODEL = "sim-test-model"
 TOKEN = "test-admin-token"
@@ -19,12 +20,16 @@ TOKEN = "test-admin-token"
 class Sim:
     """A running simulator: node i's engine is ``url(i)``."""
 
-    port: int
-    nodes: int
+    ports: dict[str, int]  # node name -> engine port
+
+    @property
+    def nodes(self) -> int:
+        """How many nodes (engines) it runs."""
+        return len(self.ports)
 
     def url(self, node: int = 1) -> str:
         """Base URL of node ``n{node}``'s engine."""
-        return f"http://127.0.0.1:{self.port + node - 1}"
+        return f"http://127.0.0.1:{self.ports[f'n{node}']}"
 
     def admin(self, method: str, path: str, token: str | None = TOKEN, **kwargs: object) -> requests.Response:
         """Call the admin API with the bearer token (or none)."""
@@ -51,29 +56,20 @@ StartProcess = Callable[..., ManagedProcess]
 
 
 def start_sim_process(
-    start_process: Callable[..., ManagedProcess], *extra: str, nodes: int = 2, token: str | None = TOKEN
+    start_process: Callable[..., ManagedProcess], port_file: Path, *extra: str, nodes: int = 2,
+    token: str | None = TOKEN
 ) -> Sim:
-    port = free_port()
-    while not all(_port_free(port + i) for i in range(nodes)):
-        port = free_port()
     env = {"OXIMETER_ADMIN_TOKEN": token} if token else {"OXIMETER_ADMIN_TOKEN": ""}
     proc = start_process(
         "sim",
-        oximeter_argv("sim", "serve", "--port", str(port), "--nodes", str(nodes), "--model", MODEL, *extra),
+        oximeter_argv("sim", "serve", "--port", "0", "--port-file", str(port_file), "--nodes", str(nodes),
+                      "--model", MODEL, *extra),
         env=env,
     )
-    sim = Sim(port, nodes)
+    sim = Sim(wait_ports(proc, port_file))
     proc.wait_ready(
         lambda: all(http_ok(sim.url(i) + "/health") for i in range(1, nodes + 1)),
         timeout_s=30,
     )
     return sim
 
-
-def _port_free(port: int) -> bool:
-    with socket.socket() as sock:
-        try:
-            sock.bind(("127.0.0.1", port))
-        except OSError:
-            return False
-        return True

@@ -12,7 +12,8 @@ import pandas as pd
 import pytest
 import requests
 
-from oximeter.procs import free_port, http_ok, oximeter_argv
+from oximeter.ports import start_reserved
+from oximeter.procs import http_ok, oximeter_argv
 from simulator.scenario import load_scenario, parse_duration_s
 from tests.simulator.sim_harness import StartProcess
 
@@ -105,19 +106,14 @@ def test_two_days_backfill_and_promql(tmp_path: Path, start_process: StartProces
 
     config = tmp_path / "prometheus.yml"
     config.write_text("global: {scrape_interval: 1m}\nscrape_configs: []\n", encoding="utf-8")
-    port = free_port()
-    prom = start_process(
+    _, port = start_reserved(lambda port: start_process("prometheus", [
         "prometheus",
-        [
-            "prometheus",
-            f"--config.file={config}",
-            f"--storage.tsdb.path={tsdb}",
-            f"--web.listen-address=127.0.0.1:{port}",
-            "--storage.tsdb.retention.time=30d",
-        ],
-    )
+        f"--config.file={config}",
+        f"--storage.tsdb.path={tsdb}",
+        f"--web.listen-address=127.0.0.1:{port}",
+        "--storage.tsdb.retention.time=30d",
+    ]), lambda port: http_ok(f"http://127.0.0.1:{port}/-/ready"))
     base = f"http://127.0.0.1:{port}"
-    prom.wait_ready(lambda: http_ok(f"{base}/-/ready"), timeout_s=60)
 
     def query(expr: str, at: float = end) -> dict[tuple[tuple[str, str], ...], float]:
         resp = requests.get(
