@@ -20,6 +20,7 @@ import contextlib
 import importlib
 import signal
 import sqlite3
+import sys
 import time
 from collections.abc import Callable, Mapping
 from datetime import datetime, timedelta
@@ -277,12 +278,17 @@ def run(args: argparse.Namespace) -> int:
     """Entry point of ``oximeter analyze``."""
     try:
         config = load_config(args.config)
+        settings = config.incidents
+        store = IncidentStore(connect(args.store or settings.store_path))
+    except OximeterError as exc:
+        print(f"oximeter analyze: {exc}", file=sys.stderr)
+        return 2
+    try:
         source = _source(args, config)
     except OximeterError as exc:
-        print(f"oximeter analyze: {exc}")
+        print(f"oximeter analyze: {exc}", file=sys.stderr)
+        store.conn.close()
         return 2
-    settings = config.incidents
-    store = IncidentStore(connect(args.store or settings.store_path))
     pipeline = CyclePipeline(source, config.analyzer.catalogue(), config.analyzer.step_s,
                              config.analyzer.live_window_s, policy=config.analyzer.baseline.policy(),
                              change_events=store.change_events)
