@@ -50,8 +50,8 @@ from analyzer.signals import CATALOGUE, SignalSpec
 from analyzer.sources import recipes
 from analyzer.sources.base import ReplayClock, Source
 from analyzer.topology import Topology
-from oximeter.config import OximeterConfig, load_config
-from oximeter.errors import OximeterError
+from oximeter.config import DEFAULT_CONFIG_PATH, OximeterConfig, load_config
+from oximeter.errors import ConfigError, OximeterError
 from oximeter.secrets import read_secret
 from oximeter.store import connect
 
@@ -300,7 +300,9 @@ def run(args: argparse.Namespace) -> int:
         reporting = build_reporting(store, config.reporter, read_secret("OXIMETER_API_TOKEN"),
                                     metrics.registry)
     except OximeterError as exc:
-        print(f"oximeter analyze: {exc}")
+        if isinstance(exc, ConfigError) and exc.path is None:  # a channel's secret: name the file too
+            exc = ConfigError(exc.problems, str(args.config or DEFAULT_CONFIG_PATH))
+        print(f"oximeter analyze: {exc}", file=sys.stderr)
         store.conn.close()
         return 2
     notifier: Notifier = reporting.notifier if config.reporter.channels else LogNotifier()
