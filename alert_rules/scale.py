@@ -17,19 +17,18 @@ from typing import Any
 import yaml
 
 from alert_rules import load_groups, rule_files
+from oximeter.inputs import parse_duration_s
 
-_UNIT_S = {"ms": 0.001, "s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800, "y": 31536000}
 _DURATION = r"(?:\d+(?:ms|[smhdwy]))+"
-_PART_RE = re.compile(r"(\d+)(ms|[smhdwy])")
 _RANGE_RE = re.compile(rf"\[\s*({_DURATION})\s*(?::\s*({_DURATION})?\s*)?\]")
 _OFFSET_RE = re.compile(rf"\boffset\s+(-?)({_DURATION})")
 
 
 def parse_duration(text: str) -> float:
     """Seconds in a Prometheus duration such as ``1h30m`` or ``500ms``."""
-    if not re.fullmatch(_DURATION, text):
+    if not re.fullmatch(_DURATION, text):  # integers and units in order, as Prometheus writes them
         raise ValueError(f"not a Prometheus duration: {text!r}")
-    return sum(int(n) * _UNIT_S[unit] for n, unit in _PART_RE.findall(text))
+    return parse_duration_s(text, "PromQL duration", allow_number=False)
 
 
 def format_duration(seconds: float) -> str:

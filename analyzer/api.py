@@ -15,9 +15,10 @@ from typing import Any
 from aiohttp import web
 from pydantic import SecretStr
 
-from analyzer.events import AnomalyEvent, iso_utc, parse_iso
+from analyzer.events import AnomalyEvent, iso_utc
 from analyzer.incident_store import IncidentQuery, IncidentStore, QueryError, parse_duration
 from analyzer.incidents import ChangeEvent
+from oximeter.inputs import InputValueError, parse_epoch_ms, parse_label_value, parse_timestamp
 
 Clock = Callable[[], datetime]
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
@@ -109,9 +110,9 @@ async def silence_incident(request: web.Request) -> web.Response:
         data = await _body(request)
         by, note = _text(data, "by"), _text(data, "note", "")
         if "until" in data:
-            until = parse_iso(_text(data, "until")) if isinstance(data["until"], str) else None
+            until = parse_timestamp(data["until"], "until")
         else:
-            until = now + parse_duration(_text(data, "for", "1h"))
+            until = now + parse_duration(_text(data, "for", "1h"), "for")
         if until is None or until <= now:
             raise QueryError("until: expected a future ISO-8601 time")
         if until - now > timedelta(days=30):
@@ -127,9 +128,10 @@ def _millis(request: web.Request, key: str, default: datetime) -> datetime:
     raw = request.query.get(key)
     if raw is None:
         return default
-    if not raw.isdigit():
-        raise QueryError(f"{key}: expected epoch milliseconds, got {raw!r}")
-    return datetime.fromtimestamp(int(raw) / 1000, UTC)
+    try:
+        return parse_epoch_ms(raw, key)
+    except InputValueError as exc:
+        raise QueryError(str(exc)) from None
 
 
 async def get_annotations(request: web.Request) -> web.Response:
@@ -169,12 +171,12 @@ async def record_change(request: web.Request) -> web.Response:
         labels = data.get("labels", {})
         if not isinstance(labels, dict) or not all(isinstance(v, str) for v in labels.values()):
             raise QueryError("labels: expected an object of string values")
-        at = parse_iso(data["at"]) if isinstance(data.get("at"), str) else now
-        if "at" in data and not isinstance(data["at"], str):
-            raise QueryError("at: expected an ISO-8601 time")
+        at = parse_timestamp(data["at"], "at") if "at" in data else now
+        labels = {parse_label_value(k, "labels"): parse_label_value(v, f"labels.{k}")
+                  for k, v in labels.items()}
     except (QueryError, ValueError) as exc:
         return _error(400, str(exc))
-    change = ChangeEvent(at or now, kind, description, AnomalyEvent.labels_from(labels), "api")
+    change = ChangeEvent(at, kind, description, AnomalyEvent.labels_from(labels), "api")
     change_id = request.app[STORE].record_change_event(change, now)
     return web.json_response({**change.to_dict(), "id": change_id}, status=201)
 

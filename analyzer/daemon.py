@@ -20,6 +20,7 @@ import contextlib
 import importlib
 import signal
 import sqlite3
+import sys
 import time
 from collections.abc import Callable, Mapping
 from datetime import datetime, timedelta
@@ -49,8 +50,8 @@ from analyzer.signals import CATALOGUE, SignalSpec
 from analyzer.sources import recipes
 from analyzer.sources.base import ReplayClock, Source
 from analyzer.topology import Topology
-from oximeter.config import OximeterConfig, load_config
-from oximeter.errors import OximeterError
+from oximeter.config import DEFAULT_CONFIG_PATH, OximeterConfig, load_config
+from oximeter.errors import ConfigError, OximeterError
 from oximeter.ports import write_port_file
 from oximeter.secrets import read_secret
 from oximeter.store import connect
@@ -288,12 +289,17 @@ def run(args: argparse.Namespace) -> int:
     """Entry point of ``oximeter analyze``."""
     try:
         config = load_config(args.config)
+        settings = config.incidents
+        store = IncidentStore(connect(args.store or settings.store_path))
+    except OximeterError as exc:
+        print(f"oximeter analyze: {exc}", file=sys.stderr)
+        return 2
+    try:
         source = _source(args, config)
     except OximeterError as exc:
-        print(f"oximeter analyze: {exc}")
+        print(f"oximeter analyze: {exc}", file=sys.stderr)
+        store.conn.close()
         return 2
-    settings = config.incidents
-    store = IncidentStore(connect(args.store or settings.store_path))
     pipeline = CyclePipeline(source, config.analyzer.catalogue(), config.analyzer.step_s,
                              config.analyzer.live_window_s, policy=config.analyzer.baseline.policy(),
                              change_events=store.change_events)
@@ -305,7 +311,9 @@ def run(args: argparse.Namespace) -> int:
         reporting = build_reporting(store, config.reporter, read_secret("OXIMETER_API_TOKEN"),
                                     metrics.registry)
     except OximeterError as exc:
-        print(f"oximeter analyze: {exc}")
+        if isinstance(exc, ConfigError) and exc.path is None:  # a channel's secret: name the file too
+            exc = ConfigError(exc.problems, str(args.config or DEFAULT_CONFIG_PATH))
+        print(f"oximeter analyze: {exc}", file=sys.stderr)
         store.conn.close()
         return 2
     notifier: Notifier = reporting.notifier if config.reporter.channels else LogNotifier()

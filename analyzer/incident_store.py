@@ -9,7 +9,6 @@ that restarts rebuilds its tracker from the open incidents, so it never produces
 from __future__ import annotations
 
 import json
-import re
 import sqlite3
 from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
@@ -19,6 +18,7 @@ from typing import Any
 
 from analyzer.diagnosis import LAYER_ORDER, RULE_IDS
 from analyzer.incidents import Change, ChangeEvent, Incident
+from oximeter.inputs import InputValueError, parse_duration_s, parse_int, parse_label_value
 from oximeter.store import lock_for, migrate
 
 COMPONENT = "analyzer"
@@ -56,8 +56,6 @@ MIGRATIONS = [
     """,
 ]
 
-_DURATION = re.compile(r"^(\d+(?:\.\d+)?)([smhdw])$")
-_UNIT_S = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
 STATES = ("open", "resolved")
 
 
@@ -65,12 +63,12 @@ class QueryError(ValueError):
     """A malformed filter; the message is the reason shown to the user (CLI exit 2, API 400)."""
 
 
-def parse_duration(text: str) -> timedelta:
-    """``90s``, ``15m``, ``24h``, ``7d``, ``2w``."""
-    match = _DURATION.match(text.strip())
-    if match is None:
-        raise QueryError(f"since: expected a duration like 30m, 24h or 7d, got {text!r}")
-    return timedelta(seconds=float(match.group(1)) * _UNIT_S[match.group(2)])
+def parse_duration(text: str, name: str = "since") -> timedelta:
+    """``90s``, ``15m``, ``24h``, ``7d``, ``2w`` (bounded; see :mod:`oximeter.inputs`)."""
+    try:
+        return timedelta(seconds=parse_duration_s(text, name, allow_number=False))
+    except InputValueError as exc:
+        raise QueryError(str(exc)) from None
 
 
 def _ts(moment: datetime | None) -> float | None:
@@ -110,13 +108,16 @@ class IncidentQuery:
         unknown = sorted(set(params) - known)
         if unknown:
             raise QueryError(f"unknown parameter(s): {', '.join(unknown)}")
-        limit = params.get("limit", "500")
-        if not limit.isdigit():
-            raise QueryError(f"limit: expected a positive integer, got {limit!r}")
+        try:
+            limit = parse_int(params.get("limit", "500"), "limit", 1, 10_000)
+            service, node = (None if (v := params.get(k)) is None else parse_label_value(v, k)
+                             for k in ("service", "node"))
+        except InputValueError as exc:
+            raise QueryError(str(exc)) from None
         since = params.get("since")
         return cls(since=parse_duration(since) if since else None, layer=params.get("layer"),
-                   state=params.get("state"), service=params.get("service"), node=params.get("node"),
-                   rule=params.get("rule"), limit=int(limit))
+                   state=params.get("state"), service=service, node=node,
+                   rule=params.get("rule"), limit=limit)
 
 
 class IncidentStore:

@@ -102,7 +102,7 @@ class GpuCollector(Collector):
     def _read_and_build(self) -> Iterator[Metric]:
         started = time.perf_counter()
         errors: list[str] = []
-        snapshot = self._guarded(self.backend.read, "backend", errors, NodeSnapshot(gpus=()))
+        snapshot = self._guarded(self.backend.read, "backend", errors, NodeSnapshot(gpus=(), read_ok=False))
         errors.extend(snapshot.errors)
         host_processes: Sequence[HostProcess] = snapshot.host_processes or ()
         if snapshot.host_processes is None and self.host is not None:
@@ -130,6 +130,12 @@ class GpuCollector(Collector):
                   lengths: dict[str, int], duration_s: float, describe: bool = False) -> Iterator[Metric]:
         node = self.node
         gpus = snapshot.gpus
+        telemetry = _gauge("oximeter_telemetry_up",
+                           "1 when this scrape read the node's GPU telemetry, 0 when the source (NVML or "
+                           "the simulator) could not be read or reported no GPU.", ("node",))
+        if not describe:
+            telemetry.add_metric([node], 1 if snapshot.read_ok and gpus else 0)
+        yield telemetry
         yield from self._gpu_families(gpus)
         rss = _gauge("oximeter_process_resident_memory_bytes",
                      "Resident memory (RSS) of a configured inference process.", ("node", "process"))

@@ -12,6 +12,7 @@ import sys
 from collections.abc import Sequence
 
 from oximeter import __version__
+from oximeter.errors import OximeterError
 
 # name -> (module with configure(parser), one-line description). Each module's configure() adds
 # its arguments (or its own sub-commands) and sets ``func`` (args -> exit code) as a default.
@@ -28,6 +29,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "incidents": ("analyzer.incidents_cli", "list, show and summarise incidents"),
     "analyze": ("analyzer.daemon", "run the analyzer daemon: detect, correlate, store, notify"),
     "report": ("reporter.digest_cli", "send or preview the daily health digest"),
+    "store": ("oximeter.store_cli", "check the shared store's integrity, or back it up while in use"),
     "drill": ("analyzer.drill",
               "rehearse a fault scenario against the stack or in replay, and score the diagnosis"),
 }
@@ -77,7 +79,12 @@ def main(argv: Sequence[str] | None = None) -> int:
             return 2
         parser.parse_args([*argv, "--help"])
         return 2
-    return int(func(args) or 0)
+    try:
+        return int(func(args) or 0)
+    except OximeterError as exc:
+        # The last line of defence: an error raised on purpose names its input; never a traceback.
+        print(f"oximeter {args.command}: {exc}", file=sys.stderr)
+        return 2
 
 
 if __name__ == "__main__":

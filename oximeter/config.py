@@ -76,8 +76,12 @@ def load_config(path: str | Path | None = None) -> OximeterConfig:
         text = path.read_text(encoding="utf-8")
     except OSError as exc:
         raise ConfigError([f"cannot read file: {exc.strerror}"], str(path)) from None
+    except UnicodeDecodeError as exc:
+        raise ConfigError([f"not UTF-8 text (byte {exc.start}): save the file as UTF-8"], str(path)) from None
     try:
         data = yaml.safe_load(text)
+    except (ValueError, RecursionError) as exc:  # PyYAML's own checks, e.g. a date such as 2026-02-30
+        raise ConfigError([f"invalid YAML: {exc}"], str(path)) from None
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f"line {mark.line + 1}, column {mark.column + 1}: " if mark is not None else ""

@@ -18,9 +18,19 @@ def configure(parser: argparse.ArgumentParser) -> None:
 
 
 def check_command(args: argparse.Namespace) -> int:
-    """Print ``FILE: ok`` or one line per problem; exit 1 on any problem."""
+    """Print ``FILE: ok`` or one line per problem; exit 1 on any problem.
+
+    The secrets the file names (chat webhook URLs and signing secrets) must be set in this
+    environment too: a file that validates but cannot start its channels is not ok.
+    """
+    from reporter.channels import build_channels
+
     try:
-        load_config(args.file)
+        config = load_config(args.file)
+        try:
+            build_channels(config.reporter.channels)
+        except ConfigError as exc:
+            raise ConfigError(exc.problems, args.file) from None
     except ConfigError as exc:
         print(str(exc), file=sys.stderr)
         return 1

@@ -13,6 +13,8 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
+from loguru import logger
+
 from oximeter.errors import OximeterError
 
 Migration = str  # one SQL script; its 1-based position in the component's list is its version
@@ -23,16 +25,31 @@ class StoreError(OximeterError):
 
 
 def connect(path: str | Path) -> sqlite3.Connection:
-    """Open (creating on first use) the store at ``path`` in WAL mode.
+    """Open the store at ``path`` in WAL mode, after an integrity check; create it where none exists.
+
+    A file that is there but is not a sound store (empty, truncated, overwritten in part) is
+    refused with a ``StoreError`` and left as it is: replacing it would throw the history away,
+    and the operator may still restore it from a backup (``oximeter store check|backup``).
 
     ``check_same_thread=False`` because the daemon's HTTP API and its cycle share one connection
     behind ``lock_for(conn)``; autocommit mode so each ``with conn:`` block is one transaction.
     """
     path = Path(path)
-    if str(path) != ":memory:":
+    memory = str(path) == ":memory:"
+    created = not memory and not path.exists()
+    if not memory:
+        if path.exists() and path.is_file() and path.stat().st_size == 0:
+            raise StoreError(f"{path}: the store file is empty (0 bytes), so its history is gone; "
+                             "restore a backup there, or remove the file to start a new store")
         path.parent.mkdir(parents=True, exist_ok=True)
+    conn: sqlite3.Connection | None = None
     try:
         conn = sqlite3.connect(str(path), timeout=10.0, check_same_thread=False, isolation_level=None)
+        if not created:
+            problems = integrity_problems(conn, quick=True)
+            if problems:
+                raise StoreError(f"{path}: the store is damaged ({'; '.join(problems[:3])}); "
+                                 "it was left untouched: restore a backup or move it aside")
         conn.execute("PRAGMA journal_mode=WAL")
         conn.execute("PRAGMA synchronous=NORMAL")
         conn.execute("PRAGMA foreign_keys=ON")
@@ -42,9 +59,27 @@ def connect(path: str | Path) -> sqlite3.Connection:
             " PRIMARY KEY (component, version))"
         )
     except sqlite3.Error as exc:
+        if conn is not None:
+            conn.close()
         raise StoreError(f"{path}: cannot open store: {exc}") from exc
+    except StoreError:
+        if conn is not None:
+            conn.close()
+        raise
+    if created:
+        logger.warning("no store at {}: created a new, empty one", path)
     conn.row_factory = sqlite3.Row
     return conn
+
+
+def integrity_problems(conn: sqlite3.Connection, *, quick: bool = False) -> list[str]:
+    """What SQLite's ``quick_check`` (or the slower, fuller ``integrity_check``) finds; empty when sound.
+
+    A file that is not a database at all raises ``sqlite3.DatabaseError`` here already.
+    """
+    pragma = "quick_check" if quick else "integrity_check"
+    rows = [str(row[0]) for row in conn.execute(f"PRAGMA {pragma}")]
+    return [] if rows == ["ok"] else rows
 
 
 _LOCKS: dict[int, threading.Lock] = {}

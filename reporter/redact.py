@@ -6,10 +6,13 @@ Slack path tokens), so only its scheme, host and plainly structural path words a
 
 from __future__ import annotations
 
+import base64
+import re
 from collections.abc import Iterable
-from urllib.parse import parse_qsl, unquote, urlsplit
+from urllib.parse import parse_qsl, quote, quote_plus, unquote, unquote_plus, urlsplit
 
 REDACTED = "***"
+_PCT = re.compile(r"%[0-9A-Fa-f]{2}")
 
 # Only the services' structural path words are shown; any other segment may be a token (Feishu and
 # Slack put theirs in the path), so it is hidden.
@@ -34,18 +37,41 @@ def redact_url(url: str) -> str:
     return f"{parts.scheme}://{host}{path}" + (f"?{query}" if query else "")
 
 
+def encoded_forms(value: str) -> set[str]:
+    """Every way ``value`` can appear in a request, a reply or an error text: as is, percent-decoded,
+    form-decoded (``+`` for a space), percent-encoded (path or form style) with hex digits in
+    either case."""
+    forms: set[str] = set()
+    for decoded in {value, unquote(value), unquote_plus(value)}:
+        forms |= {decoded, quote(decoded, safe=""), quote(decoded),
+                  quote_plus(decoded, safe=""), quote_plus(decoded)}
+    return forms | {_PCT.sub(lambda m: m.group(0).lower(), f) for f in forms}
+
+
+def base64_forms(secret: str) -> set[str]:
+    """A token or signing secret in base64 (standard and URL-safe, padded or not)."""
+    raw = secret.encode()
+    forms = {base64.b64encode(raw).decode(), base64.urlsafe_b64encode(raw).decode()}
+    return forms | {f.rstrip("=") for f in forms}
+
+
 def secret_fragments(url: str, *secrets: str | None) -> list[str]:
-    """The substrings of ``url`` (and ``secrets``) that must never be printed."""
+    """The substrings of ``url`` (and ``secrets``) that must never be printed, in every encoding."""
     fragments = [url, *(s for s in secrets if s)]
     try:
         parts = urlsplit(url)
     except ValueError:
-        return fragments
-    fragments += [seg for seg in parts.path.split("/") if seg and seg not in _PATH_WORDS]
-    fragments += [value for _, value in parse_qsl(parts.query) if value]
-    fragments += [parts.query, unquote(parts.query)] if parts.query else []
+        parts = None
+    if parts is not None:
+        fragments += [seg for seg in parts.path.split("/") if seg and seg not in _PATH_WORDS]
+        fragments += [value for _, value in parse_qsl(parts.query) if value]
+        fragments += [value for pair in parts.query.split("&") if (value := pair.partition("=")[2])]
+        fragments += [parts.query] if parts.query else []
+    found = set().union(*(encoded_forms(f) for f in fragments))
+    # base64 of a token or signing secret: how signing code and some receivers carry them
+    found |= set().union(*(base64_forms(f) for f in {unquote(f) for f in fragments} | set(fragments)))
     # Longest first, so a whole URL is replaced before its pieces.
-    return sorted({f for f in fragments if len(f) >= 4}, key=len, reverse=True)
+    return sorted({f for f in found if len(f) >= 4}, key=len, reverse=True)
 
 
 def scrub(text: str, fragments: Iterable[str]) -> str:

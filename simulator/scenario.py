@@ -8,13 +8,13 @@ report (``rule: none`` for fault-free scenarios).
 
 from __future__ import annotations
 
-import re
 from pathlib import Path
 from typing import Any
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
+from oximeter import inputs
 from oximeter.errors import ConfigError
 
 LAYERS = ("infrastructure", "platform", "engine", "dependency", "scheduling", "ingress", "none")
@@ -35,22 +35,9 @@ RULES = (
     "unclassified",
     "none",
 )
-_NUM = r"(\d+(?:\.\d+)?)"
-_DURATION = re.compile(rf"^(-)?(?:{_NUM}d)?(?:{_NUM}h)?(?:{_NUM}m)?(?:{_NUM}s)?$")
-
-
 def parse_duration_s(value: Any) -> float:
-    """``90``, ``"90s"``, ``"15m"``, ``"1d6h"``, ``"-2h"`` → seconds."""
-    if isinstance(value, bool):
-        raise ValueError(f"expected a duration, got {value!r}")
-    if isinstance(value, int | float):
-        return float(value)
-    match = _DURATION.match(str(value).strip()) if isinstance(value, str) and value.strip() else None
-    if match is None or not any(match.groups()[1:]):
-        raise ValueError(f"expected a duration such as 90s, 15m, 2h or 1d6h, got {value!r}")
-    sign = -1.0 if match.group(1) else 1.0
-    days, hours, minutes, seconds = (float(g) if g else 0.0 for g in match.groups()[1:])
-    return sign * (days * 86400 + hours * 3600 + minutes * 60 + seconds)
+    """``90``, ``"90s"``, ``"15m"``, ``"1d6h"``, ``"-2h"`` → seconds (offsets may be negative)."""
+    return inputs.parse_duration_s(value, "duration", allow_negative=True)
 
 
 class Truth(BaseModel):

@@ -111,3 +111,17 @@ def live_stack(tmp_path_factory: pytest.TempPathFactory, live_backfill_dir: Path
     with stack:
         STARTED.append(stack)
         yield stack
+
+
+@pytest.fixture
+def logs_to_stderr() -> Iterator[None]:
+    """Log to whatever ``sys.stderr`` is at the time of each message, so ``capsys`` sees in-process logs."""
+    import sys
+
+    from loguru import logger
+
+    logger.remove()
+    logger.add(lambda message: sys.stderr.write(message), level="INFO", format="{message}")
+    yield
+    logger.remove()
+    logger.add(sys.stderr)

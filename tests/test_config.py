@@ -88,3 +88,45 @@ def test_secret_from_env_or_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch
     monkeypatch.setenv("OXI_TEST_TOKEN", "from-env")
     token = read_secret("OXI_TEST_TOKEN")
     assert token is not None and token.get_secret_value() == "from-env"
+
+
+@pytest.mark.usefixtures("logs_to_stderr")
+@pytest.mark.parametrize("command", [["config", "check"], ["analyze", "--once", "--replay", "none"]])
+@pytest.mark.parametrize("content", [b"gateway:\n  port: 8080\n  # caf\xe9 in Latin-1\n",
+                                     b"\xff\xfe\x00g\x00", b"sim:\n  start: 2026-02-30\n"])
+def test_unreadable_config_names_the_file(tmp_path: Path, command: list[str], content: bytes,
+                                          capsys: pytest.CaptureFixture[str]) -> None:
+    path = tmp_path / "oximeter.yaml"
+    path.write_bytes(content)
+    argv = ["config", "check", str(path)] if command[0] == "config" else [
+        "--config", str(path), *command, "--store", str(tmp_path / "oximeter.db")]
+    code = main(argv)
+    err = capsys.readouterr().err
+    assert code in (1, 2)
+    assert f"{path}: " in err and "Traceback" not in err and "UnicodeDecodeError" not in err
+
+
+@pytest.mark.usefixtures("logs_to_stderr")
+def test_a_missing_channel_secret_names_file_and_key(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                     capsys: pytest.CaptureFixture[str]) -> None:
+    path = tmp_path / "oximeter.yaml"
+    path.write_text("reporter:\n  channels:\n"
+                    "    ops: {type: dingtalk, url_env: OPS_URL, secret_env: OPS_SIGN}\n")
+    monkeypatch.delenv("OPS_URL", raising=False)
+    monkeypatch.delenv("OPS_SIGN", raising=False)
+    assert main(["config", "check", str(path)]) == 1
+    err = capsys.readouterr().err
+    assert f"{path}: reporter.channels.ops.url_env: secret OPS_URL is not set" in err
+    assert f"{path}: reporter.channels.ops.secret_env: secret OPS_SIGN is not set" in err
+    monkeypatch.setenv("OPS_URL", "https://oapi.dingtalk.com/robot/send?access_token=x")
+    monkeypatch.setenv("OPS_SIGN", "s3cret")
+    assert main(["config", "check", str(path)]) == 0
+    assert capsys.readouterr().out.strip() == f"{path}: ok"
+    monkeypatch.delenv("OPS_SIGN")
+    signals = tmp_path / "signals.csv"
+    signals.write_text("timestamp,signal,node,value\n" + "".join(
+        f"2026-03-02T09:{i // 4:02d}:{i % 4 * 15:02d}Z,xid_paging,n1,0\n" for i in range(20)))
+    code = main(["--config", str(path), "analyze", "--once", "--signals", str(signals),
+                 "--store", str(tmp_path / "oximeter.db")])
+    assert code == 2
+    assert f"{path}: reporter.channels.ops.secret_env: secret OPS_SIGN is not set" in capsys.readouterr().err

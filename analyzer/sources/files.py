@@ -18,6 +18,7 @@ import pandas as pd
 
 from analyzer.frame import SeriesFrame
 from oximeter.errors import OximeterError
+from oximeter.inputs import InputValueError, parse_duration_s
 
 TIME_COLUMNS = ("timestamp", "time", "ts", "date", "datetime")
 MIN_STEP_S = 15.0
@@ -161,15 +162,11 @@ def infer_step_s(index: pd.DatetimeIndex) -> float:
 
 def parse_step(text: str) -> float | None:
     """``auto`` → None; ``15s``, ``1m``, ``1h`` or plain seconds → seconds."""
-    text = text.strip().lower()
-    if text == "auto":
+    if text.strip().lower() == "auto":
         return None
-    units = {"s": 1.0, "m": 60.0, "h": 3600.0}
     try:
-        if text and text[-1] in units:
-            return float(text[:-1]) * units[text[-1]]
-        return float(text)
-    except ValueError:
+        return parse_duration_s(text.strip().lower(), "step")
+    except InputValueError:
         raise ValueError(f"invalid step {text!r}: use auto, or a duration such as 15s, 1m, 1h") from None
 
 

@@ -99,6 +99,9 @@ class NodeSnapshot:
     gpus: tuple[GpuReading, ...]
     errors: tuple[str, ...] = ()
     host_processes: tuple[HostProcess, ...] | None = None
+    # False when the source itself could not be read this scrape (unreachable, lost, garbage):
+    # exported as ``oximeter_telemetry_up`` 0, so a node whose GPUs never reported can page.
+    read_ok: bool = True
 
 
 class GpuBackend(Protocol):

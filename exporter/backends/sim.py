@@ -162,18 +162,21 @@ class SimBackend:
         except urllib.error.HTTPError as exc:
             exc.close()
             reason = "telemetry_lost" if exc.code == 503 else "sim_unreachable"
-            return NodeSnapshot(gpus=(), errors=(reason,))
-        except (OSError, ValueError) as exc:  # URLError and timeouts are OSErrors; bad JSON ValueError
+            return NodeSnapshot(gpus=(), errors=(reason,), read_ok=False)
+        except (json.JSONDecodeError, UnicodeDecodeError) as exc:  # it answered, with garbage
+            log.warning("simulator %s: not JSON: %s", self.url, exc)
+            return NodeSnapshot(gpus=(), errors=("sim_bad_payload",), read_ok=False)
+        except (OSError, ValueError) as exc:  # URLError and timeouts are OSErrors
             log.warning("simulator %s: %s", self.url, exc)
-            return NodeSnapshot(gpus=(), errors=("sim_unreachable",))
+            return NodeSnapshot(gpus=(), errors=("sim_unreachable",), read_ok=False)
         if not isinstance(document, dict) or not isinstance(document.get("gpus"), list):
-            return NodeSnapshot(gpus=(), errors=("sim_unreachable",))
+            return NodeSnapshot(gpus=(), errors=("sim_bad_payload",), read_ok=False)
         gpus: list[GpuReading] = []
         errors: list[str] = []
         for obj in document["gpus"]:
             try:
                 reading = parse_gpu(obj)
-            except BadPayloadError as exc:
+            except (BadPayloadError, KeyError, TypeError, ValueError, AttributeError) as exc:
                 log.warning("simulator %s: %s", self.url, exc)
                 errors.append("sim_bad_payload")
                 continue

@@ -284,7 +284,8 @@ class Channel:
             response = self.session.post(url, data=data, headers=headers, timeout=self.timeout_s)
         except requests.RequestException as exc:
             return Reply(False, True, "connection", self.scrub(f"{type(exc).__name__}: {exc}"))
-        reply = self.judge(response.status_code, response.headers, response.text)
+        # Scrubbed before judge() cuts the text, so no secret survives cut in half at the edge.
+        reply = self.judge(response.status_code, response.headers, self.scrub(response.text))
         return Reply(reply.ok, reply.retryable, reply.code, self.scrub(reply.detail), reply.retry_after_s)
 
     def send(self, message: Message, start_part: int = 0) -> DeliveryResult:

@@ -86,6 +86,7 @@ class FleetServer:
     document: Any = None
     status: int = 200
     requests: list[str] = field(default_factory=list)
+    raw: bytes | None = None  # served as is instead of the document (garbage, truncated JSON)
 
     def __post_init__(self) -> None:
         owner = self
@@ -94,6 +95,7 @@ class FleetServer:
             def do_GET(self) -> None:
                 owner.requests.append(self.path)
                 body = json.dumps(owner.document if owner.status == 200 else {"error": "x"}).encode()
+                body = owner.raw if owner.raw is not None else body
                 self.send_response(owner.status)
                 self.send_header("Content-Type", "application/json")
                 self.send_header("Content-Length", str(len(body)))

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import ctypes.util
 import os
+import socket
 import subprocess
 import sys
 from collections.abc import Callable, Iterator
@@ -160,3 +161,17 @@ def test_host_process_rss_is_read_with_psutil(start_process: StartProcess, tmp_p
     assert errors == []
     assert [(p.name, p.rss_bytes) for p in found] == [
         ("oximeter-rss-probe", psutil.Process(pid).memory_info().rss)]
+
+
+def test_an_unreachable_simulator_is_exported_as_telemetry_down_from_the_first_scrape(
+        start_process: StartProcess) -> None:
+    with socket.socket() as reserved:  # bound, never listening: connections to it are refused
+        reserved.bind(("127.0.0.1", 0))
+        sim_url = f"http://127.0.0.1:{reserved.getsockname()[1]}"
+        url = start_exporter(start_process, "--backend", "sim", "--sim-url", sim_url, "--node", "n1")
+        first = samples(url)
+    assert pick(first, "oximeter_telemetry_up") == {frozenset({("node", "n1")}): 0.0}
+    assert pick(first, "oximeter_gpu_up") == {}
+    # (The readiness probe scraped too: each scrape tried the simulator once.)
+    (tries,) = pick(first, "oximeter_exporter_collect_errors_total", reason="sim_unreachable").values()
+    assert tries >= 1

@@ -55,6 +55,26 @@ def test_unreachable_simulator_is_an_error_not_a_crash() -> None:
         registry = scrape_once(collector_for(f"http://127.0.0.1:{port}"))
     assert errors(registry, "sim_unreachable") == 1
     assert registry.get_sample_value("oximeter_gpu_up", gpu_labels(0)) is None
+    # Absence is exported, from the first scrape: the node-level gauge says the source is unread.
+    assert registry.get_sample_value("oximeter_telemetry_up", {"node": NODE}) == 0
+
+
+def test_telemetry_up_while_the_simulator_answers(server: FleetServer) -> None:
+    collector = collector_for(server.url)
+    assert scrape_once(collector).get_sample_value("oximeter_telemetry_up", {"node": NODE}) == 1
+    server.status = 503
+    assert scrape_once(collector).get_sample_value("oximeter_telemetry_up", {"node": NODE}) == 0
+
+
+@pytest.mark.parametrize("raw", [b"<html>502 Bad Gateway</html>", b'{"gpus": [', b"\xff\xfe", b"[1, 2]",
+                                 b'{"gpus": 7}', b'{"gpus": [{"index": 0, "xid_events": [{"xid": 79}]}]}',
+                                 b'{"gpus": [{"index": 0, "processes": [{"used_memory_bytes": 1}]}]}'])
+def test_garbage_is_a_bad_payload_not_unreachable(server: FleetServer, raw: bytes) -> None:
+    server.raw = raw
+    registry = scrape_once(collector_for(server.url))
+    assert errors(registry, "sim_bad_payload") == 1
+    assert not errors(registry, "sim_unreachable") and not errors(registry, "backend")
+    assert registry.get_sample_value("oximeter_telemetry_up", {"node": NODE}) == 0
 
 
 @pytest.mark.parametrize(

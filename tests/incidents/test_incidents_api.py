@@ -111,12 +111,14 @@ def test_list_filters(api: Server, params: dict[str, str], rules: list[str]) -> 
 
 
 MALFORMED = [
-    ({"since": "forever"}, "since: expected a duration like 30m, 24h or 7d, got 'forever'"),
+    ({"since": "forever"}, "since: expected a duration such as 90s, 15m, 24h or 7d, got 'forever'"),
+    ({"since": "999999999999999d"}, "since: '999999999999999d' is out of range (at most 100y)"),
     ({"state": "closed"}, "state: expected open or resolved, got 'closed'"),
     ({"layer": "x"}, "layer: expected one of infrastructure, platform, engine, dependency, scheduling, "
                      "ingress, got 'x'"),
     ({"rule": "x"}, "rule: unknown rule 'x'"),
-    ({"limit": "many"}, "limit: expected a positive integer, got 'many'"),
+    ({"limit": "many"}, "limit: expected an integer in 1..10000, got 'many'"),
+    ({"limit": "9" * 23}, f"limit: expected an integer in 1..10000, got {'9' * 23}"),
     ({"nodes": "node-0"}, "unknown parameter(s): nodes"),
 ]
 
@@ -177,14 +179,23 @@ BAD_BODIES = [
     ("/api/incidents/{id}/ack", [1, 2], None, "body: expected a JSON object"),
     ("/api/incidents/{id}/ack", {"note": "x"}, None, "by: expected a non-empty string"),
     ("/api/incidents/{id}/silence", {"by": "a", "for": "ever"}, None,
-     "since: expected a duration like 30m, 24h or 7d, got 'ever'"),
+     "for: expected a duration such as 90s, 15m, 24h or 7d, got 'ever'"),
+    ("/api/incidents/{id}/silence", {"by": "a", "for": "99999999999999999999999d"}, None,
+     "for: '99999999999999999999999d' is out of range (at most 100y)"),
+    ("/api/incidents/{id}/silence", {"by": "a", "until": "9999-12-31T23:59:59Z"}, None,
+     "silence: at most 30 days"),
+    ("/api/incidents/{id}/silence", {"by": "a", "until": 7}, None,
+     "until: expected an ISO-8601 time, got '7'"),
     ("/api/incidents/{id}/silence", {"by": "a", "until": "2026-03-02T09:00:00Z"}, None,
      "until: expected a future ISO-8601 time"),
     ("/api/incidents/{id}/silence", {"by": "a", "for": "60d"}, None, "silence: at most 30 days"),
     ("/api/changes", {"kind": "deploy"}, None, "description: expected a non-empty string"),
     ("/api/changes", {"kind": "deploy", "description": "x", "labels": {"node": 3}}, None,
      "labels: expected an object of string values"),
-    ("/api/changes", {"kind": "deploy", "description": "x", "at": 5}, None, "at: expected an ISO-8601 time"),
+    ("/api/changes", {"kind": "deploy", "description": "x", "at": 5}, None,
+     "at: expected an ISO-8601 time, got '5'"),
+    ("/api/changes", {"kind": "deploy", "description": "x", "at": "-1"}, None,
+     "at: expected an ISO-8601 time, got '-1'"),
 ]
 
 
@@ -218,7 +229,11 @@ def test_annotations_for_grafana(api: Server) -> None:
     assert [a["tags"][1] for a in later] == ["xid_critical"]
     bad = get(api, "/api/annotations", **{"from": "yesterday"})
     assert bad.status_code == 400
-    assert bad.json() == {"error": "from: expected epoch milliseconds, got 'yesterday'"}
+    assert bad.json() == {"error": "from: expected epoch milliseconds (0..253402300799999), got 'yesterday'"}
+    huge = get(api, "/api/annotations", **{"from": "99999999999999999999"})
+    assert huge.status_code == 400
+    assert huge.json() == {"error": "from: expected epoch milliseconds (0..253402300799999), "
+                                    "got '99999999999999999999'"}
 
 
 def test_openapi(api: Server) -> None:

@@ -74,6 +74,6 @@ def test_list_table_show_and_stats(store_path: Path) -> None:
 def test_errors_exit_2_with_a_reason(store_path: Path) -> None:
     bad = oxi("incidents", "--store", str(store_path), "list", "--since", "soon")
     assert bad.returncode == 2
-    assert "since: expected a duration like 30m, 24h or 7d, got 'soon'" in bad.stderr
+    assert "since: expected a duration such as 90s, 15m, 24h or 7d, got 'soon'" in bad.stderr
     missing = oxi("incidents", "--store", str(store_path), "show", "inc-nope")
     assert (missing.returncode, missing.stderr.strip()) == (2, "oximeter incidents: no incident 'inc-nope'")

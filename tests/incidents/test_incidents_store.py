@@ -97,13 +97,17 @@ def test_query_filters(filled: IncidentStore, params: dict[str, str], rules: lis
 
 
 BAD = [
-    ({"since": "yesterday"}, "since: expected a duration like 30m, 24h or 7d, got 'yesterday'"),
+    ({"since": "yesterday"}, "since: expected a duration such as 90s, 15m, 24h or 7d, got 'yesterday'"),
+    ({"since": "999999999999999d"}, "since: '999999999999999d' is out of range (at most 100y)"),
+    ({"since": "-2h"}, "since: expected a duration that is not negative, got '-2h'"),
     ({"layer": "gpu"}, "layer: expected one of infrastructure, platform, engine, dependency, scheduling, "
                        "ingress, got 'gpu'"),
     ({"state": "closed"}, "state: expected open or resolved, got 'closed'"),
     ({"rule": "nope"}, "rule: unknown rule 'nope'"),
-    ({"limit": "-3"}, "limit: expected a positive integer, got '-3'"),
-    ({"limit": "0"}, "limit: expected 1..10000, got 0"),
+    ({"limit": "-3"}, "limit: expected an integer in 1..10000, got -3"),
+    ({"limit": "0"}, "limit: expected an integer in 1..10000, got 0"),
+    ({"limit": "\u00b2"}, "limit: expected an integer in 1..10000, got '\u00b2'"),
+    ({"node": "n" * 300}, "node: longer than 256 characters"),
     ({"colour": "red"}, "unknown parameter(s): colour"),
 ]
 

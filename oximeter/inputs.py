@@ -1,0 +1,129 @@
+"""One validated parse path per kind of outside value: durations, epoch timestamps, limits, label values.
+
+Every value that arrives from outside (HTTP query or body, CLI argument, config or scenario file)
+goes through one of these, so a bound is checked in one place: an oversized number becomes a
+clear ``InputValueError`` naming the input, never an ``OverflowError`` deep in ``datetime`` or SQLite.
+Standard library only: the exporter and the simulator use it too.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from datetime import UTC, datetime
+from typing import Any
+
+from oximeter.errors import OximeterError
+
+# Longer than any window, retention or silence Oximeter has a use for, and far inside what
+# ``timedelta`` and ``datetime`` can represent when added to "now".
+MAX_DURATION_S = 100 * 365 * 86400.0
+# 9999-12-31T23:59:59.999Z: the last instant ``datetime`` can hold.
+MAX_EPOCH_MS = 253_402_300_799_999
+MAX_TEXT = 64  # characters of a duration or number: anything longer is not one
+MAX_LABEL_VALUE = 256
+
+_UNIT_S = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0, "w": 604800.0, "y": 31536000.0}
+_PART = r"([0-9]+(?:\.[0-9]+)?)(ms|[smhdwy])"
+_DURATION = re.compile(rf"(-)?((?:{_PART})+)")
+_PART_RE = re.compile(_PART)
+_INT = re.compile(r"-?[0-9]+", re.ASCII)
+
+
+class InputValueError(OximeterError, ValueError):
+    """A value from outside is malformed or out of bounds; the message names the input."""
+
+
+def parse_duration_s(value: Any, name: str = "duration", *, maximum_s: float = MAX_DURATION_S,
+                     allow_negative: bool = False, allow_number: bool = True) -> float:
+    """``90``, ``"90s"``, ``"15m"``, ``"1.5h"``, ``"1d6h"``, ``"2w"``, ``"500ms"`` → seconds.
+
+    Bounded by ``maximum_s`` in magnitude; negative only with ``allow_negative``; a bare number
+    (seconds) only with ``allow_number``.
+    """
+    expected = f"{name}: expected a duration such as 90s, 15m, 24h or 7d"
+    if isinstance(value, bool):
+        raise InputValueError(f"{expected}, got {value!r}")
+    if isinstance(value, int | float):
+        if not allow_number:
+            raise InputValueError(f"{expected}, got the bare number {value!r}")
+        seconds = float(value)
+    elif isinstance(value, str) and len(value) <= MAX_TEXT:
+        text = value.strip()
+        match = _DURATION.fullmatch(text)
+        if match is None:
+            try:
+                number = float(text) if allow_number and text[-1:].isdigit() else None
+            except ValueError:
+                number = None
+            if number is None:
+                raise InputValueError(f"{expected}, got {value!r}")
+            seconds = number
+        else:
+            units = [unit for _, unit in _PART_RE.findall(match.group(2))]
+            if len(set(units)) != len(units):
+                raise InputValueError(f"{expected}, got {value!r} (a unit repeats)")
+            seconds = sum(float(n) * _UNIT_S[unit] for n, unit in _PART_RE.findall(match.group(2)))
+            seconds = -seconds if match.group(1) else seconds
+    else:
+        shown = value if not isinstance(value, str) else value[:MAX_TEXT] + "..."
+        raise InputValueError(f"{expected}, got {shown!r}")
+    if not math.isfinite(seconds) or abs(seconds) > maximum_s:
+        raise InputValueError(f"{name}: {value!r} is out of range (at most {format_duration(maximum_s)})")
+    if seconds < 0 and not allow_negative:
+        raise InputValueError(f"{name}: expected a duration that is not negative, got {value!r}")
+    return seconds
+
+
+def format_duration(seconds: float) -> str:
+    """A short human form (``30d``, ``6h``, ``90s``) of a bound, for messages."""
+    for unit in ("y", "w", "d", "h", "m"):
+        if seconds >= _UNIT_S[unit] and seconds % _UNIT_S[unit] == 0:
+            return f"{seconds / _UNIT_S[unit]:g}{unit}"
+    return f"{seconds:g}s"
+
+
+def parse_int(value: Any, name: str, lo: int, hi: int) -> int:
+    """An integer in ``lo..hi`` (from a string of digits or an int, never a bool or float)."""
+    if isinstance(value, str) and len(value) <= MAX_TEXT and _INT.fullmatch(value.strip()):
+        number = int(value.strip())
+    elif isinstance(value, int) and not isinstance(value, bool):
+        number = value
+    else:
+        shown = value[:MAX_TEXT] if isinstance(value, str) else value
+        raise InputValueError(f"{name}: expected an integer in {lo}..{hi}, got {shown!r}")
+    if not lo <= number <= hi:
+        raise InputValueError(f"{name}: expected an integer in {lo}..{hi}, got {number}")
+    return number
+
+
+def parse_epoch_ms(value: Any, name: str) -> datetime:
+    """Epoch milliseconds (as Grafana sends ``from``/``to``) → an aware UTC ``datetime``."""
+    try:
+        return datetime.fromtimestamp(parse_int(value, name, 0, MAX_EPOCH_MS) / 1000, UTC)
+    except InputValueError:
+        shown = value[:MAX_TEXT] if isinstance(value, str) else value
+        expected = f"expected epoch milliseconds (0..{MAX_EPOCH_MS})"
+        raise InputValueError(f"{name}: {expected}, got {shown!r}") from None
+
+
+def parse_timestamp(value: Any, name: str) -> datetime:
+    """An ISO-8601 time (``Z`` or an offset; naive means UTC) → an aware ``datetime``."""
+    if not isinstance(value, str) or not 0 < len(value) <= MAX_TEXT:
+        raise InputValueError(f"{name}: expected an ISO-8601 time, got {str(value)[:MAX_TEXT]!r}")
+    try:
+        moment = datetime.fromisoformat(value.strip().replace("Z", "+00:00"))
+    except ValueError:
+        raise InputValueError(f"{name}: expected an ISO-8601 time, got {value!r}") from None
+    return moment if moment.tzinfo is not None else moment.replace(tzinfo=UTC)
+
+
+def parse_label_value(value: Any, name: str, *, max_len: int = MAX_LABEL_VALUE) -> str:
+    """A label value: a string of printable characters, at most ``max_len`` long."""
+    if not isinstance(value, str):
+        raise InputValueError(f"{name}: expected a string, got {type(value).__name__}")
+    if len(value) > max_len:
+        raise InputValueError(f"{name}: longer than {max_len} characters")
+    if not value.isprintable():
+        raise InputValueError(f"{name}: contains control characters")
+    return value
