@@ -15,10 +15,8 @@ import socket
 import sys
 import threading
 from collections.abc import Sequence
-from pathlib import Path
 from typing import Any
 
-import yaml
 from prometheus_client import CollectorRegistry, start_http_server
 
 from exporter.backends import BACKENDS
@@ -27,10 +25,10 @@ from exporter.collector import GpuCollector
 from exporter.host import ProcessMemory
 from exporter.queues import RedisQueues, read_password
 from exporter.settings import BACKEND_NAMES, NAMINGS, ExporterSettings, QueueSpec
+from oximeter.config import read_config
 from oximeter.errors import ConfigError
 
 log = logging.getLogger("exporter")
-DEFAULT_CONFIG_PATH = Path("oximeter.yaml")
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -56,22 +54,11 @@ def configure(parser: argparse.ArgumentParser) -> None:
 
 def load_settings(config: str | None, args: argparse.Namespace) -> ExporterSettings:
     """The ``exporter:`` section of ``config`` (or ./oximeter.yaml), overridden by ``args``."""
-    path = Path(config) if config else (DEFAULT_CONFIG_PATH if DEFAULT_CONFIG_PATH.exists() else None)
-    data: Any = None
-    if path is not None:
-        try:
-            data = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
-        except OSError as exc:
-            raise ConfigError([f"cannot read file: {exc.strerror}"], str(path)) from None
-        except yaml.YAMLError as exc:
-            raise ConfigError([f"invalid YAML: {exc}"], str(path)) from None
-        if not isinstance(data, dict):
-            raise ConfigError(["<root>: expected a mapping of sections"], str(path))
-        data = data.get("exporter")
+    sections, where = read_config(config)
     try:
-        settings = ExporterSettings.from_mapping(data)
+        settings = ExporterSettings.from_mapping(sections.get("exporter"))
     except (TypeError, ValueError) as exc:
-        raise ConfigError([f"exporter.{exc}"], str(path) if path else None) from None
+        raise ConfigError([f"exporter.{exc}"], where) from None
     overrides: dict[str, Any] = {}
     for key in ("backend", "sim_url", "node", "host", "port", "naming", "redis_url"):
         value = getattr(args, key, None)

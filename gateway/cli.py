@@ -15,7 +15,7 @@ from pydantic import ValidationError
 from gateway.app import Gateway
 from gateway.logsink import RequestLog, setup_gateway_logging
 from gateway.settings import GatewaySettings
-from oximeter.config import load_config
+from oximeter.config import load_section
 from oximeter.errors import ConfigError
 
 # flag -> settings field; None defaults mean "keep the configured value".
@@ -63,7 +63,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
 
 def resolve_settings(args: argparse.Namespace) -> GatewaySettings:
     """The ``gateway:`` section with the given flags applied, validated together."""
-    base = load_config(args.config).gateway
+    base = load_section("gateway", GatewaySettings, args.config)
     fields = [field for _flag, field, _kind, _help in _FLAGS] + ["models", "warmup"]
     overrides: dict[str, Any] = {f: getattr(args, f) for f in fields if getattr(args, f, None) is not None}
     try:

@@ -11,7 +11,7 @@ import time
 import requests
 from loguru import logger
 
-from oximeter.config import load_config
+from oximeter.config import load_section
 from oximeter.errors import ConfigError
 from oximeter.logs import setup_logging
 from oximeter.secrets import read_secret
@@ -97,7 +97,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
 
 
 def _settings(args: argparse.Namespace) -> SimSettings:
-    base = load_config(args.config).sim
+    base = load_section("sim", SimSettings, args.config)
     overrides = {
         f: getattr(args, flag.lstrip("-").replace("-", "_")) for flag, (f, _k, _t) in _SERVE_FLAGS.items()
     }
