@@ -27,6 +27,7 @@ from exporter.queues import RedisQueues, read_password
 from exporter.settings import BACKEND_NAMES, NAMINGS, ExporterSettings, QueueSpec
 from oximeter.config import read_config
 from oximeter.errors import ConfigError
+from oximeter.logs import add_logging_arguments, setup_stdlib_logging
 
 log = logging.getLogger("exporter")
 
@@ -49,7 +50,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def configure(parser: argparse.ArgumentParser) -> None:
     """Sub-command hook for ``oximeter exporter``."""
     add_arguments(parser)
-    parser.set_defaults(func=run)
+    # The standard library's logging: the exporter runs on GPU hosts without loguru.
+    parser.set_defaults(func=run, configures_logging=True)
 
 
 def load_settings(config: str | None, args: argparse.Namespace) -> ExporterSettings:
@@ -99,8 +101,7 @@ def make_backend(settings: ExporterSettings, node: str) -> GpuBackend:
 
 def run(args: argparse.Namespace) -> int:
     """Serve /metrics until SIGTERM or SIGINT."""
-    logging.basicConfig(level=getattr(args, "log_level", "INFO").upper(),
-                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    setup_stdlib_logging(args.log_level, json=args.log_format == "json", component="exporter")
     try:
         settings = load_settings(getattr(args, "config", None), args)
     except ConfigError as exc:
@@ -149,6 +150,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m exporter",
                                      description="export GPU (NVML or simulated) and external queue metrics")
     parser.add_argument("--config", default=None, help="YAML configuration file (default: ./oximeter.yaml)")
-    parser.add_argument("--log-level", default="INFO", help="log level (default: INFO)")
+    add_logging_arguments(parser)
     add_arguments(parser)
     return run(parser.parse_args(argv))

@@ -58,7 +58,8 @@ def configure(parser: argparse.ArgumentParser) -> None:
         default=None,
         help="report ready without a warm-up request",
     )
-    parser.set_defaults(func=run)
+    # Its own sink: four lines a request must not cost the event loop (gateway/logsink.py).
+    parser.set_defaults(func=run, configures_logging=True)
 
 
 def resolve_settings(args: argparse.Namespace) -> GatewaySettings:
@@ -120,7 +121,7 @@ def run(args: argparse.Namespace) -> int:
     except ConfigError as exc:
         print(str(exc), file=sys.stderr)
         return 2
-    sink, request_log = setup_gateway_logging(args.log_level)
+    sink, request_log = setup_gateway_logging(args.log_level, json_lines=args.log_format == "json")
     try:
         with asyncio.Runner(loop_factory=_new_loop) as runner:
             runner.run(serve(settings, request_log))

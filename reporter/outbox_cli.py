@@ -13,7 +13,6 @@ from types import FrameType
 
 from oximeter.config import load_section
 from oximeter.errors import ConfigError
-from oximeter.logs import setup_logging
 from oximeter.store import StoreError, connect
 from reporter.outbox import Outbox, OutboxPolicy, OutboxRow, State
 from reporter.settings import ReporterSettings
@@ -79,7 +78,6 @@ def deliver_command(args: argparse.Namespace) -> int:
     from reporter.channels import build_channels
     from reporter.worker import DeliveryWorker
 
-    setup_logging(args.log_level, component="outbox")
     try:
         settings = load_section("reporter", ReporterSettings, args.config)
         outbox = Outbox(connect(args.store or settings.store_path), build_channels(settings.channels),

@@ -13,7 +13,6 @@ from loguru import logger
 
 from oximeter.config import load_section
 from oximeter.errors import ConfigError
-from oximeter.logs import setup_logging
 from oximeter.secrets import read_secret
 from simulator.admin import TOKEN_ENV
 from simulator.faults import FAULT_KINDS
@@ -111,7 +110,6 @@ def run_serve(args: argparse.Namespace) -> int:
     from simulator.fleet import Fleet
     from simulator.server import build_server, serve
 
-    setup_logging(args.log_level, component="simulator")
     try:
         settings = SimSettings.model_validate(_settings(args).model_dump())
         token = read_secret(TOKEN_ENV)
@@ -200,5 +198,4 @@ def run_history(args: argparse.Namespace) -> int:
     """Write a scenario's history (see simulator/history.py)."""
     from simulator.history import main as history_main
 
-    setup_logging(args.log_level, component="simulator")
     return history_main(args)

@@ -10,7 +10,7 @@ from pathlib import Path
 import exporter
 
 ALLOWED = {"prometheus_client", "pynvml", "psutil", "yaml", "redis", "exporter"}
-ALLOWED_OXIMETER = {"oximeter.errors", "oximeter.config"}  # stdlib and PyYAML only
+ALLOWED_OXIMETER = {"oximeter.errors", "oximeter.config", "oximeter.logs"}  # stdlib and PyYAML only
 PACKAGE = Path(exporter.__file__).parent
 
 
