@@ -21,8 +21,10 @@ class TopologySettings(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    services: dict[str, list[str]] = Field(default_factory=dict)
-    instances: dict[str, str] = Field(default_factory=dict)
+    services: dict[str, list[str]] = Field(default_factory=dict, description=(
+        "service -> the nodes it runs on, where the gateways' target_info cannot tell (a shared dependency)"))
+    instances: dict[str, str] = Field(default_factory=dict, description=(
+        "scrape instance -> node, for exporters whose series carry no node label"))
 
 
 @dataclass(frozen=True)

@@ -36,9 +36,9 @@ class QueueSpec:
 
     __pydantic_config__: ClassVar[dict[str, Any]] = {"extra": "forbid"}
 
-    name: str
-    key: str
-    kind: str = "list"
+    name: str                            # the queue label value the length is exported under
+    key: str                             # the Redis key of the list or stream
+    kind: str = "list"                   # list (LLEN) or stream (XLEN)
 
     def __post_init__(self) -> None:
         _check_type("name", self.name, str)
@@ -55,19 +55,19 @@ class ExporterSettings:
 
     __pydantic_config__: ClassVar[dict[str, Any]] = {"extra": "forbid"}
 
-    backend: str = "nvml"
-    node: str = ""                       # "" = this host's name, resolved at start-up
-    host: str = "127.0.0.1"
-    port: int = 9400
+    backend: str = "nvml"                # nvml (real GPUs) or sim (the simulator's fleet)
+    node: str = ""                       # node label; "" = this host's name, resolved at start-up
+    host: str = "127.0.0.1"              # address /metrics listens on
+    port: int = 9400                     # port /metrics listens on
     naming: str = "oximeter"             # "dcgm": also export dcgm-exporter 4.x names
-    sim_url: str = "http://127.0.0.1:8100"
-    sim_timeout_s: float = 2.0
+    sim_url: str = "http://127.0.0.1:8100"  # the simulator, for the sim backend
+    sim_timeout_s: float = 2.0           # seconds a read from the simulator may take
     gpu_timeout_s: float = 2.0           # a GPU that has not answered by then is reported down
-    process_names: tuple[str, ...] = ("vllm",)
-    redis_url: str = ""                  # "" = no external queues; password from the env var below
-    redis_password_env: str = "OXIMETER_REDIS_PASSWORD"
-    redis_timeout_s: float = 0.5
-    queues: tuple[QueueSpec, ...] = ()
+    process_names: tuple[str, ...] = ("vllm",)  # inference processes whose resident memory is exported
+    redis_url: str = ""                  # Redis holding external queues ("" = none); no password in it
+    redis_password_env: str = "OXIMETER_REDIS_PASSWORD"  # env var (or NAME_FILE) with Redis's password
+    redis_timeout_s: float = 0.5         # seconds one Redis read may take
+    queues: tuple[QueueSpec, ...] = ()   # external queues whose length is exported
 
     def __post_init__(self) -> None:
         for key in ("backend", "node", "host", "naming", "sim_url", "redis_url", "redis_password_env"):

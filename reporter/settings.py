@@ -21,10 +21,11 @@ class ChannelSettings(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    type: Literal["wecom", "feishu", "dingtalk", "slack", "webhook"]
+    type: Literal["wecom", "feishu", "dingtalk", "slack", "webhook"] = Field(
+        description="the chat service, which sets the message format (webhook: the whole message as JSON)")
     url_env: EnvName = Field(pattern=_ENV_PATTERN)  # env var holding the webhook URL
     secret_env: EnvName | None = Field(None, pattern=_ENV_PATTERN)  # env var holding the signing secret
-    timeout_s: float = Field(10.0, gt=0)
+    timeout_s: float = Field(10.0, gt=0, description="seconds one delivery to this channel may take")
 
 
 class RouteSettings(BaseModel):
@@ -34,7 +35,7 @@ class RouteSettings(BaseModel):
 
     # Keys severity, layer, service; a value may be one string or a list of alternatives.
     match: dict[Literal["severity", "layer", "service"], str | list[str]] = Field(default_factory=dict)
-    channels: list[str] = Field(min_length=1)
+    channels: list[str] = Field(min_length=1, description="the channels matching messages go to")
 
 
 class DigestSettings(BaseModel):
@@ -42,16 +43,17 @@ class DigestSettings(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    prometheus_url: str = "http://127.0.0.1:9090"
+    prometheus_url: str = Field("http://127.0.0.1:9090", description="Prometheus the numbers come from")
     time: str = Field("08:00", pattern=r"^([01][0-9]|2[0-3]):[0-5][0-9]$")  # local send time
     timezone: str | None = None  # IANA name; None = the host's local zone
     channels: list[str] | None = None  # None = every channel
     queue_length_red: float = Field(50.0, ge=0)  # yesterday's max queue length above this is red
     gpu_spread_yellow: float = Field(0.30, ge=0)  # fleet GPU-utilisation stddev above this is yellow
-    slo_ttft_p99_s: float = Field(1.0, gt=0)
-    slo_availability: float = Field(0.999, gt=0, lt=1)
-    query_timeout_s: float = Field(30.0, gt=0)
-    top_signals: int = Field(5, ge=1)
+    slo_ttft_p99_s: float = Field(1.0, gt=0, description="time-to-first-token p99 objective, seconds")
+    slo_availability: float = Field(0.999, gt=0, lt=1, description=(
+        "availability objective: the share of 2xx among answers other than 4xx"))
+    query_timeout_s: float = Field(30.0, gt=0, description="seconds one Prometheus query may take")
+    top_signals: int = Field(5, ge=1, description="how many of the signals most in incidents are listed")
 
     @field_validator("timezone")
     @classmethod
@@ -70,28 +72,28 @@ class ReporterSettings(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     store_path: str = "oximeter.db"  # the shared SQLite store (outbox lives under component "reporter")
-    channels: dict[str, ChannelSettings] = Field(default_factory=dict)
+    channels: dict[str, ChannelSettings] = Field(default_factory=dict, description="chat destinations")
     # Storm control: at most storm_cap messages per channel per window, then one summary.
     storm_cap: int = Field(10, ge=1)
-    storm_window_s: float = Field(300.0, gt=0)
+    storm_window_s: float = Field(300.0, gt=0, description="seconds of the window storm_cap counts in")
     # Delivery: exponential back-off from retry_base_s, doubling up to retry_max_s.
     retry_base_s: float = Field(5.0, gt=0)
-    retry_max_s: float = Field(600.0, gt=0)
-    max_attempts: int = Field(12, ge=1)
-    deliver_interval_s: float = Field(1.0, gt=0)
+    retry_max_s: float = Field(600.0, gt=0, description="longest wait between two delivery attempts, seconds")
+    max_attempts: int = Field(12, ge=1, description="delivery attempts before a message is marked failed")
+    deliver_interval_s: float = Field(1.0, gt=0, description="seconds between two delivery passes")
     # A row claimed by a process that is gone (same host) is retried at once; otherwise after this.
     claim_lease_s: float = Field(120.0, gt=0)
     # Incident alerts: routing (first-class default: every channel), links and the SIMULATION mark.
     routes: list[RouteSettings] = Field(default_factory=list)
     grafana_url: str | None = None  # e.g. https://grafana.example.com (dashboard links)
     api_url: str = "http://127.0.0.1:9471"  # the analyzer API as chat readers reach it
-    # Where chat readers open docs/runbook.md (e.g. https://git.example.com/oximeter/blob/main/docs/runbook.md);
-    # unset, incident and alert messages show the shipped path docs/runbook.md#<section>.
+    # Where chat readers open docs/runbook.md, e.g. https://git.example.com/oximeter/blob/main/docs/runbook.md;
+    # unset, incident and alert messages show the shipped path docs/runbook.md#section.
     runbook_url: str | None = Field(None, pattern=r"^https?://[^#]+$")
     simulated: bool = False  # the whole source is the simulator: mark every message SIMULATION
     # Tell chat when Alertmanager's Watchdog has not arrived for this long (0 disables).
     watchdog_timeout_s: float = Field(600.0, ge=0)
-    digest: DigestSettings = Field(default_factory=DigestSettings)
+    digest: DigestSettings = Field(default_factory=DigestSettings, description="the daily health digest")
 
     @model_validator(mode="after")
     def _channels_exist(self) -> ReporterSettings:

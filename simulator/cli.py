@@ -18,48 +18,18 @@ from simulator.admin import TOKEN_ENV
 from simulator.faults import FAULT_KINDS
 from simulator.settings import SimSettings
 
-_SERVE_FLAGS = {
-    # flag -> (settings field, type, help)
-    "--host": ("host", str, "bind address (default 127.0.0.1)"),
-    "--port": ("port", int, "port of node n1's engine; node i listens on port+i-1"),
-    "--nodes": ("nodes", int, "number of simulated nodes (one engine each)"),
-    "--gpus-per-node": ("gpus_per_node", int, "simulated GPUs per node"),
-    "--max-num-seqs": ("max_num_seqs", int, "continuous-batching limit per engine"),
-    "--model": ("model", str, "model name served and reported as model_name"),
-    "--seed": ("seed", int, "random seed (GPU identities, noise)"),
-    "--prefill-s-per-token": ("prefill_s_per_token", float, "prefill seconds per uncached prompt token"),
-    "--decode-s-per-token": (
-        "decode_s_per_token",
-        float,
-        "seconds per decode iteration at batch size 1 (max_tokens=20 at 0.1 is ~2 s)",
-    ),
-    "--decode-batch-factor": (
-        "decode_batch_factor",
-        float,
-        "extra decode time per additional running sequence (0 = batch-independent)",
-    ),
-    "--kv-blocks": ("kv_blocks", int, "KV-cache blocks per engine"),
-    "--block-tokens": ("block_tokens", int, "tokens per KV block"),
-    "--prefix-hit-rate": ("prefix_hit_rate", float, "prefix-cache hit rate when healthy (0-1)"),
-    "--default-output-tokens": (
-        "default_output_tokens",
-        int,
-        "output length when a request sets no max_tokens",
-    ),
-    "--dependency-latency-s": (
-        "dependency_latency_s",
-        float,
-        "simulated vector-DB latency on a cache miss (0 = no dependency step)",
-    ),
-}
+# Every ``sim:`` key is also a ``serve`` flag (``--gpus-per-node``); its help is the field's description.
+_SERVE_FLAGS: dict[str, str] = {f"--{name.replace('_', '-')}": name for name in SimSettings.model_fields}
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
     """Add ``serve``, ``fault`` and ``history``."""
     sub = parser.add_subparsers(dest="sim_command", metavar="SUBCOMMAND")
     serve = sub.add_parser("serve", help="run the simulated fleet (engines, GPUs, admin API)")
-    for flag, (_field, kind, text) in _SERVE_FLAGS.items():
-        serve.add_argument(flag, type=kind, default=None, help=text)
+    for flag, name in _SERVE_FLAGS.items():
+        field = SimSettings.model_fields[name]
+        assert isinstance(field.annotation, type)  # str, int or float: each parses its flag
+        serve.add_argument(flag, type=field.annotation, default=None, help=field.description)
     serve.set_defaults(func=run_serve)
 
     fault = sub.add_parser("fault", help=f"inject, list or delete faults (token from {TOKEN_ENV})")
@@ -98,7 +68,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
 def _settings(args: argparse.Namespace) -> SimSettings:
     base = load_section("sim", SimSettings, args.config)
     overrides = {
-        f: getattr(args, flag.lstrip("-").replace("-", "_")) for flag, (f, _k, _t) in _SERVE_FLAGS.items()
+        name: getattr(args, name) for name in _SERVE_FLAGS.values()
     }
     return base.model_copy(update={k: v for k, v in overrides.items() if v is not None})
 

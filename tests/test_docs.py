@@ -31,6 +31,13 @@ def test_generated_docs_are_fresh() -> None:
     assert [str(p.relative_to(ROOT)) for p in gen_docs.stale(gen_docs.outputs())] == []
 
 
+def test_every_configuration_key_is_described() -> None:
+    text = gen_docs.render_configuration()
+    rows = [line.split(" | ") for line in text.splitlines() if line.startswith("| `")]
+    assert len(rows) > 100
+    assert [row[0] for row in rows if not row[3].strip(" |")] == []
+
+
 def test_stale_names_changed_and_missing_files(tmp_path: Path) -> None:
     same, changed, missing = tmp_path / "same.md", tmp_path / "changed.md", tmp_path / "missing.md"
     same.write_text("a\n")
