@@ -23,6 +23,7 @@ import sqlite3
 import sys
 import time
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Protocol, get_args
 
@@ -46,15 +47,17 @@ from analyzer.pipeline import (
     snapshot_from_frames,
     topology_from_frames,
 )
+from analyzer.settings import AnalyzerSettings
 from analyzer.signals import CATALOGUE, SignalSpec
 from analyzer.sources import recipes
 from analyzer.sources.base import ReplayClock, Source
-from analyzer.topology import Topology
-from oximeter.config import DEFAULT_CONFIG_PATH, OximeterConfig, load_config
+from analyzer.topology import Topology, TopologySettings
+from oximeter.config import DEFAULT_CONFIG_PATH, read_config, section
 from oximeter.errors import ConfigError, OximeterError
 from oximeter.ports import write_port_file
 from oximeter.secrets import read_secret
 from oximeter.store import connect
+from reporter.settings import ReporterSettings
 
 if TYPE_CHECKING:
     from reporter.wiring import Reporting
@@ -269,7 +272,26 @@ def replay_source(directory: str, *, speed: float = 60.0, start: datetime | None
     return FrameSource(raw=raw, clock=clock, recipes={**recipes.RECIPES, **CONTEXT_RECIPES})
 
 
-def _source(args: argparse.Namespace, config: OximeterConfig) -> Source:
+@dataclass(frozen=True)
+class AnalyzeConfig:
+    """The sections ``oximeter analyze`` runs on (the rest of the file is not its business)."""
+
+    analyzer: AnalyzerSettings
+    incidents: IncidentSettings
+    topology: TopologySettings
+    reporter: ReporterSettings
+
+    @classmethod
+    def load(cls, path: str | None) -> AnalyzeConfig:
+        """Read ``path`` (or ./oximeter.yaml) and validate the four sections."""
+        sections, where = read_config(path)
+        return cls(section(sections, "analyzer", AnalyzerSettings, where),
+                   section(sections, "incidents", IncidentSettings, where),
+                   section(sections, "topology", TopologySettings, where),
+                   section(sections, "reporter", ReporterSettings, where))
+
+
+def _source(args: argparse.Namespace, config: AnalyzeConfig) -> Source:
     from analyzer.sources.frames import FrameSource
 
     start = parse_iso(args.replay_start) if args.replay_start else None
@@ -288,7 +310,7 @@ def _source(args: argparse.Namespace, config: OximeterConfig) -> Source:
 def run(args: argparse.Namespace) -> int:
     """Entry point of ``oximeter analyze``."""
     try:
-        config = load_config(args.config)
+        config = AnalyzeConfig.load(args.config)
         settings = config.incidents
         store = IncidentStore(connect(args.store or settings.store_path))
     except OximeterError as exc:

@@ -15,6 +15,7 @@ from typing import Literal
 
 from analyzer.events import AnomalyEvent
 from analyzer.signals import CATALOGUE, SignalSpec
+from oximeter.runbook import runbook_ref
 
 Labels = tuple[tuple[str, str], ...]
 Severity = Literal["critical", "warning", "info"]
@@ -32,7 +33,6 @@ QUEUE_UP = ("queue_wait_p99", "queue_length", "queue_limit_ratio")
 LATENCY_UP = ("queue_wait_p99", "ttft_p99", "request_p99", "engine_ttft_p99", "engine_itl_peer")
 TTFT_UP = ("ttft_p99", "engine_ttft_p99")
 PEER_SIGNALS = ("gpu_utilization_peer", "engine_itl_peer")
-RUNBOOK = "docs/runbook.md#{rule}"
 DESCRIPTIVE_LABELS = frozenset({"uuid", "pci_bus_id", "gpu_model"})
 
 
@@ -155,7 +155,7 @@ def symptom_severity(case: Case) -> Severity:
 def _verdict(case: Case, rule: str, layer: str, cause: RootCause, sentence: str, base: Severity,
              cause_signals: Iterable[str]) -> Diagnosis:
     sev = max(base, symptom_severity(case), key=SEVERITY_RANK.__getitem__)
-    return Diagnosis(rule, layer, cause, sentence, sev, RUNBOOK.format(rule=rule), tuple(cause_signals))
+    return Diagnosis(rule, layer, cause, sentence, sev, runbook_ref(rule), tuple(cause_signals))
 
 
 def _impact_text(case: Case, causes: Iterable[str]) -> str:

@@ -15,8 +15,6 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 
-from pydantic import BaseModel, ConfigDict, Field
-
 from analyzer.correlate import Group, correlate
 from analyzer.diagnosis import (
     SEVERITY_RANK,
@@ -24,7 +22,6 @@ from analyzer.diagnosis import (
     Diagnosis,
     RootCause,
     Snapshot,
-    Thresholds,
     diagnose,
     opens_incident,
 )
@@ -38,32 +35,12 @@ from analyzer.incident_model import (
     Incident,
     TimelineEntry,
 )
+from analyzer.settings import IncidentSettings
 from analyzer.signals import CATALOGUE, SignalSpec
 from analyzer.topology import Labels, Topology
 
 __all__ = ["NOTIFY_KINDS", "Change", "ChangeEvent", "ChangeKind", "Evidence", "Finding", "Incident",
            "IncidentSettings", "IncidentTracker", "TimelineEntry", "findings"]
-
-
-class IncidentSettings(BaseModel):
-    """The ``incidents:`` section: correlation window, lifecycle timings, store and API."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    store_path: str = "oximeter.db"  # the shared store (the outbox lives in it too)
-    lookback_s: float = Field(900.0, gt=0)
-    resolve_after_s: float = Field(600.0, ge=0)
-    reopen_window_s: float = Field(3600.0, ge=0)
-    api_host: str = "127.0.0.1"
-    api_port: int = Field(9471, ge=0, le=65535)
-    gpu_util_low: float = Field(0.5, ge=0, le=1)
-    gpu_util_high: float = Field(0.85, ge=0, le=1)
-    kv_full: float = Field(0.95, ge=0, le=1)
-
-    def thresholds(self) -> Thresholds:
-        """The rule thresholds this section overrides."""
-        return Thresholds(gpu_util_low=self.gpu_util_low, gpu_util_high=self.gpu_util_high,
-                          kv_full=self.kv_full)
 
 
 @dataclass(frozen=True)

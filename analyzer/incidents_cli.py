@@ -11,7 +11,8 @@ from typing import Any
 from analyzer.diagnosis import LAYER_ORDER, RULE_IDS
 from analyzer.incident_store import IncidentQuery, IncidentStore, QueryError, parse_duration
 from analyzer.incidents import Incident
-from oximeter.config import load_config
+from analyzer.settings import IncidentSettings
+from oximeter.config import load_section
 from oximeter.errors import OximeterError
 from oximeter.store import connect
 
@@ -40,7 +41,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
 
 
 def _store(args: argparse.Namespace) -> IncidentStore:
-    path = args.store or load_config(args.config).incidents.store_path
+    path = args.store or load_section("incidents", IncidentSettings, args.config).store_path
     return IncidentStore(connect(path))
 
 

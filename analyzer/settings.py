@@ -2,13 +2,19 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from analyzer.baselines import BaselinePolicy
-from analyzer.signals import SignalSpec, build_catalogue
 from oximeter.errors import ConfigError
+
+if TYPE_CHECKING:
+    from analyzer.baselines import BaselinePolicy
+    from analyzer.diagnosis import Thresholds
+    from analyzer.signals import SignalSpec
+
+# The signal catalogue, baselines and diagnosis import pandas and numpy: they are imported inside
+# the methods that build them, so reading this section (``oximeter config check``) stays light.
 
 
 class BaselineSettings(BaseModel):
@@ -32,6 +38,8 @@ class BaselineSettings(BaseModel):
 
     def policy(self) -> BaselinePolicy:
         """The frozen policy the baseline functions take."""
+        from analyzer.baselines import BaselinePolicy
+
         return BaselinePolicy(
             lags_s=tuple(self.lags_s), seasonal_half_window_s=self.seasonal_half_window_s,
             recent_window_s=self.recent_window_s, min_history_s=self.min_history_s,
@@ -71,6 +79,8 @@ class AnalyzerSettings(BaseModel):
     @field_validator("signals")
     @classmethod
     def _signals_valid(cls, signals: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
+        from analyzer.signals import build_catalogue
+
         try:
             build_catalogue(signals)
         except ConfigError as exc:
@@ -79,5 +89,30 @@ class AnalyzerSettings(BaseModel):
 
     def catalogue(self) -> dict[str, SignalSpec]:
         """The signals to evaluate: the catalogue with overrides, minus the disabled ones."""
+        from analyzer.signals import build_catalogue
+
         built = build_catalogue(self.signals)
         return {name: spec for name, spec in built.items() if name not in self.disabled_signals}
+
+
+class IncidentSettings(BaseModel):
+    """The ``incidents:`` section: correlation window, lifecycle timings, store and API."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    store_path: str = "oximeter.db"  # the shared store (the outbox lives in it too)
+    lookback_s: float = Field(900.0, gt=0)
+    resolve_after_s: float = Field(600.0, ge=0)
+    reopen_window_s: float = Field(3600.0, ge=0)
+    api_host: str = "127.0.0.1"
+    api_port: int = Field(9471, ge=0, le=65535)
+    gpu_util_low: float = Field(0.5, ge=0, le=1)
+    gpu_util_high: float = Field(0.85, ge=0, le=1)
+    kv_full: float = Field(0.95, ge=0, le=1)
+
+    def thresholds(self) -> Thresholds:
+        """The rule thresholds this section overrides."""
+        from analyzer.diagnosis import Thresholds
+
+        return Thresholds(gpu_util_low=self.gpu_util_low, gpu_util_high=self.gpu_util_high,
+                          kv_full=self.kv_full)

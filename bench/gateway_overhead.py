@@ -116,6 +116,8 @@ def scenario(decode_s: float, args: argparse.Namespace, tmp: Path) -> None:
             oximeter_argv(
                 "--log-level",
                 args.gateway_log_level,
+                "--log-format",
+                "json",  # as deployed, and as the recorded numbers were measured
                 "gateway",
                 "--upstream",
                 sim_url,

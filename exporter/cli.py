@@ -15,10 +15,8 @@ import socket
 import sys
 import threading
 from collections.abc import Sequence
-from pathlib import Path
 from typing import Any
 
-import yaml
 from prometheus_client import CollectorRegistry, start_http_server
 
 from exporter.backends import BACKENDS
@@ -27,11 +25,12 @@ from exporter.collector import GpuCollector
 from exporter.host import ProcessMemory
 from exporter.queues import RedisQueues, read_password
 from exporter.settings import BACKEND_NAMES, NAMINGS, ExporterSettings, QueueSpec
+from oximeter.config import read_config
 from oximeter.errors import ConfigError
+from oximeter.logs import add_logging_arguments, setup_stdlib_logging
 from oximeter.ports import write_port_file
 
 log = logging.getLogger("exporter")
-DEFAULT_CONFIG_PATH = Path("oximeter.yaml")
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -54,27 +53,17 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def configure(parser: argparse.ArgumentParser) -> None:
     """Sub-command hook for ``oximeter exporter``."""
     add_arguments(parser)
-    parser.set_defaults(func=run)
+    # The standard library's logging: the exporter runs on GPU hosts without loguru.
+    parser.set_defaults(func=run, configures_logging=True)
 
 
 def load_settings(config: str | None, args: argparse.Namespace) -> ExporterSettings:
     """The ``exporter:`` section of ``config`` (or ./oximeter.yaml), overridden by ``args``."""
-    path = Path(config) if config else (DEFAULT_CONFIG_PATH if DEFAULT_CONFIG_PATH.exists() else None)
-    data: Any = None
-    if path is not None:
-        try:
-            data = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
-        except OSError as exc:
-            raise ConfigError([f"cannot read file: {exc.strerror}"], str(path)) from None
-        except yaml.YAMLError as exc:
-            raise ConfigError([f"invalid YAML: {exc}"], str(path)) from None
-        if not isinstance(data, dict):
-            raise ConfigError(["<root>: expected a mapping of sections"], str(path))
-        data = data.get("exporter")
+    sections, where = read_config(config)
     try:
-        settings = ExporterSettings.from_mapping(data)
+        settings = ExporterSettings.from_mapping(sections.get("exporter"))
     except (TypeError, ValueError) as exc:
-        raise ConfigError([f"exporter.{exc}"], str(path) if path else None) from None
+        raise ConfigError([f"exporter.{exc}"], where) from None
     overrides: dict[str, Any] = {}
     for key in ("backend", "sim_url", "node", "host", "port", "naming", "redis_url"):
         value = getattr(args, key, None)
@@ -115,8 +104,7 @@ def make_backend(settings: ExporterSettings, node: str) -> GpuBackend:
 
 def run(args: argparse.Namespace) -> int:
     """Serve /metrics until SIGTERM or SIGINT."""
-    logging.basicConfig(level=getattr(args, "log_level", "INFO").upper(),
-                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    setup_stdlib_logging(args.log_level, json=args.log_format == "json", component="exporter")
     try:
         settings = load_settings(getattr(args, "config", None), args)
     except ConfigError as exc:
@@ -168,6 +156,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m exporter",
                                      description="export GPU (NVML or simulated) and external queue metrics")
     parser.add_argument("--config", default=None, help="YAML configuration file (default: ./oximeter.yaml)")
-    parser.add_argument("--log-level", default="INFO", help="log level (default: INFO)")
+    add_logging_arguments(parser)
     add_arguments(parser)
     return run(parser.parse_args(argv))

@@ -15,7 +15,7 @@ from pydantic import ValidationError
 from gateway.app import Gateway
 from gateway.logsink import RequestLog, setup_gateway_logging
 from gateway.settings import GatewaySettings
-from oximeter.config import load_config
+from oximeter.config import load_section
 from oximeter.errors import ConfigError
 from oximeter.ports import write_port_file
 
@@ -65,12 +65,13 @@ def configure(parser: argparse.ArgumentParser) -> None:
         default=None,
         help="report ready without a warm-up request",
     )
-    parser.set_defaults(func=run)
+    # Its own sink: four lines a request must not cost the event loop (gateway/logsink.py).
+    parser.set_defaults(func=run, configures_logging=True)
 
 
 def resolve_settings(args: argparse.Namespace) -> GatewaySettings:
     """The ``gateway:`` section with the given flags applied, validated together."""
-    base = load_config(args.config).gateway
+    base = load_section("gateway", GatewaySettings, args.config)
     fields = [field for _flag, field, _kind, _help in _FLAGS] + ["models", "warmup"]
     overrides: dict[str, Any] = {f: getattr(args, f) for f in fields if getattr(args, f, None) is not None}
     try:
@@ -132,7 +133,7 @@ def run(args: argparse.Namespace) -> int:
     except ConfigError as exc:
         print(str(exc), file=sys.stderr)
         return 2
-    sink, request_log = setup_gateway_logging(args.log_level)
+    sink, request_log = setup_gateway_logging(args.log_level, json_lines=args.log_format == "json")
     try:
         with asyncio.Runner(loop_factory=_new_loop) as runner:
             runner.run(serve(settings, request_log, args.port_file))

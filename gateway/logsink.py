@@ -37,10 +37,11 @@ _Line = tuple[float, str, str, dict[str, Any]]
 
 
 class ThreadedJsonSink:
-    """A loguru sink: one JSON object per line, written by a daemon thread in batches."""
+    """A loguru sink: one JSON object per line (or a text line), written by a daemon thread in batches."""
 
-    def __init__(self, stream: IO[str] | None = None) -> None:
+    def __init__(self, stream: IO[str] | None = None, *, json_lines: bool = True) -> None:
         self._stream = stream if stream is not None else sys.stderr
+        self._format = self._format_json if json_lines else self._format_text
         self._queue: queue.SimpleQueue[_Line | None] = queue.SimpleQueue()
         self._thread = threading.Thread(target=self._write_loop, name="log-writer", daemon=True)
         self._thread.start()
@@ -57,10 +58,18 @@ class ThreadedJsonSink:
         self._queue.put((time_s, level, message, fields))
 
     @staticmethod
-    def _format(line: _Line) -> str:
+    def _format_json(line: _Line) -> str:
         time_s, level, message, fields = line
         stamp = datetime.fromtimestamp(time_s, UTC).isoformat()
         return json.dumps({"time": stamp, "level": level, "message": message, **fields}, default=str) + "\n"
+
+    @staticmethod
+    def _format_text(line: _Line) -> str:
+        time_s, level, message, fields = line
+        stamp = datetime.fromtimestamp(time_s, UTC).strftime("%Y-%m-%d %H:%M:%S.%f")[:-3]  # UTC
+        component = fields.get("component", "")
+        rest = "".join(f" {k}={v}" for k, v in fields.items() if k != "component")
+        return f"{stamp} {level:<8} {component}: {message}{rest}\n"
 
     def _write_loop(self) -> None:
         while True:
@@ -117,10 +126,10 @@ class RequestLog:
 
 
 def setup_gateway_logging(
-    level: str = "INFO", component: str = "gateway"
+    level: str = "INFO", component: str = "gateway", *, json_lines: bool = True
 ) -> tuple[ThreadedJsonSink, RequestLog]:
-    """Send loguru to the threaded JSON sink; returns the sink (``stop()`` it at exit) and the request log."""
-    sink = ThreadedJsonSink()
+    """Send loguru to the threaded sink; returns the sink (``stop()`` it at exit) and the request log."""
+    sink = ThreadedJsonSink(json_lines=json_lines)
     logger.remove()
     logger.configure(extra={"component": component})
     logger.add(sink, level=level.upper(), format="{message}", backtrace=False, diagnose=False, catch=True)

@@ -13,6 +13,7 @@ from collections.abc import Sequence
 
 from oximeter import __version__
 from oximeter.errors import OximeterError
+from oximeter.logs import add_logging_arguments, setup_logging
 
 # name -> (module with configure(parser), one-line description). Each module's configure() adds
 # its arguments (or its own sub-commands) and sets ``func`` (args -> exit code) as a default.
@@ -43,7 +44,7 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     )
     parser.add_argument("--version", action="version", version=f"oximeter {__version__}")
     parser.add_argument("--config", default=None, help="YAML configuration file (default: ./oximeter.yaml)")
-    parser.add_argument("--log-level", default="INFO", help="log level (default: INFO)")
+    add_logging_arguments(parser)
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND")
     for name, (module_name, summary) in COMMANDS.items():
         sub = subparsers.add_parser(name, help=summary, description=summary)
@@ -58,7 +59,7 @@ def _chosen_command(argv: Sequence[str]) -> str | None:
         if skip_next:
             skip_next = False
             continue
-        if arg in ("--config", "--log-level"):
+        if arg in ("--config", "--log-level", "--log-format"):
             skip_next = True
             continue
         if not arg.startswith("-"):
@@ -79,6 +80,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             return 2
         parser.parse_args([*argv, "--help"])
         return 2
+    if not getattr(args, "configures_logging", False):
+        setup_logging(args.log_level, json=args.log_format == "json", component=args.command)
     try:
         return int(func(args) or 0)
     except OximeterError as exc:

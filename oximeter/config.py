@@ -1,47 +1,69 @@
-"""The one YAML configuration file, validated at start-up.
+"""The one YAML configuration file: read here, each section validated by the command that runs it.
 
-Each component owns its section's model (``gateway/settings.py``, ``simulator/settings.py``, ...);
-this module composes them and turns every validation problem into a line naming the file and key.
+Each component owns its section's model (``gateway/settings.py``, ``simulator/settings.py``, ...).
+A command validates only its own sections (``load_section``), so ``oximeter gateway`` never
+imports the analyzer's models; ``oximeter config check`` validates them all (``load_config``).
+This module imports only the standard library, PyYAML and ``oximeter.errors`` at import time, so
+the exporter uses it on a GPU host without pydantic: pydantic is imported only to validate a
+pydantic section.
 """
 
 from __future__ import annotations
 
+import functools
+import importlib
 import re
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import yaml
-from pydantic import BaseModel, ConfigDict, ValidationError
 
-from analyzer.incidents import IncidentSettings
-from analyzer.settings import AnalyzerSettings
-from analyzer.topology import TopologySettings
-from exporter.settings import ExporterSettings
-from gateway.settings import GatewaySettings
 from oximeter.errors import ConfigError
-from reporter.settings import ReporterSettings
-from simulator.settings import SimSettings
+
+if TYPE_CHECKING:
+    from pydantic import BaseModel, ValidationError
 
 DEFAULT_CONFIG_PATH = Path("oximeter.yaml")
 _SECRET_HINT = re.compile(r"(url|password|secret|token|key|webhook)", re.IGNORECASE)
 
+# section -> "module:Model". Imported only when that section is validated.
+SECTIONS: dict[str, str] = {
+    "gateway": "gateway.settings:GatewaySettings",
+    "sim": "simulator.settings:SimSettings",
+    "analyzer": "analyzer.settings:AnalyzerSettings",
+    "incidents": "analyzer.settings:IncidentSettings",
+    "topology": "analyzer.topology:TopologySettings",
+    "exporter": "exporter.settings:ExporterSettings",
+    "reporter": "reporter.settings:ReporterSettings",
+}
 
-class OximeterConfig(BaseModel):
-    """The whole configuration; every option has a safe default."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    gateway: GatewaySettings = GatewaySettings()
-    sim: SimSettings = SimSettings()
-    analyzer: AnalyzerSettings = AnalyzerSettings()
-    incidents: IncidentSettings = IncidentSettings()
-    topology: TopologySettings = TopologySettings()
-    exporter: ExporterSettings = ExporterSettings()
-    reporter: ReporterSettings = ReporterSettings()
+M = TypeVar("M", bound="BaseModel")
 
 
-def _describe(error: Any) -> str:
-    key = ".".join(str(part) for part in error["loc"]) or "<root>"
+def section_model(section: str) -> type[Any]:
+    """The model class of ``section`` (imports its module)."""
+    module_name, _, class_name = SECTIONS[section].partition(":")
+    model: type[Any] = getattr(importlib.import_module(module_name), class_name)
+    return model
+
+
+@functools.cache
+def config_model() -> type[BaseModel]:
+    """The whole file's model, composed from every section's (for checks and the reference docs)."""
+    from pydantic import ConfigDict, Field, create_model
+
+    fields: dict[str, Any] = {
+        name: (section_model(name), Field(default_factory=section_model(name))) for name in SECTIONS
+    }
+    model: type[BaseModel] = create_model(
+        "OximeterConfig", __config__=ConfigDict(extra="forbid"),
+        __doc__="The whole configuration; every option has a safe default.", **fields,
+    )
+    return model
+
+
+def _describe(error: Any, prefix: tuple[str, ...] = ()) -> str:
+    key = ".".join(str(part) for part in (*prefix, *error["loc"])) or "<root>"
     message = error["msg"]
     value = error.get("input")
     # Echo only short scalars, and never under a key that may hold a credential.
@@ -53,38 +75,86 @@ def _describe(error: Any) -> str:
     return f"{key}: {message}"
 
 
-def parse_config(data: Any, path: str | None = None) -> OximeterConfig:
-    """Validate already-parsed YAML ``data``; raise ConfigError listing every problem."""
+def validation_problems(exc: ValidationError, *prefix: str) -> list[str]:
+    """One line per problem of a pydantic ValidationError, its key prefixed by ``prefix``."""
+    return [_describe(e, prefix) for e in exc.errors()]
+
+
+def _check_sections(data: Any, path: str | None) -> dict[str, Any]:
     if data is None:
-        data = {}
+        return {}
     if not isinstance(data, dict):
         raise ConfigError([f"<root>: expected a mapping of sections, got {type(data).__name__}"], path)
-    try:
-        return OximeterConfig.model_validate(data)
-    except ValidationError as exc:
-        raise ConfigError([_describe(e) for e in exc.errors()], path) from None
+    unknown = [f"{key}: unknown key" for key in data if key not in SECTIONS]
+    if unknown:
+        raise ConfigError(unknown, path)
+    return data
 
 
-def load_config(path: str | Path | None = None) -> OximeterConfig:
-    """Load ``path`` (or ``oximeter.yaml`` when it exists, else the defaults)."""
+def _read_yaml(path: str | Path | None) -> tuple[Any, str | None]:
     if path is None:
         if not DEFAULT_CONFIG_PATH.exists():
-            return OximeterConfig()
+            return None, None
         path = DEFAULT_CONFIG_PATH
-    path = Path(path)
+    where = str(path)
     try:
-        text = path.read_text(encoding="utf-8")
+        text = Path(path).read_text(encoding="utf-8")
     except OSError as exc:
-        raise ConfigError([f"cannot read file: {exc.strerror}"], str(path)) from None
+        raise ConfigError([f"cannot read file: {exc.strerror}"], where) from None
     except UnicodeDecodeError as exc:
-        raise ConfigError([f"not UTF-8 text (byte {exc.start}): save the file as UTF-8"], str(path)) from None
+        raise ConfigError([f"not UTF-8 text (byte {exc.start}): save the file as UTF-8"], where) from None
     try:
-        data = yaml.safe_load(text)
+        return yaml.safe_load(text), where
     except (ValueError, RecursionError) as exc:  # PyYAML's own checks, e.g. a date such as 2026-02-30
-        raise ConfigError([f"invalid YAML: {exc}"], str(path)) from None
+        raise ConfigError([f"invalid YAML: {exc}"], where) from None
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
-        where = f"line {mark.line + 1}, column {mark.column + 1}: " if mark is not None else ""
+        at = f"line {mark.line + 1}, column {mark.column + 1}: " if mark is not None else ""
         problem = getattr(exc, "problem", None) or str(exc)
-        raise ConfigError([f"{where}invalid YAML: {problem}"], str(path)) from None
-    return parse_config(data, str(path))
+        raise ConfigError([f"{at}invalid YAML: {problem}"], where) from None
+
+
+def read_config(path: str | Path | None = None) -> tuple[dict[str, Any], str | None]:
+    """The file's sections, not yet validated, and the path read.
+
+    ``path`` None: ``./oximeter.yaml`` when it exists, else no file (every section at its
+    defaults; the path returned is then None). Unreadable files, invalid YAML and unknown
+    sections raise ConfigError naming the file.
+    """
+    data, where = _read_yaml(path)
+    return _check_sections(data, where), where
+
+
+def section(sections: dict[str, Any], name: str, model: type[M], path: str | None = None) -> M:
+    """Validate section ``name`` of already-read ``sections`` with its pydantic ``model``."""
+    from pydantic import ValidationError
+
+    data = sections.get(name)
+    try:
+        return model.model_validate({} if data is None else data)
+    except ValidationError as exc:
+        raise ConfigError(validation_problems(exc, name), path) from None
+
+
+def load_section(name: str, model: type[M], path: str | Path | None = None) -> M:
+    """Read the file and validate only section ``name``: what one command needs."""
+    sections, where = read_config(path)
+    return section(sections, name, model, where)
+
+
+def parse_config(data: Any, path: str | None = None) -> Any:
+    """Validate every section of already-parsed YAML ``data``; raise ConfigError listing every problem."""
+    from pydantic import ValidationError
+
+    if data is not None and not isinstance(data, dict):
+        raise ConfigError([f"<root>: expected a mapping of sections, got {type(data).__name__}"], path)
+    try:
+        return config_model().model_validate(data or {})
+    except ValidationError as exc:
+        raise ConfigError(validation_problems(exc), path) from None
+
+
+def load_config(path: str | Path | None = None) -> Any:
+    """Read and validate the whole file (``oximeter config check``); imports every section's model."""
+    data, where = _read_yaml(path)
+    return parse_config(data, where)

@@ -11,9 +11,10 @@ from datetime import date, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-from oximeter.config import load_config
+from oximeter.config import read_config, section
 from oximeter.errors import ConfigError, OximeterError
 from oximeter.store import StoreError, connect
+from reporter.settings import ReporterSettings
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
@@ -53,16 +54,17 @@ def _jsonable(value: Any) -> Any:
 def run(args: argparse.Namespace) -> int:
     """Entry point of ``oximeter report``."""
     from analyzer.incident_store import IncidentStore
+    from analyzer.settings import IncidentSettings
     from reporter.digest_schedule import build, send
     from reporter.prom import PrometheusClient
 
     try:
-        config = load_config(args.config)
-        settings = config.reporter
+        sections, where = read_config(args.config)
+        settings = section(sections, "reporter", ReporterSettings, where)
         day = _day(args.date, settings.digest.timezone)
         prom = PrometheusClient(args.prometheus or settings.digest.prometheus_url,
                                 settings.digest.query_timeout_s)
-        store_path = Path(args.store or config.incidents.store_path)
+        store_path = Path(args.store or section(sections, "incidents", IncidentSettings, where).store_path)
         # A preview must not create an empty store as a side effect.
         store = IncidentStore(connect(store_path)) if store_path.exists() or not args.dry_run else None
         if args.dry_run:

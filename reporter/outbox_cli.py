@@ -11,11 +11,11 @@ from datetime import UTC, datetime
 from pathlib import Path
 from types import FrameType
 
-from oximeter.config import load_config
+from oximeter.config import load_section
 from oximeter.errors import ConfigError
-from oximeter.logs import setup_logging
 from oximeter.store import StoreError, connect
 from reporter.outbox import Outbox, OutboxPolicy, OutboxRow, State
+from reporter.settings import ReporterSettings
 
 DEFAULT_STATES = (State.PENDING.value, State.DELIVERING.value, State.FAILED.value)
 
@@ -54,7 +54,7 @@ def _table(rows: list[OutboxRow]) -> str:
 def list_command(args: argparse.Namespace) -> int:
     """Print the outbox rows (no payloads and no webhook URLs: rows name their channel only)."""
     try:
-        settings = load_config(args.config).reporter
+        settings = load_section("reporter", ReporterSettings, args.config)
         store = Path(args.store or settings.store_path)
         if not store.exists():  # listing must not create an empty store as a side effect
             print(f"outbox: no store at {store}")
@@ -78,9 +78,8 @@ def deliver_command(args: argparse.Namespace) -> int:
     from reporter.channels import build_channels
     from reporter.worker import DeliveryWorker
 
-    setup_logging(args.log_level, component="outbox")
     try:
-        settings = load_config(args.config).reporter
+        settings = load_section("reporter", ReporterSettings, args.config)
         outbox = Outbox(connect(args.store or settings.store_path), build_channels(settings.channels),
                         OutboxPolicy.from_settings(settings))
     except (ConfigError, StoreError) as exc:

@@ -33,6 +33,7 @@ from pydantic import SecretStr
 from analyzer.incident_store import IncidentQuery, IncidentStore
 from analyzer.incidents import ChangeEvent, Incident
 from oximeter.errors import OximeterError
+from oximeter.runbook import runbook_link
 from oximeter.store import lock_for, migrate
 from reporter.am_payload import Alert, Payload, PayloadError, moment_of
 from reporter.message import SIMULATION_MARKER, Link, Message, Section, Severity
@@ -233,8 +234,8 @@ class Relay:
             lines = [f"{a.status} since {a.starts_at}{ended}",
                      ", ".join(f"{k}={v}" for k, v in shown.items())]
             lines += [a.annotations[k] for k in ("summary", "description") if a.annotations.get(k)]
-            if a.annotations.get("runbook_url"):
-                lines.append(f"runbook: {a.annotations['runbook_url']}")
+            if runbook := a.annotations.get("runbook_url"):
+                lines.append(f"runbook: {runbook_link(runbook, self.settings.runbook_url)}")
             sections.append(Section(f"{a.name} ({a.status})", "\n".join(lines)))
         if len(alerts) > SHOWN_ALERTS:
             sections.append(Section("…", f"and {len(alerts) - SHOWN_ALERTS} more alert(s) in this group"))

@@ -17,6 +17,7 @@ from datetime import datetime, timedelta
 from urllib.parse import urlencode
 
 from analyzer.incidents import Change, Incident
+from oximeter.runbook import runbook_link
 from reporter.message import Link, Message, Section, Severity
 from reporter.outbox import Outbox
 from reporter.routing import Router
@@ -92,7 +93,7 @@ def render_change(change: Change, incident: Incident, settings: ReporterSettings
         Section("Evidence against baseline", table=_evidence_table(incident)),
         Section("Impact", f"signals: {', '.join(incident.impact_signals) or '-'}; "
                           f"services: {', '.join(incident.services) or '-'}"),
-        Section("Runbook", incident.runbook),
+        Section("Runbook", runbook_link(incident.runbook, settings.runbook_url)),
     ]
     if incident.changes:
         sections.append(Section("Declared changes nearby", "\n".join(

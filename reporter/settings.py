@@ -85,6 +85,9 @@ class ReporterSettings(BaseModel):
     routes: list[RouteSettings] = Field(default_factory=list)
     grafana_url: str | None = None  # e.g. https://grafana.example.com (dashboard links)
     api_url: str = "http://127.0.0.1:9471"  # the analyzer API as chat readers reach it
+    # Where chat readers open docs/runbook.md (e.g. https://git.example.com/oximeter/blob/main/docs/runbook.md);
+    # unset, incident and alert messages show the shipped path docs/runbook.md#<section>.
+    runbook_url: str | None = Field(None, pattern=r"^https?://[^#]+$")
     simulated: bool = False  # the whole source is the simulator: mark every message SIMULATION
     # Tell chat when Alertmanager's Watchdog has not arrived for this long (0 disables).
     watchdog_timeout_s: float = Field(600.0, ge=0)

@@ -11,9 +11,8 @@ import time
 import requests
 from loguru import logger
 
-from oximeter.config import load_config
+from oximeter.config import load_section
 from oximeter.errors import ConfigError
-from oximeter.logs import setup_logging
 from oximeter.secrets import read_secret
 from simulator.admin import TOKEN_ENV
 from simulator.faults import FAULT_KINDS
@@ -99,7 +98,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
 
 
 def _settings(args: argparse.Namespace) -> SimSettings:
-    base = load_config(args.config).sim
+    base = load_section("sim", SimSettings, args.config)
     overrides = {
         f: getattr(args, flag.lstrip("-").replace("-", "_")) for flag, (f, _k, _t) in _SERVE_FLAGS.items()
     }
@@ -113,7 +112,6 @@ def run_serve(args: argparse.Namespace) -> int:
     from simulator.fleet import Fleet
     from simulator.server import build_server, serve
 
-    setup_logging(args.log_level, component="simulator")
     try:
         settings = SimSettings.model_validate(_settings(args).model_dump())
         token = read_secret(TOKEN_ENV)
@@ -202,5 +200,4 @@ def run_history(args: argparse.Namespace) -> int:
     """Write a scenario's history (see simulator/history.py)."""
     from simulator.history import main as history_main
 
-    setup_logging(args.log_level, component="simulator")
     return history_main(args)

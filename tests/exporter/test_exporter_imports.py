@@ -10,7 +10,8 @@ from pathlib import Path
 import exporter
 
 ALLOWED = {"prometheus_client", "pynvml", "psutil", "yaml", "redis", "exporter"}
-ALLOWED_OXIMETER = {"oximeter.errors", "oximeter.ports"}  # stdlib-only
+# stdlib and PyYAML only
+ALLOWED_OXIMETER = {"oximeter.errors", "oximeter.config", "oximeter.logs", "oximeter.ports"}
 PACKAGE = Path(exporter.__file__).parent
 
 

@@ -1,0 +1,35 @@
+"""Each command loads only what it runs: the request-path gateway and the GPU-host exporter never
+import the analyzer's data stack, and no settings model does either."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+HEAVY = ("pandas", "numpy", "analyzer")
+
+
+def loaded(statement: str) -> list[str]:
+    """Which of HEAVY (or their submodules) a fresh interpreter holds after ``statement``."""
+    code = (f"import json, sys\n{statement}\n"
+            f"print(json.dumps(sorted({{m.split('.')[0] for m in sys.modules}} & set({HEAVY!r}))))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
+                         timeout=120).stdout
+    found: list[str] = json.loads(out)
+    return found
+
+
+@pytest.mark.parametrize("module", ["gateway.cli", "exporter.cli"])
+def test_light_commands_import_no_data_stack(module: str) -> None:
+    assert loaded(f"import {module}") == []
+
+
+def test_settings_models_import_neither_pandas_nor_numpy() -> None:
+    # Every section's model, as ``oximeter config check`` composes them.
+    statement = "from oximeter.config import config_model\nconfig_model()"
+    assert [m for m in loaded(statement) if m != "analyzer"] == []
+    # The guard can fail: the analyzer's catalogue does pull pandas in.
+    assert "pandas" in loaded("import analyzer.signals")
