@@ -45,7 +45,7 @@ def test_errors_name_file_and_key(tmp_path: Path, text: str, expected: str) -> N
 
 
 def test_every_problem_is_reported(tmp_path: Path) -> None:
-    path = write(tmp_path, "gateway:\n  max_queue: -1\n  port: 0\nsim:\n  nodes: 0\n")
+    path = write(tmp_path, "gateway:\n  max_queue: -1\n  port: 70000\nsim:\n  nodes: 0\n")
     with pytest.raises(ConfigError) as info:
         load_config(path)
     assert len(info.value.problems) == 3
