@@ -168,8 +168,8 @@ def test_an_unreachable_simulator_is_exported_as_telemetry_down_from_the_first_s
     with socket.socket() as reserved:  # bound, never listening: connections to it are refused
         reserved.bind(("127.0.0.1", 0))
         sim_url = f"http://127.0.0.1:{reserved.getsockname()[1]}"
-        url = start_exporter(start_process, tmp_path / "exporter.port", "--backend", "sim", "--sim-url", sim_url,
-                             "--node", "n1")
+        url = start_exporter(start_process, tmp_path / "exporter.port", "--backend", "sim",
+                             "--sim-url", sim_url, "--node", "n1")
         first = samples(url)
     assert pick(first, "oximeter_telemetry_up") == {frozenset({("node", "n1")}): 0.0}
     assert pick(first, "oximeter_gpu_up") == {}
