@@ -13,6 +13,7 @@ Whatever else happens stays in the incident's timeline and is shown in its next 
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 
@@ -21,6 +22,8 @@ from analyzer.incident_model import Incident
 
 # Changes that may each be announced once per incident; the rest of the budget is open/resolve.
 ONCE_PER_INCIDENT = ("root_cause_changed", "severity_up")
+# One incident's messages: opened, one root-cause change, one severity change, resolved.
+MESSAGE_BUDGET = 4
 
 
 def specificity(labels: tuple[tuple[str, str], ...]) -> int:
@@ -90,3 +93,10 @@ def choose(incident: Incident, d: Diagnosis, pending: Pending | None, now: datet
 def announced(incident: Incident, kind: str) -> bool:
     """Whether a ``kind`` change was already told for this incident (so it is folded this time)."""
     return kind in ONCE_PER_INCIDENT and any(t.notified and t.kind == kind for t in incident.timeline)
+
+
+def message_budget(kinds: Iterable[str]) -> int:
+    """The most chat messages an incident may cause, given the kinds of its told changes: the
+    budget, plus an announcement and a resolve for each re-open."""
+    opened = sum(1 for kind in kinds if kind == "opened")
+    return MESSAGE_BUDGET + 2 * max(0, opened - 1)
