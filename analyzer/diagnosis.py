@@ -244,7 +244,9 @@ def thermal_throttle(case: Case) -> Diagnosis | None:
 
 def peer_outlier(case: Case) -> Diagnosis | None:
     """One GPU or node much slower than its same-model peers with no throttle reason (seed 001 §4.2)."""
-    e = _first(case, "gpu_utilization_peer", "engine_itl_peer")
+    # The GPU's own peer signal names the card; the node's latency gap is its symptom, even when
+    # the node's signal crossed first.
+    e = _first(case, "gpu_utilization_peer") or _first(case, "engine_itl_peer")
     if e is None:
         return None
     node = e.entity.get("node")

@@ -48,8 +48,9 @@ def same_cause(root: RootCause, rule: str, d: Diagnosis) -> bool:
     engine; queue length or queue wait of one gateway)."""
     if d.root_cause == root:
         return True
+    # A candidate naming a GPU of the incumbent's node is more specific, not the same cause.
     (node, gpu), (other_node, other_gpu) = _place(root), _place(d.root_cause)
-    same_place = node == other_node and (gpu is None or other_gpu is None or gpu == other_gpu)
+    same_place = node == other_node and (other_gpu is None or gpu == other_gpu)
     return d.rule == rule and root.signal in d.cause_signals and same_place
 
 

@@ -127,3 +127,19 @@ def test_an_attached_alert_is_a_timeline_entry_not_a_message() -> None:
     assert _step(tracker, [temp], 3, HOT, (alert,)) == []
     inc = tracker.incidents[0]
     assert [(t.kind, t.text, t.notified) for t in inc.timeline][-1] == ("alert", alert.description, False)
+
+
+def test_a_slow_gpus_own_peer_signal_outranks_its_nodes_latency_gap() -> None:
+    """A GPU slower than its peers: the node's inter-token latency gap crosses first, the GPU's own
+    peer signal later; the incident moves to the GPU once, after the dwell time."""
+    tracker = IncidentTracker(SETTINGS)
+    itl = ev("engine_itl_peer", 0.065, 0.048, node="node-0", model="m")
+    assert _step(tracker, [itl], 1, {}) == [("opened", "warning")]
+    busy = ev("gpu_utilization_peer", 0.6, 0.4, onset=5, node="node-0", gpu="3")
+    told = []
+    for minute in range(6, 20):
+        told += _step(tracker, [itl, busy], minute, {})
+    assert told == [("root_cause_changed", "warning")]
+    inc = tracker.incidents[0]
+    assert (inc.rule, inc.root_cause.signal, dict(inc.root_cause.labels)) == (
+        "peer_outlier", "gpu_utilization_peer", {"gpu": "3", "node": "node-0"})
