@@ -302,15 +302,20 @@ class IncidentTracker:
                                  f"new evidence: {signal} on {_entity_text(labels)}")
         if d.rule != incident.rule and not root_changed:
             updated = self._note(updated, now, "diagnosis", f"diagnosis now {d.rule}: {d.sentence}")
-        if root_changed and not quiet:
+        if quiet:
+            return updated, changes
+        rise = f"severity {incident.severity} → {d.severity}"
+        told_root = root_changed and not announced(updated, "root_cause_changed")
+        if up and told_root:  # one message for both: the root-cause change carries the new severity
+            updated = self._note(updated, now, "severity_up", rise)
+        if root_changed:
             updated, more = self._record(updated, now, "root_cause_changed",
                                          f"root cause now {d.root_cause.signal} on "
                                          f"{_entity_text(d.root_cause.labels)} ({d.rule}): {d.sentence}",
                                          notify="root_cause_changed")
             changes += more
-        if up and not quiet:
-            updated, more = self._record(updated, now, "severity_up",
-                                         f"severity {incident.severity} → {d.severity}", notify="severity_up")
+        if up and not told_root:
+            updated, more = self._record(updated, now, "severity_up", rise, notify="severity_up")
             changes += more
         return updated, changes
 

@@ -1,8 +1,10 @@
 """What keeps an open incident's verdict and its chat stream steady (pure; the tracker applies it).
 
-A root cause changes only for a *stronger* candidate that has held for a dwell time: a lower layer
-beats a higher one, then a rule that matched beats no rule, then a GPU beats the node it sits on
-(the GPU-level cause explains the node-level symptom, also when its own signal crosses later). Anything
+A root cause changes only for a *stronger* candidate that has held for a dwell time: a rule that
+matched beats no rule (a named pattern over a guess: the busy GPUs of a full node are its
+capacity problem, not a GPU fault), then a lower layer beats a higher one, then a GPU beats the
+node it sits on (the GPU-level cause explains the node-level symptom, also when its own signal
+crosses later). Anything
 else (a symptom that outlives its cause, two signals of one rule taking turns) keeps the incumbent,
 so a root cause cannot alternate.
 
@@ -34,7 +36,7 @@ def specificity(labels: tuple[tuple[str, str], ...]) -> int:
 def strength(rule: str, layer: str, root: RootCause) -> tuple[int, int, int]:
     """How strongly a verdict explains an incident (larger is stronger)."""
     depth = LAYER_ORDER.index(layer) if layer in LAYER_ORDER else len(LAYER_ORDER)
-    return -depth, int(rule != "unclassified"), specificity(root.labels)
+    return int(rule != "unclassified"), -depth, specificity(root.labels)
 
 
 def _place(root: RootCause) -> tuple[str | None, str | None]:

@@ -92,14 +92,17 @@ def test_open_update_resolve_reopen_exact_changes() -> None:
     assert (inc.rule, inc.layer, inc.root_cause.signal) == (
         "scheduling_bottleneck", "scheduling", "queue_wait_p99")
     assert _step(tracker, [soft], 3) == []  # same evidence: nothing to say
-    # A lower-layer anomaly joins: the root cause moves to the GPU once it has held for the dwell time.
-    assert _step(tracker, [soft, TEMP], 4) == []
+    # A lower-layer cause joins (the GPU throttles for heat): the root cause moves to the GPU once
+    # it has held for the dwell time.
+    hot: Snapshot = {**UTIL_LOW, "gpu_temperature": {gpu(): 88.0}, "gpu_clock_thermal": {gpu(): 1.0}}
+    assert _step(tracker, [soft, TEMP], 4, hot) == []
     assert tracker.incidents[0].root_cause.signal == "queue_wait_p99"
-    assert _step(tracker, [soft, TEMP], 9) == [("root_cause_changed", 2, "warning")]
-    assert tracker.incidents[0].root_cause.signal == "gpu_temperature"
+    assert _step(tracker, [soft, TEMP], 9, hot) == [("root_cause_changed", 2, "warning")]
+    assert (tracker.incidents[0].rule, tracker.incidents[0].root_cause.signal) == (
+        "thermal_throttle", "gpu_temperature")
     # The queue crosses the 1 s P0 line: severity up.
-    assert _step(tracker, [Q, TEMP], 10) == [("severity_up", 3, "critical")]
-    assert _step(tracker, [Q, TEMP], 11) == []
+    assert _step(tracker, [Q, TEMP], 10, hot) == [("severity_up", 3, "critical")]
+    assert _step(tracker, [Q, TEMP], 11, hot) == []
     cleared = [replace(Q, cleared_at=at(12)), replace(TEMP, cleared_at=at(13))]
     assert _step(tracker, cleared, 15) == []  # normal for 2 min < 5 min
     assert _step(tracker, cleared, 18) == [("resolved", 4, "critical")]
@@ -243,5 +246,5 @@ def test_stale_cleared_group_does_not_split_the_open_incident() -> None:
     dep = ev("dependency_latency_p99", 0.9, 0.05, onset=40, node="node-0", dependency="vectordb")
     assert _step(tracker, [replace(early, cleared_at=at(5)), dep], 42) == []  # the candidate's dwell
     changes = _step(tracker, [replace(early, cleared_at=at(5)), dep], 47)
-    assert changes == [("root_cause_changed", 2, "warning"), ("severity_up", 3, "warning")]
+    assert changes == [("root_cause_changed", 2, "warning")]  # carrying the severity it rose to
     assert [(i.state, i.rule) for i in tracker.incidents] == [("open", "dependency_degraded")]

@@ -95,9 +95,9 @@ def test_a_stronger_candidate_that_does_not_hold_changes_nothing() -> None:
     assert tracker.incidents[0].rule == "scheduling_bottleneck"
 
 
-def test_budget_folds_a_second_root_change_and_second_severity_rise_into_the_timeline() -> None:
-    """Unclassified on a ttft rise, then a dependency fault (one change), then an ECC storm below
-    it (a second change: folded), severity info → warning (told) → critical (folded)."""
+def test_budget_folds_a_second_root_change_into_the_timeline() -> None:
+    """Unclassified on a ttft rise, then a dependency fault (one change, carrying severity info →
+    warning), then an ECC storm below it (a second change: folded; its rise to critical is told)."""
     tracker = IncidentTracker(SETTINGS)
     ttft = ev("ttft_p99", 2.0, 0.5, node="node-0", service="chat")
     dep = ev("dependency_latency_p99", 0.9, 0.05, onset=2, node="node-0", dependency="vectordb")
@@ -111,8 +111,8 @@ def test_budget_folds_a_second_root_change_and_second_severity_rise_into_the_tim
     inc = tracker.incidents[0]
     assert (inc.rule, inc.severity) == ("ecc_storm", "critical")
     folded = [(t.kind, t.notified) for t in inc.timeline if t.kind in ("root_cause_changed", "severity_up")]
-    assert folded == [("root_cause_changed", True), ("severity_up", True),
-                      ("root_cause_changed", False), ("severity_up", False)]
+    assert folded == [("severity_up", False), ("root_cause_changed", True),
+                      ("root_cause_changed", False), ("severity_up", True)]
     done = [replace(e, cleared_at=at(20)) for e in (ttft, dep, ecc)]
     told = _step(tracker, done, 26, {})
     assert told == [("resolved", "critical")]
@@ -143,3 +143,39 @@ def test_a_slow_gpus_own_peer_signal_outranks_its_nodes_latency_gap() -> None:
     inc = tracker.incidents[0]
     assert (inc.rule, inc.root_cause.signal, dict(inc.root_cause.labels)) == (
         "peer_outlier", "gpu_utilization_peer", {"gpu": "3", "node": "node-0"})
+
+
+def test_a_matched_rule_outranks_the_guess_an_incident_opened_on() -> None:
+    """A stalled engine's busy GPUs cross first (an unclassified guess at the lowest layer); once the
+    queue backs up, capacity_exhausted explains both and takes over after the dwell time."""
+    tracker = IncidentTracker(SETTINGS)
+    util = ev("gpu_utilization_p95", 1.0, 0.5, node="node-0", gpu="0")
+    busy: Snapshot = {"gpu_utilization_p95": {gpu(): 1.0}}
+    assert _step(tracker, [util], 1, busy) == [("opened", "info")]
+    assert tracker.incidents[0].rule == "unclassified"
+    queue = ev("queue_wait_p99", 0.8, 0.1, onset=2, node="node-0", service="chat")
+    told = []
+    for minute in range(3, 12):
+        told += _step(tracker, [util, queue], minute, busy)
+    # One message: the root-cause change carries the severity it rose to.
+    assert told == [("root_cause_changed", "warning")]
+    inc = tracker.incidents[0]
+    assert (inc.rule, inc.layer, inc.root_cause.signal) == (
+        "capacity_exhausted", "scheduling", "queue_wait_p99")
+
+
+def test_a_second_severity_rise_is_folded_into_the_next_message() -> None:
+    tracker = IncidentTracker(SETTINGS)
+    ttft = ev("ttft_p99", 2.0, 0.5, node="node-0", service="chat")
+    edge = ev("request_p99", 9.0, 3.0, onset=1, node="node-0", service="chat", route="/v1")
+    queue = ev("queue_wait_p99", 1.5, 0.2, onset=3, node="node-0", service="chat")
+    told = _step(tracker, [ttft], 1, {})
+    told += _step(tracker, [ttft, edge], 2, {})
+    told += _step(tracker, [ttft, edge, queue], 4, {})
+    assert told == [("opened", "info"), ("severity_up", "warning")]
+    inc = tracker.incidents[0]
+    assert inc.severity == "critical"
+    assert [(t.kind, t.notified) for t in inc.timeline if t.kind == "severity_up"] == [
+        ("severity_up", True), ("severity_up", False)]
+    done = [replace(e, cleared_at=at(5)) for e in (ttft, edge, queue)]
+    assert _step(tracker, done, 11, {}) == [("resolved", "critical")]
