@@ -41,7 +41,6 @@ class Thresholds:
     """Context limits the rules use (ARCHITECTURE "Thresholds"; all configurable)."""
 
     temperature_c: float = 85.0
-    sm_clock_ratio_low: float = 0.7
     gpu_util_low: float = 0.5
     gpu_util_high: float = 0.85
     kv_full: float = 0.95
@@ -209,9 +208,11 @@ def ecc_storm(case: Case) -> Diagnosis | None:
 
 
 def thermal_throttle(case: Case) -> Diagnosis | None:
-    """Latency up, a GPU > 85 °C with its SM clock well below max and a thermal reason (seed 003 §4.1).
+    """Latency up, a GPU past its temperature limit (> 85 °C) with a thermal clock reason active.
 
-    Utilisation is deliberately not consulted: a throttled GPU often looks idle-ish.
+    Whatever the clock ratio: the thermal reason says the clock is held down for heat, and a
+    mild throttle (SM clock at 80 %) is still a throttle. Utilisation is deliberately not
+    consulted: a throttled GPU often looks idle-ish.
     """
     latency = case.of(*LATENCY_UP)
     throttle = case.of("gpu_temperature", "gpu_sm_clock_ratio")
@@ -222,11 +223,11 @@ def thermal_throttle(case: Case) -> Diagnosis | None:
     t = case.thresholds
     temps, clocks, thermal = case.per_gpu("gpu_temperature"), case.per_gpu("gpu_sm_clock_ratio"), \
         case.per_gpu(THERMAL_REASON)
-    hot = sorted(g for g, temp in temps.items() if temp > t.temperature_c
-                 and clocks.get(g, 1.0) < t.sm_clock_ratio_low and thermal.get(g, 0.0) >= 1)
+    hot = sorted(g for g, temp in temps.items() if temp > t.temperature_c and thermal.get(g, 0.0) >= 1)
     if not hot:
         return None
     node, gpu = hot[0]
+    clock = clocks.get(hot[0])
     # The series' own labels (uuid, model, ...), so the root cause is the same one the
     # gpu_temperature event names and does not "change" when the rule starts to match.
     labels = next((k for k in case.context("gpu_temperature")
@@ -235,14 +236,17 @@ def thermal_throttle(case: Case) -> Diagnosis | None:
     cause = RootCause("gpu_temperature", labels)
     return _verdict(case, "thermal_throttle", "infrastructure", cause,
                     f"GPU {cause.entity} at {temps[hot[0]]:.0f} °C, "
-                    f"SM clock {clocks[hot[0]] * 100:.0f} % of max with a thermal reason"
+                    + (f"SM clock {clock * 100:.0f} % of max " if clock is not None else "")
+                    + "with a thermal reason"
                     + (f", while {describe(latency[0])}" if latency else ""), "warning",
                     ["gpu_temperature", "gpu_sm_clock_ratio"])
 
 
 def peer_outlier(case: Case) -> Diagnosis | None:
     """One GPU or node much slower than its same-model peers with no throttle reason (seed 001 §4.2)."""
-    e = _first(case, "gpu_utilization_peer", "engine_itl_peer")
+    # The GPU's own peer signal names the card; the node's latency gap is its symptom, even when
+    # the node's signal crossed first.
+    e = _first(case, "gpu_utilization_peer") or _first(case, "engine_itl_peer")
     if e is None:
         return None
     node = e.entity.get("node")

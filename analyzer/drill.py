@@ -6,8 +6,9 @@ cached, through detection, correlation and the incident lifecycle in accelerated
 ``analyzer/replay.py``) or **live** (the faults injected into a running simulator through
 ``POST /admin/faults``, the analyzer's ``GET /api/incidents`` polled until a deadline). Both are
 scored the same way: detected or not, time to detect (opened − fault start), the attributed
-layer, entity and rule against the truth, and the notify-worthy messages. The exit code is 1 when
-any drill misses its truth, 2 on bad input.
+layer, entity and rule against the truth, and the chat messages against the message budget (per
+incident: opened, one root-cause change, one severity change, resolved). A drill passes when it
+names its truth within the budget. The exit code is 1 when any drill fails, 2 on bad input.
 """
 
 from __future__ import annotations
@@ -54,6 +55,7 @@ class DrillScore:
     attributed: list[Attribution]
     messages: int
     reason: str
+    budget: int | None = None  # the most messages its incidents may cause; None: not checked
 
     @property
     def truth_text(self) -> str:
@@ -96,11 +98,12 @@ def expected_truths(truth: Mapping[str, Any], also: Sequence[Mapping[str, Any]])
 
 
 def score(scenario: str, mode: str, expected: list[dict[str, Any]], incidents: Sequence[Mapping[str, Any]],
-          fault_start: datetime | None, messages: int) -> DrillScore:
+          fault_start: datetime | None, messages: int, budget: int | None = None) -> DrillScore:
     """Score incidents (the API's JSON shape) against the expected root causes.
 
-    A drill passes when there is exactly one incident per expected root cause and each root
-    cause is named (layer, rule and every truth entity label) by a distinct incident.
+    A drill passes when there is exactly one incident per expected root cause, each root cause
+    is named (layer, rule and every truth entity label) by a distinct incident, and chat got no
+    more than ``budget`` messages (when given).
     """
     from analyzer.replay import truth_matches
 
@@ -128,8 +131,11 @@ def score(scenario: str, mode: str, expected: list[dict[str, Any]], incidents: S
     else:
         reason = "right"
     passed = len(matched) == len(expected) and len(incidents) == len(expected)
+    if budget is not None and messages > budget:
+        passed, reason = False, f"{messages} messages, over the budget of {budget}" + (
+            "" if reason in ("right", "quiet, as expected") else f"; {reason}")
     return DrillScore(scenario, mode, passed, bool(incidents) and bool(expected), ttd, expected, attributed,
-                      messages, reason)
+                      messages, reason, budget)
 
 
 # -- replay -----------------------------------------------------------------------------------------
@@ -137,11 +143,12 @@ def replay_drill(path: Path, cache_dir: Path, step_s: float, interval_s: float) 
     """The scenario's windows replayed through the analyzer, scored."""
     from analyzer.incidents import NOTIFY_KINDS
     from analyzer.replay import DAY_S, drill_windows, history_dir, replay_history, same_time_window
+    from analyzer.stability import message_budget
     from simulator.scenario import load_scenario
 
     sc = load_scenario(path)
     incidents: list[dict[str, Any]] = []
-    messages, starts = 0, []
+    messages, budget, starts = 0, 0, []
     for window in drill_windows(sc, step_s=step_s):
         directory = history_dir(window, cache_dir, step_s)
         yesterday = history_dir(same_time_window(window), cache_dir, step_s)
@@ -149,10 +156,14 @@ def replay_drill(path: Path, cache_dir: Path, step_s: float, interval_s: float) 
         starts += [f["start_epoch_s"] for f in truth["faults"]]
         outcome = replay_history(directory, interval_s, same_time={DAY_S: yesterday})
         incidents += [i.to_dict() for i in outcome.incidents]
-        messages += sum(1 for c in outcome.changes if c.kind in NOTIFY_KINDS)
+        # Replay has no Alertmanager: chat's messages are the incidents' told changes.
+        told = [c for c in outcome.changes if c.kind in NOTIFY_KINDS]
+        messages += len(told)
+        budget += sum(message_budget(c.kind for c in told if c.incident_id == i.id)
+                      for i in outcome.incidents)
     start = datetime.fromtimestamp(min(starts), tz=UTC) if starts else None
     expected = expected_truths(sc.truth.model_dump(), [a.model_dump() for a in sc.also])
-    return score(sc.name, "replay", expected, incidents, start, messages)
+    return score(sc.name, "replay", expected, incidents, start, messages, budget)
 
 
 def prepare_drill_windows(paths: Sequence[Path], cache_dir: Path, step_s: float, jobs: int) -> None:
@@ -193,12 +204,14 @@ def live_drill(path: Path, target: LiveTarget) -> DrillScore:
     import requests
 
     from analyzer.incidents import NOTIFY_KINDS
+    from analyzer.stability import message_budget
     from simulator.scenario import load_scenario
 
     sc = load_scenario(path)
     headers = {"Authorization": f"Bearer {target.admin_token}"}
     sim, api = target.sim_url.rstrip("/"), target.analyzer_url.rstrip("/")
     before = {i["id"]: i for i in _incidents(api)}
+    sent_before = _chat_sent(api)
     sim_now = float(requests.get(f"{sim}/fleet", timeout=10).json()["now"])
     first = min((f.start for f in sc.faults), default=0.0)
     injected: list[str] = []
@@ -223,9 +236,15 @@ def live_drill(path: Path, target: LiveTarget) -> DrillScore:
     finally:
         for fault_id in injected:
             requests.delete(f"{sim}/admin/faults/{fault_id}", headers=headers, timeout=10)
-    messages = sum(1 for i in new for c in _notifications(api, i["id"])
-                   if c["kind"] in NOTIFY_KINDS and (_when(c.get("at")) or started) >= started)
-    return score(sc.name, "live", expected, new, started, messages)
+    told = {i["id"]: [c["kind"] for c in _notifications(api, i["id"])
+                      if c["kind"] in NOTIFY_KINDS and (_when(c.get("at")) or started) >= started]
+            for i in new}
+    # Everything chat got meanwhile (forwarded Alertmanager alerts too), once the outbox drained.
+    sent = _chat_sent(api, settle_s=target.quiet_s)
+    chat = max((n - sent_before.get(ch, 0.0) for ch, n in sent.items()), default=0.0)
+    messages = max(sum(len(k) for k in told.values()), int(chat))
+    return score(sc.name, "live", expected, new, started, messages,
+                 sum(message_budget(kinds) for kinds in told.values()))
 
 
 def _incidents(api: str) -> list[dict[str, Any]]:
@@ -234,6 +253,28 @@ def _incidents(api: str) -> list[dict[str, Any]]:
     resp = requests.get(f"{api}/api/incidents", timeout=10)
     resp.raise_for_status()
     return list(resp.json()["incidents"])
+
+
+def _chat_sent(api: str, settle_s: float = 0.0) -> dict[str, float]:
+    """Messages sent per chat channel so far (the analyzer's ``oximeter_notifications_total``),
+    after waiting up to ``settle_s`` for its outbox to drain; empty when it does not say."""
+    import requests
+    from prometheus_client.parser import text_string_to_metric_families
+
+    deadline = time.monotonic() + settle_s
+    while True:
+        resp = requests.get(f"{api}/metrics", timeout=10)
+        if not resp.ok:
+            return {}
+        families = {f.name: f for f in text_string_to_metric_families(resp.text)}
+        pending = families.get("oximeter_outbox_pending")
+        if pending is None or not any(s.value for s in pending.samples) or time.monotonic() >= deadline:
+            break
+        time.sleep(1.0)
+    family = families.get("oximeter_notifications")
+    return {} if family is None else {
+        s.labels["channel"]: s.value for s in family.samples
+        if s.name.endswith("_total") and s.labels.get("result") == "sent"}
 
 
 def _notifications(api: str, incident_id: str) -> list[dict[str, Any]]:
@@ -295,11 +336,12 @@ def print_table(scores: Sequence[DrillScore]) -> None:
     from rich.table import Table
 
     table = Table(title="Oximeter drills (SIMULATION)")
-    for column in ("scenario", "mode", "truth", "attributed", "detect", "msgs", "result"):
+    for column in ("scenario", "mode", "truth", "attributed", "detect", "msgs/budget", "result"):
         table.add_column(column)
     for s in scores:
         ttd = "-" if s.time_to_detect_s is None else f"{s.time_to_detect_s / 60:.1f} min"
-        table.add_row(s.scenario, s.mode, s.truth_text, s.got_text, ttd, str(s.messages),
+        msgs = str(s.messages) if s.budget is None else f"{s.messages}/{s.budget}"
+        table.add_row(s.scenario, s.mode, s.truth_text, s.got_text, ttd, msgs,
                       "pass" if s.passed else f"FAIL: {s.reason}")
     Console(width=200).print(table)
 
@@ -350,6 +392,7 @@ def run(args: argparse.Namespace) -> int:
                           "failed": len(scores) - passed, "skipped": skipped}, indent=2))
     else:
         print_table(scores)
+        print("chat messages per drill: " + ", ".join(f"{s.scenario} {s.messages}" for s in scores))
         if skipped:
             print(f"skipped, history-only faults cannot be injected live: {'; '.join(skipped)}")
         print(f"{passed} passed, {len(scores) - passed} failed")

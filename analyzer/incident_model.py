@@ -18,6 +18,8 @@ from analyzer.topology import Labels
 
 ChangeKind = Literal["opened", "severity_up", "root_cause_changed", "resolved"]
 NOTIFY_KINDS: tuple[str, ...] = ("opened", "severity_up", "root_cause_changed", "resolved")
+# Change-event sources that are evidence rather than declared changes (alerts the relay attached).
+NOT_DECLARED = frozenset({"alertmanager"})
 
 
 def _t(moment: datetime | None) -> str | None:
@@ -82,11 +84,12 @@ class ChangeEvent:
 
 @dataclass(frozen=True)
 class TimelineEntry:
-    """One line of an incident's history."""
+    """One line of an incident's history; ``notified`` when it went to chat as a message."""
 
     at: datetime
     kind: str
     text: str
+    notified: bool = False
 
 
 @dataclass(frozen=True)
@@ -154,7 +157,8 @@ class Incident:
             "updated_at": _t(self.updated_at), "last_active_at": _t(self.last_active_at),
             "resolved_at": _t(self.resolved_at), "seq": self.seq,
             "changes": [c.to_dict() for c in self.changes],
-            "timeline": [{"at": _t(t.at), "kind": t.kind, "text": t.text} for t in self.timeline],
+            "timeline": [{"at": _t(t.at), "kind": t.kind, "text": t.text, "notified": t.notified}
+                         for t in self.timeline],
         }
 
     @classmethod
@@ -174,5 +178,6 @@ class Incident:
             last_active_at=_p(d["last_active_at"]), resolved_at=parse_iso(d["resolved_at"]),
             seq=int(d["seq"]),
             changes=tuple(ChangeEvent.from_dict(c) for c in d["changes"]),
-            timeline=tuple(TimelineEntry(_p(t["at"]), t["kind"], t["text"]) for t in d["timeline"]),
+            timeline=tuple(TimelineEntry(_p(t["at"]), t["kind"], t["text"], bool(t.get("notified", False)))
+                           for t in d["timeline"]),
         )

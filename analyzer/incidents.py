@@ -27,6 +27,7 @@ from analyzer.diagnosis import (
 )
 from analyzer.events import AnomalyEvent
 from analyzer.incident_model import (
+    NOT_DECLARED,
     NOTIFY_KINDS,
     Change,
     ChangeEvent,
@@ -37,10 +38,11 @@ from analyzer.incident_model import (
 )
 from analyzer.settings import IncidentSettings
 from analyzer.signals import CATALOGUE, SignalSpec
+from analyzer.stability import Pending, announced, choose, held
 from analyzer.topology import Labels, Topology
 
-__all__ = ["NOTIFY_KINDS", "Change", "ChangeEvent", "ChangeKind", "Evidence", "Finding", "Incident",
-           "IncidentSettings", "IncidentTracker", "TimelineEntry", "findings"]
+__all__ = ["NOTIFY_KINDS", "NOT_DECLARED", "Change", "ChangeEvent", "ChangeKind", "Evidence", "Finding",
+           "Incident", "IncidentSettings", "IncidentTracker", "TimelineEntry", "findings"]
 
 
 @dataclass(frozen=True)
@@ -85,6 +87,9 @@ class IncidentTracker:
     def __init__(self, settings: IncidentSettings | None = None, incidents: Iterable[Incident] = ()) -> None:
         self.settings = settings or IncidentSettings()
         self._incidents: dict[str, Incident] = {i.id: i for i in incidents}
+        # Stronger root-cause candidates waiting out the dwell time, per open incident (a restart
+        # starts their wait again, which only delays a change).
+        self._pending: dict[str, Pending] = {}
 
     @property
     def incidents(self) -> list[Incident]:
@@ -233,15 +238,23 @@ class IncidentTracker:
         d = finding.diagnosis
         evidence = self._evidence(finding, incident.evidence)
         new_signals = sorted({e.key for e in evidence} - incident.members)
-        sticky = d.rule == "unclassified" and incident.rule != "unclassified" and not new_signals
-        if not finding.group.active or sticky or self._cause_cleared(incident, finding):
+        if not finding.group.active or self._cause_cleared(incident, finding):
             # Recovering: the context that made the diagnosis (a hot GPU, a full KV cache) is back to
             # normal while the cleared events are still in the window; keep the verdict, not re-judge.
-            # Likewise when a rule stops matching with no new evidence (the GPUs cooled, the
-            # utilisation fell as the queue drains): that is recovery, not a new root cause.
-            d = replace(d, rule=incident.rule, layer=incident.layer, root_cause=incident.root_cause,
-                        sentence=incident.sentence, runbook=incident.runbook, severity=incident.severity,
-                        cause_signals=tuple(e.signal for e in incident.evidence if e.role == "cause"))
+            d = held(incident)
+            self._pending.pop(incident.id, None)
+        else:
+            # A symptom that outlives its cause, or a rival that is no stronger, keeps the verdict;
+            # a stronger candidate takes over once it has held for the dwell time.
+            cleared = {(e.signal, e.labels) for e in finding.group.events if not e.active}
+            d, pending = choose(incident, d, self._pending.get(incident.id), now,
+                                timedelta(seconds=self.settings.root_cause_dwell_s),
+                                live=(d.root_cause.signal, d.root_cause.labels) not in cleared)
+            if pending is None:
+                self._pending.pop(incident.id, None)
+            else:
+                self._pending[incident.id] = pending
+        if d != finding.diagnosis:
             finding = replace(finding, diagnosis=d)
             evidence = self._evidence(finding, incident.evidence)
         up = SEVERITY_RANK[d.severity] > SEVERITY_RANK[incident.severity]
@@ -264,15 +277,20 @@ class IncidentTracker:
                                  f"new evidence: {signal} on {_entity_text(labels)}")
         if d.rule != incident.rule and not root_changed:
             updated = self._note(updated, now, "diagnosis", f"diagnosis now {d.rule}: {d.sentence}")
-        if root_changed and not quiet:
+        if quiet:
+            return updated, changes
+        rise = f"severity {incident.severity} → {d.severity}"
+        told_root = root_changed and not announced(updated, "root_cause_changed")
+        if up and told_root:  # one message for both: the root-cause change carries the new severity
+            updated = self._note(updated, now, "severity_up", rise)
+        if root_changed:
             updated, more = self._record(updated, now, "root_cause_changed",
                                          f"root cause now {d.root_cause.signal} on "
                                          f"{_entity_text(d.root_cause.labels)} ({d.rule}): {d.sentence}",
                                          notify="root_cause_changed")
             changes += more
-        if up and not quiet:
-            updated, more = self._record(updated, now, "severity_up",
-                                         f"severity {incident.severity} → {d.severity}", notify="severity_up")
+        if up and not told_root:
+            updated, more = self._record(updated, now, "severity_up", rise, notify="severity_up")
             changes += more
         return updated, changes
 
@@ -292,6 +310,7 @@ class IncidentTracker:
         quiet_s = (now - incident.last_active_at).total_seconds()
         if quiet_s < self.settings.resolve_after_s:
             return None
+        self._pending.pop(incident.id, None)
         resolved = replace(incident, state="resolved", resolved_at=now, updated_at=now)
         rec, changes = self._record(resolved, now, "resolved",
                                     f"resolved: every member normal for {quiet_s:.0f} s", notify="resolved")
@@ -306,13 +325,16 @@ class IncidentTracker:
             del self._incidents[key]
 
     @staticmethod
-    def _note(incident: Incident, now: datetime, kind: str, text: str) -> Incident:
-        return replace(incident, timeline=(*incident.timeline, TimelineEntry(now, kind, text)))
+    def _note(incident: Incident, now: datetime, kind: str, text: str, notified: bool = False) -> Incident:
+        return replace(incident, timeline=(*incident.timeline, TimelineEntry(now, kind, text, notified)))
 
     def _record(self, incident: Incident, now: datetime, kind: str, text: str,
                 notify: ChangeKind) -> tuple[Incident, list[Change]]:
+        if announced(incident, kind):
+            # Over the message budget: a timeline entry, shown in the incident's next message.
+            return self._note(incident, now, kind, text), []
         seq = incident.seq + 1
-        noted = replace(self._note(incident, now, kind, text), seq=seq)
+        noted = replace(self._note(incident, now, kind, text, notified=True), seq=seq)
         return noted, [Change(incident.id, notify, seq, now, noted.severity, text)]
 
     def _attach_changes(self, incident: Incident, change_events: Sequence[ChangeEvent]) -> Incident:
@@ -323,4 +345,8 @@ class IncidentTracker:
             not c.labels or dict(c.labels).get("node") in nodes or dict(c.labels).get("service") in services)]
         known = {(c.at, c.kind, c.description) for c in incident.changes}
         fresh = tuple(c for c in relevant if (c.at, c.kind, c.description) not in known)
-        return replace(incident, changes=(*incident.changes, *fresh)) if fresh else incident
+        if not fresh:
+            return incident
+        # Alerts the relay attached are part of the incident's story: its next message shows them.
+        alerts = tuple(TimelineEntry(c.at, "alert", c.description) for c in fresh if c.source in NOT_DECLARED)
+        return replace(incident, changes=(*incident.changes, *fresh), timeline=(*incident.timeline, *alerts))

@@ -26,7 +26,7 @@ from analyzer.diagnosis import THERMAL_REASON, THROTTLE_REASON, Labels, Snapshot
 from analyzer.evaluate import needs_history
 from analyzer.events import AnomalyEvent
 from analyzer.frame import SeriesFrame
-from analyzer.incidents import ChangeEvent
+from analyzer.incidents import NOT_DECLARED, ChangeEvent
 from analyzer.signals import SignalSpec
 from analyzer.sources import recipes
 from analyzer.sources.base import LiveWindow, Source, grid_index
@@ -53,8 +53,6 @@ CONTEXT_RECIPES: dict[str, recipes.Recipe] = {
 }
 # How long after a declared change its effects (restart, warm-up, cache refill) stay out of baselines.
 CHANGE_SETTLE_S = 600.0
-# Change events the relay records for attached alerts are evidence, not declared changes.
-NOT_DECLARED = frozenset({"alertmanager"})
 
 
 def snapshot_from_frames(frames: Mapping[str, SeriesFrame]) -> Snapshot:

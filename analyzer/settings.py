@@ -104,6 +104,8 @@ class IncidentSettings(BaseModel):
     lookback_s: float = Field(900.0, gt=0)
     resolve_after_s: float = Field(600.0, ge=0)
     reopen_window_s: float = Field(3600.0, ge=0)
+    # How long a stronger root-cause candidate must hold before it replaces the incumbent.
+    root_cause_dwell_s: float = Field(300.0, ge=0)
     api_host: str = "127.0.0.1"
     api_port: int = Field(9471, ge=0, le=65535)
     gpu_util_low: float = Field(0.5, ge=0, le=1)

@@ -18,7 +18,7 @@ import secrets
 import signal
 import subprocess
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 from types import FrameType
@@ -163,6 +163,7 @@ def run(args: argparse.Namespace) -> int:
             sink.stop()
             console.print(f"stopped every process after {time.monotonic() - started:.0f} s; "
                           f"logs in {workspace / 'logs'}")
+            console.print(f"chat messages: {_chat_count(sink.messages)}")
     return 0
 
 
@@ -209,6 +210,19 @@ def _digest(ep: Endpoints, workspace: Path, console: Console) -> None:
     text = result.stdout.strip() or result.stderr.strip()
     console.print(Panel(text[-3000:], title=f"daily digest (dry run) — files in {out}",
                         border_style="blue" if result.returncode == 0 else "red"))
+
+
+def _chat_count(messages: Sequence[SinkMessage]) -> str:
+    """``5 (3 incident, 1 alert, 1 digest)``: what the chat received, by kind (an image is the
+    digest's chart, sent beside its text)."""
+    kinds: dict[str, int] = {}
+    for message in messages:
+        head = message.text.strip().split("\n", 1)[0]
+        kind = "digest" if message.msgtype == "image" or "Daily health digest" in head else \
+            "alert" if "[FIRING:" in head or "[RESOLVED:" in head else "incident"
+        kinds[kind] = kinds.get(kind, 0) + 1
+    parts = ", ".join(f"{n} {kind}" for kind, n in sorted(kinds.items()))
+    return f"{len(messages)}" + (f" ({parts})" if parts else "")
 
 
 def _print_message(message: SinkMessage, console: Console) -> None:

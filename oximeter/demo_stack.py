@@ -71,6 +71,7 @@ def analyzer_config(workspace: Path, prometheus_url: str, *, scale: float, step_
         "incidents": {
             "store_path": str(workspace / "oximeter.db"), "api_host": "127.0.0.1",
             "lookback_s": 900 / scale, "resolve_after_s": 300 / scale, "reopen_window_s": 3600 / scale,
+            "root_cause_dwell_s": 300 / scale,
         },
         "reporter": {
             "store_path": str(workspace / "oximeter.db"), "simulated": True, "api_url": api_url,

@@ -1,11 +1,12 @@
 """The Alertmanager relay: ``POST /api/alertmanager`` (webhook payload version 4, bearer token).
 
 Each alert is recorded once per (fingerprint, status, startsAt) — Alertmanager re-sends a group
-on every repeat and retries 5xx, so duplicates are normal. An alert whose ``layer`` label equals an
-open incident's layer and whose ``node`` or ``service`` is one of that incident's becomes evidence
-of it (a change event the analyzer attaches to the incident, kind ``alert``) and sends no message:
-the incident already spoke. The rest are forwarded, one message per Alertmanager group. The
-always-firing ``Watchdog`` is a heartbeat: recorded, never forwarded.
+on every repeat and retries 5xx, so duplicates are normal. An alert that belongs to an open
+incident (its ``node``, or without one its ``service``, is the incident's) becomes evidence of it
+(a change event the analyzer attaches to the incident, kind ``alert``, listed in the incident's
+next message) and sends no message of its own; so does the resolve of an alert whose firing was
+such evidence. The rest are forwarded, one message per Alertmanager group. The always-firing
+``Watchdog`` is a heartbeat: recorded, never forwarded.
 
 Answer 2xx once everything is recorded or queued, 400 (with the reason) for a payload that
 cannot be read, which Alertmanager drops, and 5xx only when the store failed, which it retries;
@@ -85,15 +86,15 @@ class Outcome:
 
 
 def matching_incident(alert: Alert, incidents: Sequence[Incident]) -> Incident | None:
-    """The open incident of the alert's layer that shares its node or service (oldest first)."""
+    """The open incident the alert belongs to: one on the alert's node (for an alert without a
+    node, one serving its service), whatever its layer, since the analyzer correlates every layer
+    of a node into one incident (the queue alert of a throttled GPU's node is that incident's
+    impact). Of several, the one of the alert's layer, then the oldest."""
     layer, node, service = alert.labels.get("layer"), alert.labels.get("node"), alert.labels.get("service")
-    if not layer or not (node or service):
-        return None
-    for incident in sorted(incidents, key=lambda i: (i.first_onset, i.id)):
-        if incident.state == "open" and incident.layer == layer and (
-                (node and node in incident.nodes) or (service and service in incident.services)):
-            return incident
-    return None
+    hits = [i for i in incidents if i.state == "open"
+            and (node in i.nodes if node else service is not None and service in i.services)]
+    hits.sort(key=lambda i: (i.layer != layer, i.first_onset, i.id))
+    return hits[0] if hits else None
 
 
 def _message_key(payload: Payload, alerts: Sequence[Alert]) -> str:
@@ -160,6 +161,17 @@ class Relay:
                 "SELECT 1 FROM relay_alerts WHERE fingerprint = ? AND status = ? AND starts_at = ?",
                 (a.fingerprint, a.status, a.starts_at)).fetchone()}
 
+    def _told_by(self, alert: Alert) -> Incident | None:
+        """For a resolve: the incident its firing was evidence of (chat never saw it fire)."""
+        if alert.status != "resolved":
+            return None
+        with lock_for(self.conn):
+            row = self.conn.execute(
+                "SELECT incident_id FROM relay_alerts WHERE fingerprint = ? AND status = 'firing'"
+                " AND starts_at = ? AND disposition = 'evidence'",
+                (alert.fingerprint, alert.starts_at)).fetchone()
+        return None if row is None or row[0] is None else self.store.get(str(row[0]))
+
     def receive(self, payload: Payload) -> Outcome:
         """Record one payload; raises ``sqlite3.Error``/``OximeterError`` when the store fails."""
         now = self.clock()
@@ -177,7 +189,7 @@ class Relay:
         open_incidents = self.store.query(IncidentQuery(state="open", limit=10000), moment)
         heartbeats = [a for a in fresh if a.name == WATCHDOG]
         attached = [(a, inc) for a in fresh if a.name != WATCHDOG
-                    and (inc := matching_incident(a, open_incidents)) is not None]
+                    and (inc := matching_incident(a, open_incidents) or self._told_by(a)) is not None]
         attached_ids = {id(a) for a, _ in attached}
         forward = [a for a in fresh if a.name != WATCHDOG and id(a) not in attached_ids]
         message_key = _message_key(payload, forward) if forward else None

@@ -2,6 +2,8 @@
 
 One message per change record (opened, severity up, root cause changed, resolved), keyed by the
 record's idempotency key, so a change is announced once per channel however often it is flushed.
+The tracker keeps each incident within its message budget; what it did not tell (a later change,
+new evidence, an Alertmanager alert attached to the incident) is listed in the next message.
 The message says which layer and why (the diagnosis sentence with its numbers), shows each
 member signal against its baseline, the impact, the runbook hint and links: the layer's Grafana
 dashboard over the incident's time range with its node and service variables, and the incident
@@ -16,7 +18,7 @@ from collections.abc import Callable, Sequence
 from datetime import datetime, timedelta
 from urllib.parse import urlencode
 
-from analyzer.incidents import Change, Incident
+from analyzer.incidents import NOT_DECLARED, Change, Incident, TimelineEntry
 from oximeter.runbook import runbook_link
 from reporter.message import Link, Message, Section, Severity
 from reporter.outbox import Outbox
@@ -38,6 +40,8 @@ MARGIN = timedelta(minutes=15)
 _VERB = {"opened": "OPENED", "severity_up": "SEVERITY UP", "root_cause_changed": "ROOT CAUSE CHANGED",
          "resolved": "RESOLVED"}
 _SIM_LABELS = ("simulation", "simulated")
+# Timeline entries one message lists (the newest; the rest are counted).
+SHOWN_ENTRIES = 8
 
 
 def fmt_number(value: float | None) -> str:
@@ -84,6 +88,19 @@ def _evidence_table(incident: Incident) -> tuple[tuple[str, ...], ...]:
     return tuple(rows)
 
 
+def since_last_message(change: Change, incident: Incident) -> list[TimelineEntry]:
+    """What the incident's timeline gained between the previous message and this one (changes
+    over the message budget, new evidence, attached Alertmanager alerts): shown in this message.
+
+    The n-th told timeline entry is the change with seq n (the tracker numbers only what it tells).
+    """
+    told = [i for i, t in enumerate(incident.timeline) if t.notified]
+    if len(told) < change.seq:
+        return []  # an incident stored before entries said whether they were told
+    start = told[change.seq - 2] + 1 if change.seq >= 2 else 0
+    return [t for t in incident.timeline[start:told[change.seq - 1]] if t.kind not in ("opened", "reopened")]
+
+
 def render_change(change: Change, incident: Incident, settings: ReporterSettings,
                   now: datetime | None = None) -> Message:
     """The chat message announcing ``change`` of ``incident``."""
@@ -95,9 +112,16 @@ def render_change(change: Change, incident: Incident, settings: ReporterSettings
                           f"services: {', '.join(incident.services) or '-'}"),
         Section("Runbook", runbook_link(incident.runbook, settings.runbook_url)),
     ]
-    if incident.changes:
+    folded = since_last_message(change, incident)
+    if folded:
+        shown = [f"{t.at:%H:%M:%S}Z {t.kind}: {t.text}" for t in folded[-SHOWN_ENTRIES:]]
+        if len(folded) > SHOWN_ENTRIES:
+            shown.insert(0, f"… and {len(folded) - SHOWN_ENTRIES} earlier entries")
+        sections.append(Section("Since the last message", "\n".join(shown)))
+    declared = [c for c in incident.changes if c.source not in NOT_DECLARED]
+    if declared:
         sections.append(Section("Declared changes nearby", "\n".join(
-            f"{c.at:%Y-%m-%d %H:%M:%S}Z {c.kind}: {c.description}" for c in incident.changes[-5:])))
+            f"{c.at:%Y-%m-%d %H:%M:%S}Z {c.kind}: {c.description}" for c in declared[-5:])))
     fields = [("Layer", incident.layer), ("Rule", incident.rule),
               ("Root cause", f"{incident.root_cause.signal} on {incident.root_cause.entity or '-'}"),
               ("Severity", Severity(change.severity).priority),

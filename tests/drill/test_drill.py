@@ -61,8 +61,8 @@ def test_json_output() -> None:
     doc = json.loads(result.stdout)
     assert (doc["passed"], doc["failed"], doc["skipped"], len(doc["drills"])) == (1, 0, [], 1)
     one = doc["drills"][0]
-    assert sorted(one) == ["attributed", "detected", "expected", "messages", "mode", "passed", "reason",
-                           "scenario", "time_to_detect_s"]
+    assert sorted(one) == ["attributed", "budget", "detected", "expected", "messages", "mode", "passed",
+                           "reason", "scenario", "time_to_detect_s"]
     assert (one["scenario"], one["mode"], one["passed"], one["detected"], one["reason"]) == \
         ("xid_critical", "replay", True, True, "right")
     assert one["expected"] == [{"layer": "infrastructure", "entity": {"node": "n1", "gpu": "3"},
@@ -71,7 +71,7 @@ def test_json_output() -> None:
     assert (got["layer"], got["rule"], got["signal"], got["entity"]["node"], got["entity"]["gpu"]) == \
         ("infrastructure", "xid_critical", "xid_paging", "n1", "3")
     # A paging Xid needs no persistence: opened in the cycle of the fault; then opened + resolved.
-    assert (one["time_to_detect_s"], one["messages"]) == (0.0, 2)
+    assert (one["time_to_detect_s"], one["messages"], one["budget"]) == (0.0, 2, 4)
 
 
 def test_unknown_scenario_is_a_usage_error() -> None:
@@ -115,6 +115,24 @@ def test_score(expected: list[dict[str, Any]], incidents: list[dict[str, Any]],
                verdict: tuple[bool, bool, float | None, str]) -> None:
     s = score("s", "replay", expected, incidents, START, messages=2)
     assert (s.passed, s.detected, s.time_to_detect_s, s.reason) == verdict
+
+
+@pytest.mark.parametrize(("messages", "budget", "verdict"), [
+    (4, 4, (True, "right")),
+    (5, 4, (False, "5 messages, over the budget of 4")),
+    (35, None, (True, "right")),
+])
+def test_a_drill_over_its_message_budget_fails(messages: int, budget: int | None,
+                                               verdict: tuple[bool, str]) -> None:
+    s = score("s", "replay", [THERMAL], [HOT], START, messages, budget)
+    assert (s.passed, s.reason) == verdict
+
+
+def test_message_budget_grows_only_with_reopens() -> None:
+    from analyzer.stability import message_budget
+
+    assert message_budget(["opened", "severity_up", "resolved"]) == 4
+    assert message_budget(["opened", "resolved", "opened", "resolved"]) == 6
 
 
 def test_time_to_detect_of_an_incident_open_before_the_fault_is_its_first_later_evidence() -> None:

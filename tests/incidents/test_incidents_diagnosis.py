@@ -23,6 +23,10 @@ KV_OK: Snapshot = {"kv_cache_usage": {MODEL: 0.80}}
 THERMAL: Snapshot = {"gpu_temperature": {gpu(): 91.0}, "gpu_sm_clock_ratio": {gpu(): 0.55},
                      dx.THERMAL_REASON: {gpu(): 1.0}}
 HOT_NO_REASON: Snapshot = {**THERMAL, dx.THERMAL_REASON: {gpu(): 0.0}}
+# A mild throttle: the thermal reason active at 92 °C, the SM clock only down to 80 %.
+MILD: Snapshot = {**THERMAL, "gpu_temperature": {gpu(): 92.0}, "gpu_sm_clock_ratio": {gpu(): 0.8}}
+AT_LIMIT: Snapshot = {**THERMAL, "gpu_temperature": {gpu(): 85.0}}
+NO_CLOCK: Snapshot = {"gpu_temperature": {gpu(): 91.0}, dx.THERMAL_REASON: {gpu(): 1.0}}
 WARM: Snapshot = {**THERMAL, "gpu_temperature": {gpu(): 80.0}}
 DEP = ev("dependency_latency_p99", 0.8, 0.02, node="node-0", dependency="vectordb")
 CACHE = ev("cache_hit_ratio", 0.60, 0.95, onset=1, node="node-0", cache="redis")
@@ -77,6 +81,16 @@ ROWS = [
     Row("thermal throttle with LOW utilisation", dx.thermal_throttle, (Q_SOFT,), merge(UTIL_LOW, THERMAL),
         root="gpu_temperature", severity="warning",
         sentence="GPU gpu=0,node=node-0 at 91 °C, SM clock 55 % of max with a thermal reason, "
+                 "while queue_wait p99 600 ms = 2.4 × baseline"),
+    Row("a mild throttle: thermal reason at 92 °C with the clock at 80 %", dx.thermal_throttle,
+        (ev("gpu_temperature", 92, 70, node="node-0", gpu="0"),), MILD, root="gpu_temperature",
+        severity="warning",
+        sentence="GPU gpu=0,node=node-0 at 92 °C, SM clock 80 % of max with a thermal reason"),
+    Row("a thermal reason with the temperature at, not past, its 85 °C limit", dx.thermal_throttle,
+        (Q_SOFT,), merge(UTIL_LOW, AT_LIMIT), fires=False, winner="scheduling_bottleneck"),
+    Row("a thermal reason past the limit with no clock series", dx.thermal_throttle, (Q_SOFT,),
+        merge(UTIL_LOW, NO_CLOCK), root="gpu_temperature", severity="warning",
+        sentence="GPU gpu=0,node=node-0 at 91 °C, with a thermal reason, "
                  "while queue_wait p99 600 ms = 2.4 × baseline"),
     Row("hot and slow but no thermal reason", dx.thermal_throttle, (Q_SOFT,), merge(UTIL_LOW, HOT_NO_REASON),
         fires=False, winner="scheduling_bottleneck"),

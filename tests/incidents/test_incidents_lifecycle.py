@@ -92,22 +92,28 @@ def test_open_update_resolve_reopen_exact_changes() -> None:
     assert (inc.rule, inc.layer, inc.root_cause.signal) == (
         "scheduling_bottleneck", "scheduling", "queue_wait_p99")
     assert _step(tracker, [soft], 3) == []  # same evidence: nothing to say
-    # A lower-layer anomaly joins: the root cause moves to the GPU.
-    assert _step(tracker, [soft, TEMP], 4) == [("root_cause_changed", 2, "warning")]
+    # A lower-layer cause joins (the GPU throttles for heat): the root cause moves to the GPU once
+    # it has held for the dwell time.
+    hot: Snapshot = {**UTIL_LOW, "gpu_temperature": {gpu(): 88.0}, "gpu_clock_thermal": {gpu(): 1.0}}
+    assert _step(tracker, [soft, TEMP], 4, hot) == []
+    assert tracker.incidents[0].root_cause.signal == "queue_wait_p99"
+    assert _step(tracker, [soft, TEMP], 9, hot) == [("root_cause_changed", 2, "warning")]
+    assert (tracker.incidents[0].rule, tracker.incidents[0].root_cause.signal) == (
+        "thermal_throttle", "gpu_temperature")
     # The queue crosses the 1 s P0 line: severity up.
-    assert _step(tracker, [Q, TEMP], 5) == [("severity_up", 3, "critical")]
-    assert _step(tracker, [Q, TEMP], 6) == []
-    cleared = [replace(Q, cleared_at=at(7)), replace(TEMP, cleared_at=at(8))]
-    assert _step(tracker, cleared, 10) == []  # normal for 2 min < 5 min
-    assert _step(tracker, cleared, 13) == [("resolved", 4, "critical")]
+    assert _step(tracker, [Q, TEMP], 10, hot) == [("severity_up", 3, "critical")]
+    assert _step(tracker, [Q, TEMP], 11, hot) == []
+    cleared = [replace(Q, cleared_at=at(12)), replace(TEMP, cleared_at=at(13))]
+    assert _step(tracker, cleared, 15) == []  # normal for 2 min < 5 min
+    assert _step(tracker, cleared, 18) == [("resolved", 4, "critical")]
     (inc,) = tracker.incidents
     assert (inc.state, inc.resolved_at, inc.services, inc.nodes) == (
-        "resolved", at(13), ("chat",), ("node-0",))
+        "resolved", at(18), ("chat",), ("node-0",))
     assert [t.kind for t in inc.timeline] == [
         "opened", "evidence", "root_cause_changed", "severity_up", "resolved"]
     # Recurrence within the window re-opens the same incident (one "opened" record, a new seq).
-    again = ev("gpu_temperature", 90, 70, onset=20, node="node-0", gpu="0")
-    assert _step(tracker, [again], 21) == [("opened", 5, "critical")]
+    again = ev("gpu_temperature", 90, 70, onset=25, node="node-0", gpu="0")
+    assert _step(tracker, [again], 26) == [("opened", 5, "critical")]
     assert [i.id for i in tracker.incidents] == [inc.id]
     assert tracker.incidents[0].state == "open"
 
@@ -238,6 +244,7 @@ def test_stale_cleared_group_does_not_split_the_open_incident() -> None:
     # 40 min later: the early symptom has cleared (still in the live window), a dependency
     # fault starts on the same node and keeps the incident open; the two groups are > 15 min apart.
     dep = ev("dependency_latency_p99", 0.9, 0.05, onset=40, node="node-0", dependency="vectordb")
-    changes = _step(tracker, [replace(early, cleared_at=at(5)), dep], 42)
-    assert changes == [("root_cause_changed", 2, "warning"), ("severity_up", 3, "warning")]
+    assert _step(tracker, [replace(early, cleared_at=at(5)), dep], 42) == []  # the candidate's dwell
+    changes = _step(tracker, [replace(early, cleared_at=at(5)), dep], 47)
+    assert changes == [("root_cause_changed", 2, "warning")]  # carrying the severity it rose to
     assert [(i.state, i.rule) for i in tracker.incidents] == [("open", "dependency_degraded")]
