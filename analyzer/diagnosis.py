@@ -204,8 +204,20 @@ def ecc_storm(case: Case) -> Diagnosis | None:
     cause = RootCause(e.signal, e.labels)
     return _verdict(case, "ecc_storm", "infrastructure", cause,
                     f"corrected ECC +{e.value:.0f} in 5 min on {cause.entity}"
-                    + (f" (baseline {e.baseline:.0f})" if e.baseline is not None else "")
+                    + (f" (baseline {e.baseline:.2g})" if e.baseline is not None else "")
                     + ": drain the node" + _impact_text(case, [e.signal]), "critical", [e.signal])
+
+
+def ecc_slow_burn(case: Case) -> Diagnosis | None:
+    """Corrected ECC errors burning steadily for an hour or more, under every 5-min criterion:
+    the memory is wearing out but still correcting, so plan a drain rather than page."""
+    e = _first(case, "ecc_corrected_burn")
+    if e is None:
+        return None
+    cause = RootCause(e.signal, e.labels)
+    return _verdict(case, "ecc_slow_burn", "infrastructure", cause,
+                    f"corrected ECC +{e.value:.0f} in 1 h on {cause.entity} ({e.value / 60:.1f} a minute): "
+                    "schedule a drain" + _impact_text(case, [e.signal]), "warning", [e.signal])
 
 
 def thermal_throttle(case: Case) -> Diagnosis | None:
@@ -363,7 +375,7 @@ def ingress_errors(case: Case) -> Diagnosis | None:
 
 Rule = Callable[[Case], Diagnosis | None]
 RULES: tuple[Rule, ...] = (
-    xid_critical, ecc_uncorrectable, ecc_storm, thermal_throttle, peer_outlier, telemetry_lost,
+    xid_critical, ecc_uncorrectable, ecc_storm, ecc_slow_burn, thermal_throttle, peer_outlier, telemetry_lost,
     dependency_degraded, engine_leak, kv_pressure, prefix_cache_collapse, capacity_exhausted,
     scheduling_bottleneck, ingress_errors,
 )

@@ -218,7 +218,15 @@ CATALOGUE: dict[str, SignalSpec] = {s.name: s for s in (
        promql="sum without (instance, job, kind) "
               '(increase(oximeter_gpu_ecc_errors_total{kind="corrected"}[5m]))',
        entity_labels=("node", "gpu"), increase=100, ratio=100, for_s=30, min_samples=2,
-       description="corrected ECC +100 in 5 min or × 100 its baseline (seed 003 §3.1)"),
+       description="corrected ECC +100 in 5 min, or × 100 its baseline rate with at least 5 in 5 min"),
+    _s(name="ecc_corrected_burn", layer="infrastructure", kind="counter_growth",
+       promql="sum without (instance, job, kind) "
+              '(increase(oximeter_gpu_ecc_errors_total{kind="corrected"}[1h]))',
+       # A steady burn (10 a minute for hours) never makes +100 in 5 min, and once it has lasted
+       # an hour it is its own baseline: an hour's total catches it. 300 is 5 a minute sustained;
+       # a healthy card corrects a handful a day.
+       entity_labels=("node", "gpu"), increase=300, window_s=3600, for_s=300,
+       description="corrected ECC +300 in 1 h: a slow burn that no 5-min window catches"),
     _s(name="ecc_uncorrected_increase", layer="infrastructure", kind="counter_growth",
        promql="sum without (instance, job, kind) "
               '(increase(oximeter_gpu_ecc_errors_total{kind="uncorrected"}[5m]))',

@@ -229,6 +229,7 @@ RECIPES: dict[str, Recipe] = {
     "gpu_utilization_p95": OverTime(Gauge("oximeter_gpu_utilization_ratio"), 300, q=0.95),
     "ecc_corrected_increase": Increase("oximeter_gpu_ecc_errors_total", 300, {"kind": "corrected"},
                                        ("kind",)),
+    "ecc_corrected_burn": Increase("oximeter_gpu_ecc_errors_total", 3600, {"kind": "corrected"}, ("kind",)),
     "ecc_uncorrected_increase": Increase("oximeter_gpu_ecc_errors_total", 300, {"kind": "uncorrected"},
                                          ("kind",)),
     "xid_paging": Increase("oximeter_gpu_xid_errors_total", 300, {"xid": f"~{PAGING_XIDS}"}),

@@ -74,6 +74,13 @@ ROWS = [
         (ev("ecc_corrected_increase", 240, 2, node="node-0", gpu="0"),
          ev("ecc_uncorrected_increase", 1, 0, onset=3, node="node-0", gpu="0")),
         winner="ecc_uncorrectable", root="ecc_uncorrected_increase"),
+    Row("ecc slow burn", dx.ecc_slow_burn, (ev("ecc_corrected_burn", 600, 0, node="node-0", gpu="0"),),
+        root="ecc_corrected_burn", severity="warning",
+        sentence="corrected ECC +600 in 1 h on gpu=0,node=node-0 (10.0 a minute): schedule a drain"),
+    Row("a slow burn that became a storm is the storm", dx.ecc_slow_burn,
+        (ev("ecc_corrected_burn", 600, 0, node="node-0", gpu="0"),
+         ev("ecc_corrected_increase", 240, 2, onset=1, node="node-0", gpu="0")),
+        winner="ecc_storm", root="ecc_corrected_increase", severity="critical"),
     Row("thermal throttle with LOW utilisation", dx.thermal_throttle, (Q_SOFT,), merge(UTIL_LOW, THERMAL),
         root="gpu_temperature", severity="warning",
         sentence="GPU gpu=0,node=node-0 at 91 °C, SM clock 55 % of max with a thermal reason, "
@@ -180,14 +187,14 @@ def test_every_rule_has_a_positive_and_a_negative_row() -> None:
     positives = {r.rule.__name__ for r in ROWS if r.fires}
     negatives = {r.rule.__name__ for r in ROWS if not r.fires}
     # These fire on their one signal alone: their negative case is that signal's absence.
-    single_signal = {"ecc_uncorrectable", "ecc_storm", "telemetry_lost", "engine_leak"}
+    single_signal = {"ecc_uncorrectable", "ecc_storm", "ecc_slow_burn", "telemetry_lost", "engine_leak"}
     assert positives == {r.__name__ for r in dx.RULES}
     assert negatives == {r.__name__ for r in dx.RULES} - single_signal
 
 
 def test_rule_order_is_the_architecture_table() -> None:
     assert dx.RULE_IDS == (
-        "xid_critical", "ecc_uncorrectable", "ecc_storm", "thermal_throttle", "peer_outlier",
+        "xid_critical", "ecc_uncorrectable", "ecc_storm", "ecc_slow_burn", "thermal_throttle", "peer_outlier",
         "telemetry_lost", "dependency_degraded", "engine_leak", "kv_pressure", "prefix_cache_collapse",
         "capacity_exhausted", "scheduling_bottleneck", "ingress_errors", "unclassified")
 
