@@ -120,7 +120,8 @@ def fmt_value(signal: str, value: float | None) -> str:
         return f"{value:.0f} °C"
     if unit == "bytes":
         return f"{value / 2**30:.2f} GiB"
-    if spec is not None and (spec.kind in ("ratio", "hit_rate") or "utilization" in signal):
+    shares = spec is not None and (spec.kind in ("ratio", "hit_rate") or "utilization" in signal)
+    if unit == "ratio" or shares:
         return f"{value * 100:.0f} %"
     return f"{value:.3g}"
 
@@ -309,6 +310,33 @@ def engine_leak(case: Case) -> Diagnosis | None:
                     [e.signal])
 
 
+def full_in(event: AnomalyEvent) -> str:
+    """``, full in 1.3 h`` (or minutes under an hour) for an event with a time to full, else ''."""
+    ttf = event.time_to_full_s
+    if ttf is None or not math.isfinite(ttf):
+        return ""
+    return f", full in {ttf / 60:.0f} min" if ttf < 3600 else f", full in {ttf / 3600:.1f} h"
+
+
+def gpu_memory_leak(case: Case) -> Diagnosis | None:
+    """GPU memory in use rising steadily on one card, with the time until it is full.
+
+    The engine layer, not infrastructure: the memory is the engine process's own allocations
+    (vLLM preallocates its share and should then hold it flat), the card is healthy, and the
+    remedy is restarting or fixing the engine before its next allocation fails out of memory,
+    not draining the node.
+    """
+    e = _first(case, "gpu_memory_trend")
+    if e is None:
+        return None
+    cause = RootCause(e.signal, e.labels)
+    per_hour = e.score * e.value * 100  # the score is the rise per hour relative to the level
+    return _verdict(case, "gpu_memory_leak", "engine", cause,
+                    f"{cause.entity}: GPU memory {fmt_value(e.signal, e.value)} used, rising "
+                    f"{per_hour:.1f} points per hour{full_in(e)}" + _impact_text(case, [e.signal]),
+                    "warning", [e.signal])
+
+
 def kv_pressure(case: Case) -> Diagnosis | None:
     """Queue wait up with KV-cache usage ≥ 0.95 or preemptions rising."""
     queue = case.of(*QUEUE_UP)
@@ -376,7 +404,7 @@ def ingress_errors(case: Case) -> Diagnosis | None:
 Rule = Callable[[Case], Diagnosis | None]
 RULES: tuple[Rule, ...] = (
     xid_critical, ecc_uncorrectable, ecc_storm, ecc_slow_burn, thermal_throttle, peer_outlier, telemetry_lost,
-    dependency_degraded, engine_leak, kv_pressure, prefix_cache_collapse, capacity_exhausted,
+    dependency_degraded, engine_leak, gpu_memory_leak, kv_pressure, prefix_cache_collapse, capacity_exhausted,
     scheduling_bottleneck, ingress_errors,
 )
 RULE_IDS: tuple[str, ...] = (*(r.__name__ for r in RULES), "unclassified")

@@ -300,6 +300,13 @@ CATALOGUE: dict[str, SignalSpec] = {s.name: s for s in (
        promql="max without (instance, job) (oximeter_process_resident_memory_bytes)",
        entity_labels=("node", "process"), window_s=1800, for_s=600,
        description="process RSS rising steadily (leak), with time to full (seed 004 §2–3)"),
+    _s(name="gpu_memory_trend", layer="engine", kind="trend", unit="ratio",
+       promql="max without (instance, job) (oximeter_gpu_memory_used_bytes) "
+              "/ max without (instance, job) (oximeter_gpu_memory_total_bytes)",
+       # The share of the card in use, so that full is 1 whatever the card's size. An engine
+       # preallocates its share at start and then holds it flat: a steady rise is a leak.
+       entity_labels=("node", "gpu"), window_s=1800, capacity=1.0, for_s=600,
+       description="GPU memory in use rising steadily (framebuffer leak), with time to full"),
     _s(name="dependency_latency_p99", layer="dependency", kind="latency", unit="s",
        record="dependency:oximeter_dependency_duration_seconds:p99_5m",
        promql="histogram_quantile(0.99, sum without (instance, job) "

@@ -95,6 +95,8 @@ class Fleet:
                 return cond
         cond = self._compute_conditions(name, now)
         until = self.faults.next_change(now, name)
+        # A leak filling a card changes the conditions without a fault starting or ending.
+        until = min([until, *(t for g in node.gpus if (t := g.out_of_memory_at(now, self.faults)) > now)])
         if now < node.down_until:
             until = min(until, node.down_until)
         self._cache[name] = (self.faults.version, now, until, node.down_until, cond)
@@ -113,6 +115,8 @@ class Fleet:
             book.strongest(now, name, "engine_stall") is not None
             or now < node.down_until
             or any(g.lost(now, book) for g in node.gpus)
+            # A card full of leaked memory: the engine's allocations fail (CUDA out of memory).
+            or any(g.out_of_memory(now, book) for g in node.gpus)
         )
         kv = book.strongest(now, name, "kv_shrink")
         prefix = book.strongest(now, name, "prefix_cache_drop")

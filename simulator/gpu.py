@@ -1,5 +1,6 @@
 """One simulated GPU: utilisation, power, temperature and clocks driven by its engine's batch,
-plus the hardware faults of seeds 001/003 (ECC, Xid, throttling, replays, falling off the bus).
+plus the hardware faults of seeds 001/003 (ECC, Xid, throttling, replays, falling off the bus)
+and the engine's leaks into its framebuffer.
 
 The engine drives the GPU (``step(util)``) and the GPU drives the engine back
 (``compute_slowdown``, ``lost``): a throttled or slow card slows the whole tensor-parallel engine.
@@ -19,6 +20,8 @@ MIB = 1 << 20
 GIB = 1 << 30
 # Where H100s start hardware slowdown; above the 85 °C alert threshold of seed 003 §4.1.
 THROTTLE_CELSIUS = 92.0
+# Memory in use on a card beyond what its processes report (the CUDA context and driver).
+CONTEXT_BYTES = 512 * MIB
 
 
 @dataclass(frozen=True)
@@ -79,6 +82,34 @@ class GpuModel:
         if slow is not None:
             slowdown *= slow.strength
         return slowdown
+
+    def leaked_bytes(self, now: float, book: FaultBook) -> float:
+        """GPU memory the engine has leaked by ``now``: each active gpu_memory_leak's rate times
+        the time since it began (an ended leak was an engine restart, which freed it)."""
+        leaks = book.active(now, self.node, "gpu_memory_leak", self.index)
+        return sum(f.strength * MIB * (now - f.start) / 60.0 for f in leaks)
+
+    def reserved_bytes(self) -> int:
+        """What a healthy engine holds: its preallocated share plus the CUDA context."""
+        return int(self.spec.memory_total_bytes * self.spec.preallocated_ratio) + CONTEXT_BYTES
+
+    def memory_used_bytes(self, now: float, book: FaultBook) -> int:
+        """Framebuffer in use: the reservation plus any leak, at most the card's total."""
+        used = self.reserved_bytes() + self.leaked_bytes(now, book)
+        return int(min(used, self.spec.memory_total_bytes))
+
+    def out_of_memory(self, now: float, book: FaultBook) -> bool:
+        """True once a leak has filled the card: the engine's next allocation fails."""
+        return self.reserved_bytes() + self.leaked_bytes(now, book) >= self.spec.memory_total_bytes
+
+    def out_of_memory_at(self, now: float, book: FaultBook) -> float:
+        """When the leaks active at ``now`` fill the card, if nothing changes (inf without a leak)."""
+        leaks = book.active(now, self.node, "gpu_memory_leak", self.index)
+        rate = sum(f.strength * MIB / 60.0 for f in leaks)
+        if rate <= 0:
+            return math.inf
+        headroom = self.spec.memory_total_bytes - self.reserved_bytes() - self.leaked_bytes(now, book)
+        return now + max(0.0, headroom) / rate
 
     def lost(self, now: float, book: FaultBook) -> bool:
         """True while the GPU has fallen off the bus (Xid 79); the engine cannot run."""
@@ -142,13 +173,13 @@ class GpuModel:
         }
         if self.lost(now, book):
             return {**base, "lost": True, **dict.fromkeys(_READINGS)}
-        used = int(spec.memory_total_bytes * spec.preallocated_ratio)
+        used = self.memory_used_bytes(now, book)
         noise = self._rng.uniform(-0.4, 0.4)
         return {
             **base,
             "lost": False,
             "utilization_ratio": round(self.utilization, 4),
-            "memory_used_bytes": used + 512 * MIB,
+            "memory_used_bytes": used,
             "memory_total_bytes": spec.memory_total_bytes,
             "temperature_celsius": round(self.temperature + noise, 1),
             "power_watts": round(self.power_watts(now, book), 1),
@@ -164,7 +195,7 @@ class GpuModel:
             "row_remap_failure": False,
             "pcie_replay_total": int(self.pcie_replays),
             "xid_events": [{"xid": x, "timestamp_seconds": ts} for x, ts in self.xid_events],
-            "processes": [{"pid": engine_pid, "name": "vllm", "used_memory_bytes": used}],
+            "processes": [{"pid": engine_pid, "name": "vllm", "used_memory_bytes": used - CONTEXT_BYTES}],
         }
 
     def _clock_hertz(self, now: float, book: FaultBook) -> float:

@@ -245,6 +245,8 @@ RECIPES: dict[str, Recipe] = {
         Increase("vllm:prefix_cache_queries_total", 300, per_second=True))),
     "engine_ttft_p99": Relabel(HistogramQuantile(0.99, "vllm:time_to_first_token_seconds", 300)),
     "process_rss_trend": Gauge("oximeter_process_resident_memory_bytes"),
+    "gpu_memory_trend": Ratio(Gauge("oximeter_gpu_memory_used_bytes"),
+                              Gauge("oximeter_gpu_memory_total_bytes")),
     "dependency_latency_p99": HistogramQuantile(0.99, "oximeter_dependency_duration_seconds", 300),
     # Minimum-traffic guards (SignalSpec.traffic_spec): the same PromQL as each min_traffic.
     "queue_wait_p99:traffic": Increase("oximeter_queue_wait_seconds_count", 60),

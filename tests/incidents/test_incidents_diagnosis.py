@@ -3,7 +3,7 @@ whole ordered table (which rule wins), with the root cause, severity and sentenc
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import pytest
 from incident_cases import ev, gpu
@@ -27,6 +27,9 @@ WARM: Snapshot = {**THERMAL, "gpu_temperature": {gpu(): 80.0}}
 DEP = ev("dependency_latency_p99", 0.8, 0.02, node="node-0", dependency="vectordb")
 CACHE = ev("cache_hit_ratio", 0.60, 0.95, onset=1, node="node-0", cache="redis")
 PEER = ev("engine_itl_peer", 0.09, 0.03, node="node-0", model="m")
+# 90 % of the card, rising 5 % of that per hour: 4.5 points an hour, full in 1.5 h.
+GPU_LEAK = replace(ev("gpu_memory_trend", 0.9, None, node="node-0", gpu="0"), score=0.05,
+                   time_to_full_s=5400.0)
 
 
 def merge(*snaps: Snapshot) -> Snapshot:
@@ -129,6 +132,14 @@ ROWS = [
                                         process="vllm"),),
         root="process_rss_trend",
         sentence="node=node-0,process=vllm: RSS 6.00 GiB rising (process_rss_trend test)"),
+    Row("gpu memory leak", dx.gpu_memory_leak, (GPU_LEAK,), root="gpu_memory_trend", severity="warning",
+        sentence="gpu=0,node=node-0: GPU memory 90 % used, rising 4.5 points per hour, full in 1.5 h"),
+    Row("gpu memory leak under an hour from full", dx.gpu_memory_leak,
+        (replace(GPU_LEAK, value=0.98, time_to_full_s=1800.0),), root="gpu_memory_trend",
+        sentence="gpu=0,node=node-0: GPU memory 98 % used, rising 4.9 points per hour, full in 30 min"),
+    Row("a full card stalls the engine: the queue and the KV cache are its impact", dx.gpu_memory_leak,
+        (GPU_LEAK, ev("queue_wait_p99", 4.8, 0.787, onset=2, on=N0)), merge(UTIL_HIGH, KV_FULL),
+        root="gpu_memory_trend", severity="critical"),
     Row("kv full", dx.kv_pressure, (Q,), merge(UTIL_HIGH, KV_FULL), root="kv_cache_usage",
         severity="critical",
         sentence="queue_wait p99 4.8 s = 6.1 × baseline while KV cache 97 % full"),
@@ -187,7 +198,8 @@ def test_every_rule_has_a_positive_and_a_negative_row() -> None:
     positives = {r.rule.__name__ for r in ROWS if r.fires}
     negatives = {r.rule.__name__ for r in ROWS if not r.fires}
     # These fire on their one signal alone: their negative case is that signal's absence.
-    single_signal = {"ecc_uncorrectable", "ecc_storm", "ecc_slow_burn", "telemetry_lost", "engine_leak"}
+    single_signal = {"ecc_uncorrectable", "ecc_storm", "ecc_slow_burn", "telemetry_lost", "engine_leak",
+                     "gpu_memory_leak"}
     assert positives == {r.__name__ for r in dx.RULES}
     assert negatives == {r.__name__ for r in dx.RULES} - single_signal
 
@@ -195,7 +207,8 @@ def test_every_rule_has_a_positive_and_a_negative_row() -> None:
 def test_rule_order_is_the_architecture_table() -> None:
     assert dx.RULE_IDS == (
         "xid_critical", "ecc_uncorrectable", "ecc_storm", "ecc_slow_burn", "thermal_throttle", "peer_outlier",
-        "telemetry_lost", "dependency_degraded", "engine_leak", "kv_pressure", "prefix_cache_collapse",
+        "telemetry_lost", "dependency_degraded", "engine_leak", "gpu_memory_leak", "kv_pressure",
+        "prefix_cache_collapse",
         "capacity_exhausted", "scheduling_bottleneck", "ingress_errors", "unclassified")
 
 

@@ -161,3 +161,26 @@ def test_rss_leak_grows_linearly_and_restart_resets_counters() -> None:
     assert fleet.nodes["n1"].engine.stats.generation_tokens == 0
     assert fleet.conditions("n1", clock.now() + 29).stalled
     assert not fleet.conditions("n1", clock.now() + 30).stalled
+
+
+def test_gpu_memory_leak_fills_one_card_then_the_engine_fails() -> None:
+    _, fleet = make_fleet()
+    gpu = fleet.nodes["n1"].gpus[1]
+    total = gpu.spec.memory_total_bytes
+    before = fleet.gpus_json("n1", 0.0, 1000.0)["gpus"][1]["memory_used_bytes"]
+    fleet.add_fault({"kind": "gpu_memory_leak", "node": "n1", "gpu": 1, "start": 60, "strength": 180})
+    two_min = fleet.gpus_json("n1", 180.0, 1000.0)["gpus"]
+    assert two_min[1]["memory_used_bytes"] - before == 360 << 20
+    assert two_min[0]["memory_used_bytes"] == before  # one card only
+    assert two_min[1]["processes"][0]["used_memory_bytes"] == two_min[1]["memory_used_bytes"] - (512 << 20)
+    # Full when the leak has eaten the headroom the engine left: then the engine stalls.
+    full_at = 60 + (total - before) / (180 << 20) * 60
+    assert gpu.out_of_memory_at(180.0, fleet.faults) == pytest.approx(full_at)
+    assert not fleet.conditions("n1", full_at - 1).stalled
+    assert fleet.conditions("n1", full_at).stalled
+    assert fleet.gpus_json("n1", full_at + 600, 1000.0)["gpus"][1]["memory_used_bytes"] == total
+    # Deleting the fault is restarting the engine: the memory is back and the engine runs.
+    [fault] = fleet.faults.all()
+    fleet.faults.remove(fault.id)
+    assert not fleet.conditions("n1", full_at + 601).stalled
+    assert fleet.gpus_json("n1", full_at + 601, 1000.0)["gpus"][1]["memory_used_bytes"] == before
