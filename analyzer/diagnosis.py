@@ -120,8 +120,9 @@ def fmt_value(signal: str, value: float | None) -> str:
         return f"{value:.0f} °C"
     if unit == "bytes":
         return f"{value / 2**30:.2f} GiB"
-    shares = spec is not None and (spec.kind in ("ratio", "hit_rate") or "utilization" in signal)
-    if unit == "ratio" or shares:
+    if unit == "ratio":  # a share of a capacity: small ones (a process's share of its host) keep a decimal
+        return f"{value * 100:.1f} %" if abs(value) < 0.1 else f"{value * 100:.0f} %"
+    if spec is not None and (spec.kind in ("ratio", "hit_rate") or "utilization" in signal):
         return f"{value * 100:.0f} %"
     return f"{value:.3g}"
 
@@ -299,23 +300,27 @@ def dependency_degraded(case: Case) -> Diagnosis | None:
                     f"{parts}{util_text}" + _impact_text(case, causes), "warning", causes)
 
 
+def full_in(event: AnomalyEvent) -> str:
+    """``, full in 1.3 h`` (minutes under an hour, days beyond two) for an event with a time to
+    full, else ''."""
+    ttf = event.time_to_full_s
+    if ttf is None or not math.isfinite(ttf):
+        return ""
+    if ttf < 3600:
+        return f", full in {ttf / 60:.0f} min"
+    return f", full in {ttf / 3600:.1f} h" if ttf < 2 * 86400 else f", full in {ttf / 86400:.1f} d"
+
+
 def engine_leak(case: Case) -> Diagnosis | None:
-    """Process RSS rising steadily, with time to full (seed 004 §2–3)."""
+    """Process RSS rising steadily, with the time until it fills the host's memory."""
     e = _first(case, "process_rss_trend")
     if e is None:
         return None
     cause = RootCause(e.signal, e.labels)
+    # The score is the rise per hour relative to the level.
     return _verdict(case, "engine_leak", "engine", cause,
-                    f"{cause.entity}: RSS {fmt_value(e.signal, e.value)} rising ({e.reason})", "warning",
-                    [e.signal])
-
-
-def full_in(event: AnomalyEvent) -> str:
-    """``, full in 1.3 h`` (or minutes under an hour) for an event with a time to full, else ''."""
-    ttf = event.time_to_full_s
-    if ttf is None or not math.isfinite(ttf):
-        return ""
-    return f", full in {ttf / 60:.0f} min" if ttf < 3600 else f", full in {ttf / 3600:.1f} h"
+                    f"{cause.entity}: RSS {fmt_value(e.signal, e.value)} of the host's memory, rising "
+                    f"{e.score * 100:.1f} % per hour{full_in(e)}", "warning", [e.signal])
 
 
 def gpu_memory_leak(case: Case) -> Diagnosis | None:

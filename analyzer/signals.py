@@ -296,10 +296,13 @@ CATALOGUE: dict[str, SignalSpec] = {s.name: s for s in (
        opens_incident=False,
        description="engine TTFT p99 > 1.5 × its baseline for 5 min beyond its 5-min window "
                    "(evidence only, opens no incident)"),
-    _s(name="process_rss_trend", layer="engine", kind="trend", unit="bytes",
-       promql="max without (instance, job) (oximeter_process_resident_memory_bytes)",
-       entity_labels=("node", "process"), window_s=1800, for_s=600,
-       description="process RSS rising steadily (leak), with time to full (seed 004 §2–3)"),
+    _s(name="process_rss_trend", layer="engine", kind="trend", unit="ratio",
+       promql="max without (instance, job) (oximeter_process_resident_memory_bytes) "
+              "/ on (node) group_left max without (instance, job) (oximeter_host_memory_total_bytes)",
+       # The share of the host's memory, so that full is 1 and the leak's time to full is the
+       # host running out (the OOM killer), whatever the host's size.
+       entity_labels=("node", "process"), window_s=1800, capacity=1.0, for_s=600,
+       description="process RSS rising steadily (leak), with the time until it fills the host's memory"),
     _s(name="gpu_memory_trend", layer="engine", kind="trend", unit="ratio",
        promql="max without (instance, job) (oximeter_gpu_memory_used_bytes) "
               "/ max without (instance, job) (oximeter_gpu_memory_total_bytes)",

@@ -34,10 +34,13 @@ T = TypeVar("T")
 
 
 class HostSource(Protocol):
-    """Resident memory of inference processes on this host."""
+    """Resident memory of inference processes on this host, and the host's memory."""
 
     def read(self) -> tuple[tuple[HostProcess, ...], list[str]]:
         """(processes, error reasons)."""
+
+    def memory_total_bytes(self) -> int:
+        """Physical memory installed."""
 
 
 class QueueSource(Protocol):
@@ -109,13 +112,17 @@ class GpuCollector(Collector):
             no_host: tuple[tuple[HostProcess, ...], list[str]] = ((), [])
             host_processes, host_errors = self._guarded(self.host.read, "process", errors, no_host)
             errors.extend(host_errors)
+        host_total = snapshot.host_memory_total_bytes
+        if host_total is None and self.host is not None:
+            host_total = self._guarded(self.host.memory_total_bytes, "process", errors, None)
         lengths: dict[str, int] = {}
         if self.queues is not None:
             no_queues: tuple[dict[str, int], list[str]] = ({}, [])
             lengths, queue_errors = self._guarded(self.queues.read, "redis", errors, no_queues)
             errors.extend(queue_errors)
         self.errors.add(errors)
-        yield from self._families(snapshot, host_processes, lengths, time.perf_counter() - started)
+        yield from self._families(snapshot, host_processes, lengths, time.perf_counter() - started,
+                                  host_total=host_total)
 
     @staticmethod
     def _guarded(read: Callable[[], T], reason: str, errors: list[str], fallback: T) -> T:
@@ -127,7 +134,8 @@ class GpuCollector(Collector):
             return fallback
 
     def _families(self, snapshot: NodeSnapshot, host_processes: Sequence[HostProcess],
-                  lengths: dict[str, int], duration_s: float, describe: bool = False) -> Iterator[Metric]:
+                  lengths: dict[str, int], duration_s: float, describe: bool = False,
+                  host_total: int | None = None) -> Iterator[Metric]:
         node = self.node
         gpus = snapshot.gpus
         yield from self._gpu_families(gpus)
@@ -139,6 +147,11 @@ class GpuCollector(Collector):
         for name, value in sorted(totals.items()):
             rss.add_metric([node, name], value)
         yield rss
+        memory = _gauge("oximeter_host_memory_total_bytes",
+                        "Physical memory of the host, the limit process RSS grows towards.", ("node",))
+        if host_total is not None:
+            memory.add_metric([node], host_total)
+        yield memory
         queue = _gauge("oximeter_external_queue_length", "Items waiting in an external queue.",
                        ("node", "queue"))
         for name, value in sorted(lengths.items()):

@@ -18,6 +18,8 @@ from simulator.gpu import GIB, MIB, GpuModel, GpuSpec
 
 # A vLLM engine process's resident memory when healthy (weights live in GPU memory, not RSS).
 BASE_RSS_BYTES = 6 * GIB
+# The host's physical memory, what a leaking engine's RSS grows towards (a 4-GPU inference host).
+HOST_MEMORY_BYTES = 256 * GIB
 
 
 @dataclass
@@ -166,4 +168,5 @@ class Fleet:
             "node": name,
             "gpus": [g.to_json(now, self.faults, wall_origin_s, node.pid) for g in node.gpus],
             "processes": [{"name": "vllm", "pid": node.pid, "rss_bytes": self.rss_bytes(name, now)}],
+            "host_memory_total_bytes": HOST_MEMORY_BYTES,
         }

@@ -24,9 +24,10 @@ class Trend(Detector):
     and a rise of at least ``min_rise_rel`` per window; when ``capacity`` is known, also requires
     the projected time to reach it to be under ``horizon_s``.
 
-    The rise is relative to the level, or with a capacity to the headroom the window started
-    with: a card preallocated to 90 % that leaks 2 % of itself in half an hour is eating a fifth
-    of what is left, however small that is next to the level.
+    The rise is relative to the level or, with a capacity, to the headroom the window started
+    with if that is smaller: a card preallocated to 90 % that leaks 2 % of itself in half an hour
+    eats a fifth of what is left, however small that is next to the level, while a process at 3 %
+    of its host's memory matters by how fast it grows against itself.
     The score is the relative rise per hour; the reference is the time to full in seconds."""
 
     window_s: float = 1800.0
@@ -46,7 +47,9 @@ class Trend(Detector):
         slope = slope / step
         with np.errstate(invalid="ignore", divide="ignore"):
             rise = slope * window * step
-            room = np.abs(v) if self.capacity is None else np.fmax(self.capacity - v + rise, 0.0)
+            room = np.abs(v)
+            if self.capacity is not None:
+                room = np.fmin(room, np.fmax(self.capacity - v + rise, 0.0))
             rise_rel = rise / room
             flags = (slope > 0) & (r2 >= self.min_r2) & (rise_rel >= self.min_rise_rel)
             if self.capacity is not None:

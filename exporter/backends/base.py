@@ -99,6 +99,9 @@ class NodeSnapshot:
     gpus: tuple[GpuReading, ...]
     errors: tuple[str, ...] = ()
     host_processes: tuple[HostProcess, ...] | None = None
+    # The host's physical memory (what a leaking process's RSS fills); None: the collector asks
+    # the host itself, as for the processes.
+    host_memory_total_bytes: int | None = None
 
 
 class GpuBackend(Protocol):

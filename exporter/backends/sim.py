@@ -181,7 +181,19 @@ class SimBackend:
                 errors.append("gpu_lost")
             gpus.append(reading)
         host = _host_processes(document.get("processes"), errors)
-        return NodeSnapshot(gpus=tuple(gpus), errors=tuple(errors), host_processes=host)
+        total = parse_host_memory(document, errors)
+        return NodeSnapshot(gpus=tuple(gpus), errors=tuple(errors), host_processes=host,
+                            host_memory_total_bytes=total)
+
+
+def parse_host_memory(document: dict[str, Any], errors: list[str]) -> int | None:
+    """The document's ``host_memory_total_bytes`` (absent: None; not a positive integer: None
+    and a ``sim_bad_payload`` error)."""
+    total = document.get("host_memory_total_bytes")
+    if total is not None and (isinstance(total, bool) or not isinstance(total, int) or total <= 0):
+        errors.append("sim_bad_payload")
+        return None
+    return total
 
 
 def _host_processes(raw: Any, errors: list[str]) -> tuple[HostProcess, ...]:

@@ -75,12 +75,12 @@ def test_json_output() -> None:
 
 
 @pytest.mark.timeout(COLD_TIMEOUT_S)
-@pytest.mark.parametrize("name", ["gpu_memory_leak"])
+@pytest.mark.parametrize("name", ["gpu_memory_leak", "engine_leak"])
 def test_a_leak_incident_says_when_it_will_be_full(name: str) -> None:
     result = drill(name, "--json")
     assert result.returncode == 0, result.stdout + result.stderr
     [got] = json.loads(result.stdout)["drills"][0]["attributed"]
-    assert re.search(r"full in \d+(\.\d)? (h|min)", got["sentence"]), got["sentence"]
+    assert re.search(r"full in \d+(\.\d)? (min|h|d)\b", got["sentence"]), got["sentence"]
 
 
 def test_unknown_scenario_is_a_usage_error() -> None:

@@ -157,3 +157,7 @@ def test_host_process_rss_is_read_with_psutil(start_process: StartProcess, tmp_p
     assert errors == []
     assert [(p.name, p.rss_bytes) for p in found] == [
         ("oximeter-rss-probe", psutil.Process(pid).memory_info().rss)]
+
+
+def test_host_memory_total_is_read_with_psutil() -> None:
+    assert ProcessMemory([]).memory_total_bytes() == psutil.virtual_memory().total

@@ -109,3 +109,15 @@ def test_simulated_process_rss(server: FleetServer) -> None:
     rss = "oximeter_process_resident_memory_bytes"
     assert registry.get_sample_value(rss, {"node": NODE, "process": "vllm"}) == 4 * GIB
     assert registry.get_sample_value(rss, {"node": NODE, "process": "tokenizer"}) is None
+
+
+@pytest.mark.parametrize(("total", "want", "bad"), [(256 * GIB, 256 * GIB, 0.0), (None, None, 0.0),
+                                                    ("lots", None, 1.0), (0, None, 1.0)])
+def test_simulated_host_memory(server: FleetServer, total: object, want: float | None, bad: float) -> None:
+    document = sim_document([sim_gpu(0)])
+    if total is not None:
+        document["host_memory_total_bytes"] = total
+    server.document = document
+    registry = scrape_once(collector_for(server.url))
+    assert registry.get_sample_value("oximeter_host_memory_total_bytes", {"node": NODE}) == want
+    assert errors(registry, "sim_bad_payload") == bad

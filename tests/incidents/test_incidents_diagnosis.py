@@ -27,6 +27,9 @@ WARM: Snapshot = {**THERMAL, "gpu_temperature": {gpu(): 80.0}}
 DEP = ev("dependency_latency_p99", 0.8, 0.02, node="node-0", dependency="vectordb")
 CACHE = ev("cache_hit_ratio", 0.60, 0.95, onset=1, node="node-0", cache="redis")
 PEER = ev("engine_itl_peer", 0.09, 0.03, node="node-0", model="m")
+# 3 % of the host's memory, growing by 48.1 % of that an hour; full in three and a half days.
+RSS_LEAK = replace(ev("process_rss_trend", 0.03, None, node="node-0", process="vllm"), score=0.481,
+                   time_to_full_s=3.5 * 86400)
 # 90 % of the card, rising 5 % of that per hour: 4.5 points an hour, full in 1.5 h.
 GPU_LEAK = replace(ev("gpu_memory_trend", 0.9, None, node="node-0", gpu="0"), score=0.05,
                    time_to_full_s=5400.0)
@@ -128,10 +131,10 @@ ROWS = [
     Row("cache hit rate alone", dx.dependency_degraded, (CACHE,), root="cache_hit_ratio", severity="warning"),
     Row("no dependency anomaly", dx.dependency_degraded, (Q,), UTIL_HIGH, fires=False,
         winner="capacity_exhausted"),
-    Row("rss leak", dx.engine_leak, (ev("process_rss_trend", 6 * 2**30, 4 * 2**30, node="node-0",
-                                        process="vllm"),),
+    Row("rss leak", dx.engine_leak, (RSS_LEAK,),
         root="process_rss_trend",
-        sentence="node=node-0,process=vllm: RSS 6.00 GiB rising (process_rss_trend test)"),
+        sentence="node=node-0,process=vllm: RSS 3.0 % of the host's memory, rising 48.1 % per hour, "
+                 "full in 3.5 d"),
     Row("gpu memory leak", dx.gpu_memory_leak, (GPU_LEAK,), root="gpu_memory_trend", severity="warning",
         sentence="gpu=0,node=node-0: GPU memory 90 % used, rising 4.5 points per hour, full in 1.5 h"),
     Row("gpu memory leak under an hour from full", dx.gpu_memory_leak,
