@@ -18,6 +18,7 @@ from prometheus_client.registry import Collector
 
 from exporter.backends.base import (
     CLOCK_EVENT_REASONS,
+    NVLINK_ERROR_KINDS,
     PAGING_XIDS,
     GpuBackend,
     GpuReading,
@@ -175,6 +176,33 @@ class GpuCollector(Collector):
         if self.naming == "dcgm":
             yield from dcgm_families(node, gpus)
 
+    @staticmethod
+    def _nvlink_families(live: Sequence[GpuReading], labels: Callable[[GpuReading], list[str]],
+                         ) -> Iterator[Metric]:
+        """Per NVLink: up, error counters by kind, and the bytes it sent and received (node
+        exporter's transmit/receive naming), so one degraded link shows as itself."""
+        link_labels = (*GPU_LABELS, "link")
+        up = _gauge("oximeter_gpu_nvlink_up", "1 while the NVLink is active, 0 when it is down.", link_labels)
+        errors = _counter("oximeter_gpu_nvlink_errors_total",
+                          "NVLink data-link errors (CRC flit/data, replay, recovery) since driver load.",
+                          (*link_labels, "kind"))
+        sent = _counter("oximeter_gpu_nvlink_transmit_bytes_total", "Data sent over the NVLink.", link_labels)
+        received = _counter("oximeter_gpu_nvlink_receive_bytes_total", "Data received over the NVLink.",
+                            link_labels)
+        for r in live:
+            for link in r.nvlinks or ():
+                base = [*labels(r), str(link.link)]
+                up.add_metric(base, 1 if link.up else 0)
+                counts = dict(link.errors)
+                for kind in NVLINK_ERROR_KINDS:
+                    if kind in counts:
+                        errors.add_metric([*base, kind], counts[kind])
+                if link.transmit_bytes is not None:
+                    sent.add_metric(base, link.transmit_bytes)
+                if link.receive_bytes is not None:
+                    received.add_metric(base, link.receive_bytes)
+        yield from (up, errors, sent, received)
+
     def _gpu_families(self, gpus: Sequence[GpuReading]) -> Iterator[Metric]:
         node = self.node
 
@@ -226,6 +254,7 @@ class GpuCollector(Collector):
             for pid, (name, used) in sorted(by_pid.items()):
                 procs.add_metric([*base, str(pid), name], used)
         yield from (reasons, ecc, rows, replays, procs)
+        yield from self._nvlink_families(live, labels)
         # Xid counters survive a lost GPU: Xid 79 ("fallen off the bus") is what explains it.
         xid_count = _counter("oximeter_gpu_xid_errors", "Xid critical errors, by code.", (*GPU_LABELS, "xid"))
         xid_last = _gauge("oximeter_gpu_xid_last_timestamp_seconds",

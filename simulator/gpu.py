@@ -14,6 +14,7 @@ import uuid as uuidlib
 from dataclasses import dataclass, field
 from typing import Any
 
+from exporter.backends.base import NVLINK_ERROR_KINDS
 from simulator.faults import FaultBook
 
 MIB = 1 << 20
@@ -39,6 +40,10 @@ class GpuSpec:
     thermal_tau_s: float = 60.0
     # vLLM's --gpu-memory-utilization: the engine reserves this share of memory at start.
     preallocated_ratio: float = 0.9
+    # NVLinks per GPU (an H100 SXM has 18; fewer keep simulated histories small) and what each
+    # carries each way at full utilisation (tensor-parallel all-reduce traffic follows the load).
+    nvlinks: int = 4
+    nvlink_bytes_per_s_at_full: float = 20e9
 
 
 @dataclass
@@ -57,6 +62,7 @@ class GpuModel:
     remapped_uncorrectable: int = 0
     row_remap_pending: bool = False
     pcie_replays: float = 0.0
+    nvlink_bytes: float = 0.0  # per link and direction, since the driver loaded
     xid_events: list[tuple[int, float]] = field(default_factory=list)
     _fired: set[str] = field(default_factory=set)
     _rng: random.Random = field(init=False)
@@ -128,6 +134,7 @@ class GpuModel:
             # The fault is "the card has reached its slowdown temperature" (a failed fan, blocked
             # airflow): hot at once, and it cools with the thermal time constant afterwards.
             self.temperature = max(self.temperature, THROTTLE_CELSIUS)
+        self.nvlink_bytes += spec.nvlink_bytes_per_s_at_full * self.utilization * dt
         start = now - dt
         for fault in book.all():
             if fault.node != self.node or fault.gpu != self.index:
@@ -196,6 +203,9 @@ class GpuModel:
             "pcie_replay_total": int(self.pcie_replays),
             "xid_events": [{"xid": x, "timestamp_seconds": ts} for x, ts in self.xid_events],
             "processes": [{"pid": engine_pid, "name": "vllm", "used_memory_bytes": used - CONTEXT_BYTES}],
+            "nvlinks": [{"link": link, "up": True, "errors": dict.fromkeys(NVLINK_ERROR_KINDS, 0),
+                         "transmit_bytes": int(self.nvlink_bytes), "receive_bytes": int(self.nvlink_bytes)}
+                        for link in range(spec.nvlinks)],
         }
 
     def _clock_hertz(self, now: float, book: FaultBook) -> float:
@@ -224,4 +234,5 @@ _READINGS = (
     "pcie_replay_total",
     "xid_events",
     "processes",
+    "nvlinks",
 )

@@ -184,3 +184,20 @@ def test_gpu_memory_leak_fills_one_card_then_the_engine_fails() -> None:
     fleet.faults.remove(fault.id)
     assert not fleet.conditions("n1", full_at + 601).stalled
     assert fleet.gpus_json("n1", full_at + 601, 1000.0)["gpus"][1]["memory_used_bytes"] == before
+
+
+def test_nvlink_traffic_follows_the_load_and_links_are_healthy() -> None:
+    clock, fleet = make_fleet()
+    busy, idle = fleet.nodes["n1"].gpus[0], fleet.nodes["n1"].gpus[1]
+    for t in range(0, 61):
+        clock.set(float(t))
+        busy.step(clock.now(), 0.5, fleet.faults, 1000.0)
+        idle.step(clock.now(), 0.0, fleet.faults, 1000.0)
+    gpus = fleet.gpus_json("n1", 60.0, 1000.0)["gpus"]
+    links = gpus[0]["nvlinks"]
+    assert [link["link"] for link in links] == list(range(busy.spec.nvlinks))
+    # Half the load for a minute: half the full-load rate, 60 s of it, each way on every link.
+    want = int(busy.spec.nvlink_bytes_per_s_at_full * 0.5 * 60)
+    assert {(link["transmit_bytes"], link["receive_bytes"]) for link in links} == {(want, want)}
+    assert all(link["up"] and set(link["errors"].values()) == {0} for link in links)
+    assert {link["transmit_bytes"] for link in gpus[1]["nvlinks"]} == {0}
