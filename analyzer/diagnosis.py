@@ -119,6 +119,8 @@ def fmt_value(signal: str, value: float | None) -> str:
         return f"{value:.0f} °C"
     if unit == "bytes":
         return f"{value / 2**30:.2f} GiB"
+    if unit == "ratio":  # a share of a capacity: small ones (a process's share of its host) keep a decimal
+        return f"{value * 100:.1f} %" if abs(value) < 0.1 else f"{value * 100:.0f} %"
     if spec is not None and (spec.kind in ("ratio", "hit_rate") or "utilization" in signal):
         return f"{value * 100:.0f} %"
     return f"{value:.3g}"
@@ -203,8 +205,20 @@ def ecc_storm(case: Case) -> Diagnosis | None:
     cause = RootCause(e.signal, e.labels)
     return _verdict(case, "ecc_storm", "infrastructure", cause,
                     f"corrected ECC +{e.value:.0f} in 5 min on {cause.entity}"
-                    + (f" (baseline {e.baseline:.0f})" if e.baseline is not None else "")
+                    + (f" (baseline {e.baseline:.2g})" if e.baseline is not None else "")
                     + ": drain the node" + _impact_text(case, [e.signal]), "critical", [e.signal])
+
+
+def ecc_slow_burn(case: Case) -> Diagnosis | None:
+    """Corrected ECC errors burning steadily for an hour or more, under every 5-min criterion:
+    the memory is wearing out but still correcting, so plan a drain rather than page."""
+    e = _first(case, "ecc_corrected_burn")
+    if e is None:
+        return None
+    cause = RootCause(e.signal, e.labels)
+    return _verdict(case, "ecc_slow_burn", "infrastructure", cause,
+                    f"corrected ECC +{e.value:.0f} in 1 h on {cause.entity} ({e.value / 60:.1f} a minute): "
+                    "schedule a drain" + _impact_text(case, [e.signal]), "warning", [e.signal])
 
 
 def thermal_throttle(case: Case) -> Diagnosis | None:
@@ -290,15 +304,46 @@ def dependency_degraded(case: Case) -> Diagnosis | None:
                     f"{parts}{util_text}" + _impact_text(case, causes), "warning", causes)
 
 
+def full_in(event: AnomalyEvent) -> str:
+    """``, full in 1.3 h`` (minutes under an hour, days beyond two) for an event with a time to
+    full, else ''."""
+    ttf = event.time_to_full_s
+    if ttf is None or not math.isfinite(ttf):
+        return ""
+    if ttf < 3600:
+        return f", full in {ttf / 60:.0f} min"
+    return f", full in {ttf / 3600:.1f} h" if ttf < 2 * 86400 else f", full in {ttf / 86400:.1f} d"
+
+
 def engine_leak(case: Case) -> Diagnosis | None:
-    """Process RSS rising steadily, with time to full (seed 004 §2–3)."""
+    """Process RSS rising steadily, with the time until it fills the host's memory."""
     e = _first(case, "process_rss_trend")
     if e is None:
         return None
     cause = RootCause(e.signal, e.labels)
+    # The score is the rise per hour relative to the level.
     return _verdict(case, "engine_leak", "engine", cause,
-                    f"{cause.entity}: RSS {fmt_value(e.signal, e.value)} rising ({e.reason})", "warning",
-                    [e.signal])
+                    f"{cause.entity}: RSS {fmt_value(e.signal, e.value)} of the host's memory, rising "
+                    f"{e.score * 100:.1f} % per hour{full_in(e)}", "warning", [e.signal])
+
+
+def gpu_memory_leak(case: Case) -> Diagnosis | None:
+    """GPU memory in use rising steadily on one card, with the time until it is full.
+
+    The engine layer, not infrastructure: the memory is the engine process's own allocations
+    (vLLM preallocates its share and should then hold it flat), the card is healthy, and the
+    remedy is restarting or fixing the engine before its next allocation fails out of memory,
+    not draining the node.
+    """
+    e = _first(case, "gpu_memory_trend")
+    if e is None:
+        return None
+    cause = RootCause(e.signal, e.labels)
+    per_hour = e.score * e.value * 100  # the score is the rise per hour relative to the level
+    return _verdict(case, "gpu_memory_leak", "engine", cause,
+                    f"{cause.entity}: GPU memory {fmt_value(e.signal, e.value)} used, rising "
+                    f"{per_hour:.1f} points per hour{full_in(e)}" + _impact_text(case, [e.signal]),
+                    "warning", [e.signal])
 
 
 def kv_pressure(case: Case) -> Diagnosis | None:
@@ -367,8 +412,8 @@ def ingress_errors(case: Case) -> Diagnosis | None:
 
 Rule = Callable[[Case], Diagnosis | None]
 RULES: tuple[Rule, ...] = (
-    xid_critical, ecc_uncorrectable, ecc_storm, thermal_throttle, peer_outlier, telemetry_lost,
-    dependency_degraded, engine_leak, kv_pressure, prefix_cache_collapse, capacity_exhausted,
+    xid_critical, ecc_uncorrectable, ecc_storm, ecc_slow_burn, thermal_throttle, peer_outlier, telemetry_lost,
+    dependency_degraded, engine_leak, gpu_memory_leak, kv_pressure, prefix_cache_collapse, capacity_exhausted,
     scheduling_bottleneck, ingress_errors,
 )
 RULE_IDS: tuple[str, ...] = (*(r.__name__ for r in RULES), "unclassified")

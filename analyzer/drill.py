@@ -40,6 +40,7 @@ class Attribution:
     signal: str
     entity: dict[str, str]
     opened_at: str | None
+    sentence: str = ""  # the diagnosis as the incident states it
 
 
 @dataclass(frozen=True)
@@ -109,7 +110,8 @@ def score(scenario: str, mode: str, expected: list[dict[str, Any]], incidents: S
 
     attributed = [Attribution(str(i["id"]), str(i["layer"]), str(i["rule"]), str(i["root_cause"]["signal"]),
                               {k: str(v) for k, v in (i["root_cause"].get("labels") or {}).items()},
-                              i.get("opened_at")) for i in incidents]
+                              i.get("opened_at"), str((i.get("diagnosis") or {}).get("sentence", "")))
+                  for i in incidents]
     unused = list(incidents)
     matched: list[Mapping[str, Any]] = []
     for truth in expected:

@@ -52,6 +52,9 @@ class AnomalyEvent:
     score: float
     reason: str
     detector: str = ""
+    # Seconds until the series reaches its capacity at the current slope (a trend with a known
+    # capacity: a leak's "full in"); None for everything else.
+    time_to_full_s: float | None = None
 
     @staticmethod
     def labels_from(mapping: Mapping[str, str]) -> tuple[tuple[str, str], ...]:
@@ -82,6 +85,7 @@ class AnomalyEvent:
             "score": _finite(self.score),
             "reason": self.reason,
             "detector": self.detector,
+            "time_to_full_s": _finite(self.time_to_full_s),
         }
 
     def to_json(self) -> str:
@@ -109,6 +113,7 @@ class AnomalyEvent:
             score=float("nan") if score is None else float(score),
             reason=str(data.get("reason", "")),
             detector=str(data.get("detector", "")),
+            time_to_full_s=None if data.get("time_to_full_s") is None else float(data["time_to_full_s"]),
         )
 
     @classmethod

@@ -90,7 +90,8 @@ def render(inc: Incident, extra: dict[str, Any]) -> str:
     for e in inc.evidence:
         entity = ",".join(f"{k}={v}" for k, v in e.labels)
         base = "n/a" if e.baseline is None else f"{e.baseline:.4g}"
-        lines.append(f"  [{e.role}] {e.signal} {entity}: {e.value:.4g} vs baseline {base}, "
+        full = "" if e.time_to_full_s is None else f", full in {e.time_to_full_s / 3600:.1f} h"
+        lines.append(f"  [{e.role}] {e.signal} {entity}: {e.value:.4g} vs baseline {base}{full}, "
                      f"onset {_hm(e.onset)}, cleared {_hm(e.cleared_at)}")
     if inc.changes:
         lines.append("changes in the window:")

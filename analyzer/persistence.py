@@ -120,6 +120,7 @@ def to_events(detection: Detection, detector: Detector, persistence: Persistence
     index = pd.DatetimeIndex(detection.flags.index)
     columns = detection.flags.columns
     events: list[AnomalyEvent] = []
+    ttf = detector.reference_is_time_to_full
     for ep in episodes:
         stop = len(index) if ep.end is None else ep.end
         c = where[ep.column]
@@ -136,10 +137,11 @@ def to_events(detection: Detection, detector: Detector, persistence: Persistence
             detected_at=index[ep.detected].to_pydatetime(),
             cleared_at=None if ep.end is None else index[ep.end].to_pydatetime(),
             value=float(value),
-            baseline=None if not np.isfinite(reference) else float(reference),
+            baseline=None if not np.isfinite(reference) or ttf else float(reference),
             score=float(peak_score),
             reason=detector.reason(float(value), float(reference), float(peak_score)),
             detector=detector.name,
+            time_to_full_s=float(reference) if ttf and np.isfinite(reference) else None,
         ))
     return events
 

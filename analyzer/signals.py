@@ -218,7 +218,15 @@ CATALOGUE: dict[str, SignalSpec] = {s.name: s for s in (
        promql="sum without (instance, job, kind) "
               '(increase(oximeter_gpu_ecc_errors_total{kind="corrected"}[5m]))',
        entity_labels=("node", "gpu"), increase=100, ratio=100, for_s=30, min_samples=2,
-       description="corrected ECC +100 in 5 min or × 100 its baseline (seed 003 §3.1)"),
+       description="corrected ECC +100 in 5 min, or × 100 its baseline rate with at least 5 in 5 min"),
+    _s(name="ecc_corrected_burn", layer="infrastructure", kind="counter_growth",
+       promql="sum without (instance, job, kind) "
+              '(increase(oximeter_gpu_ecc_errors_total{kind="corrected"}[1h]))',
+       # A steady burn (10 a minute for hours) never makes +100 in 5 min, and once it has lasted
+       # an hour it is its own baseline: an hour's total catches it. 300 is 5 a minute sustained;
+       # a healthy card corrects a handful a day.
+       entity_labels=("node", "gpu"), increase=300, window_s=3600, for_s=300,
+       description="corrected ECC +300 in 1 h: a slow burn that no 5-min window catches"),
     _s(name="ecc_uncorrected_increase", layer="infrastructure", kind="counter_growth",
        promql="sum without (instance, job, kind) "
               '(increase(oximeter_gpu_ecc_errors_total{kind="uncorrected"}[5m]))',
@@ -288,10 +296,20 @@ CATALOGUE: dict[str, SignalSpec] = {s.name: s for s in (
        opens_incident=False,
        description="engine TTFT p99 > 1.5 × its baseline for 5 min beyond its 5-min window "
                    "(evidence only, opens no incident)"),
-    _s(name="process_rss_trend", layer="engine", kind="trend", unit="bytes",
-       promql="max without (instance, job) (oximeter_process_resident_memory_bytes)",
-       entity_labels=("node", "process"), window_s=1800, for_s=600,
-       description="process RSS rising steadily (leak), with time to full (seed 004 §2–3)"),
+    _s(name="process_rss_trend", layer="engine", kind="trend", unit="ratio",
+       promql="max without (instance, job) (oximeter_process_resident_memory_bytes) "
+              "/ on (node) group_left max without (instance, job) (oximeter_host_memory_total_bytes)",
+       # The share of the host's memory, so that full is 1 and the leak's time to full is the
+       # host running out (the OOM killer), whatever the host's size.
+       entity_labels=("node", "process"), window_s=1800, capacity=1.0, for_s=600,
+       description="process RSS rising steadily (leak), with the time until it fills the host's memory"),
+    _s(name="gpu_memory_trend", layer="engine", kind="trend", unit="ratio",
+       promql="max without (instance, job) (oximeter_gpu_memory_used_bytes) "
+              "/ max without (instance, job) (oximeter_gpu_memory_total_bytes)",
+       # The share of the card in use, so that full is 1 whatever the card's size. An engine
+       # preallocates its share at start and then holds it flat: a steady rise is a leak.
+       entity_labels=("node", "gpu"), window_s=1800, capacity=1.0, for_s=600,
+       description="GPU memory in use rising steadily (framebuffer leak), with time to full"),
     _s(name="dependency_latency_p99", layer="dependency", kind="latency", unit="s",
        record="dependency:oximeter_dependency_duration_seconds:p99_5m",
        promql="histogram_quantile(0.99, sum without (instance, job) "

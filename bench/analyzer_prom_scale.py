@@ -162,6 +162,10 @@ def _gateway(out: IO[str], fleet: Fleet, times: np.ndarray, stamps: list[str],
         labels = _labels(job="exporter", instance=f"n{i}:9400", node=f"n{i}", process="vllm")
         written += _series(out, "oximeter_process_resident_memory_bytes", labels, 8e9 + rng.normal(0, 1e6, n),
                            stamps)
+    out.write("# TYPE oximeter_host_memory_total_bytes gauge\n")
+    for i in range(fleet.nodes):
+        labels = _labels(job="exporter", instance=f"n{i}:9400", node=f"n{i}")
+        written += _series(out, "oximeter_host_memory_total_bytes", labels, np.full(n, 256 * 2.0**30), stamps)
     return written
 
 

@@ -49,7 +49,7 @@ SHAPES = {
     "pcie_replay_increase": (0.0, 0.0, 0.0), "gpu_series_vanished": (1.0, 0.0, 0.0),
     "queue_wait_p99": (0.05, 0.02, 0.003), "queue_length": (2.0, 1.0, 0.3),
     "queue_limit_ratio": (0.05, 0.02, 0.005), "ttft_p99": (0.3, 0.1, 0.01),
-    "error_504_ratio": (0.001, 0.0, 0.0002), "process_rss_trend": (8e9, 0.0, 1e6),
+    "error_504_ratio": (0.001, 0.0, 0.0002), "process_rss_trend": (0.03, 0.0, 4e-6),
 }
 
 

@@ -18,6 +18,7 @@ from prometheus_client.registry import Collector
 
 from exporter.backends.base import (
     CLOCK_EVENT_REASONS,
+    NVLINK_ERROR_KINDS,
     PAGING_XIDS,
     GpuBackend,
     GpuReading,
@@ -34,10 +35,13 @@ T = TypeVar("T")
 
 
 class HostSource(Protocol):
-    """Resident memory of inference processes on this host."""
+    """Resident memory of inference processes on this host, and the host's memory."""
 
     def read(self) -> tuple[tuple[HostProcess, ...], list[str]]:
         """(processes, error reasons)."""
+
+    def memory_total_bytes(self) -> int:
+        """Physical memory installed."""
 
 
 class QueueSource(Protocol):
@@ -109,13 +113,17 @@ class GpuCollector(Collector):
             no_host: tuple[tuple[HostProcess, ...], list[str]] = ((), [])
             host_processes, host_errors = self._guarded(self.host.read, "process", errors, no_host)
             errors.extend(host_errors)
+        host_total = snapshot.host_memory_total_bytes
+        if host_total is None and self.host is not None:
+            host_total = self._guarded(self.host.memory_total_bytes, "process", errors, None)
         lengths: dict[str, int] = {}
         if self.queues is not None:
             no_queues: tuple[dict[str, int], list[str]] = ({}, [])
             lengths, queue_errors = self._guarded(self.queues.read, "redis", errors, no_queues)
             errors.extend(queue_errors)
         self.errors.add(errors)
-        yield from self._families(snapshot, host_processes, lengths, time.perf_counter() - started)
+        yield from self._families(snapshot, host_processes, lengths, time.perf_counter() - started,
+                                  host_total=host_total)
 
     @staticmethod
     def _guarded(read: Callable[[], T], reason: str, errors: list[str], fallback: T) -> T:
@@ -127,7 +135,8 @@ class GpuCollector(Collector):
             return fallback
 
     def _families(self, snapshot: NodeSnapshot, host_processes: Sequence[HostProcess],
-                  lengths: dict[str, int], duration_s: float, describe: bool = False) -> Iterator[Metric]:
+                  lengths: dict[str, int], duration_s: float, describe: bool = False,
+                  host_total: int | None = None) -> Iterator[Metric]:
         node = self.node
         gpus = snapshot.gpus
         telemetry = _gauge("oximeter_telemetry_up",
@@ -145,6 +154,11 @@ class GpuCollector(Collector):
         for name, value in sorted(totals.items()):
             rss.add_metric([node, name], value)
         yield rss
+        memory = _gauge("oximeter_host_memory_total_bytes",
+                        "Physical memory of the host, the limit process RSS grows towards.", ("node",))
+        if host_total is not None:
+            memory.add_metric([node], host_total)
+        yield memory
         queue = _gauge("oximeter_external_queue_length", "Items waiting in an external queue.",
                        ("node", "queue"))
         for name, value in sorted(lengths.items()):
@@ -167,6 +181,33 @@ class GpuCollector(Collector):
         yield errors
         if self.naming == "dcgm":
             yield from dcgm_families(node, gpus)
+
+    @staticmethod
+    def _nvlink_families(live: Sequence[GpuReading], labels: Callable[[GpuReading], list[str]],
+                         ) -> Iterator[Metric]:
+        """Per NVLink: up, error counters by kind, and the bytes it sent and received (node
+        exporter's transmit/receive naming), so one degraded link shows as itself."""
+        link_labels = (*GPU_LABELS, "link")
+        up = _gauge("oximeter_gpu_nvlink_up", "1 while the NVLink is active, 0 when it is down.", link_labels)
+        errors = _counter("oximeter_gpu_nvlink_errors_total",
+                          "NVLink data-link errors (CRC flit/data, replay, recovery) since driver load.",
+                          (*link_labels, "kind"))
+        sent = _counter("oximeter_gpu_nvlink_transmit_bytes_total", "Data sent over the NVLink.", link_labels)
+        received = _counter("oximeter_gpu_nvlink_receive_bytes_total", "Data received over the NVLink.",
+                            link_labels)
+        for r in live:
+            for link in r.nvlinks or ():
+                base = [*labels(r), str(link.link)]
+                up.add_metric(base, 1 if link.up else 0)
+                counts = dict(link.errors)
+                for kind in NVLINK_ERROR_KINDS:
+                    if kind in counts:
+                        errors.add_metric([*base, kind], counts[kind])
+                if link.transmit_bytes is not None:
+                    sent.add_metric(base, link.transmit_bytes)
+                if link.receive_bytes is not None:
+                    received.add_metric(base, link.receive_bytes)
+        yield from (up, errors, sent, received)
 
     def _gpu_families(self, gpus: Sequence[GpuReading]) -> Iterator[Metric]:
         node = self.node
@@ -219,6 +260,7 @@ class GpuCollector(Collector):
             for pid, (name, used) in sorted(by_pid.items()):
                 procs.add_metric([*base, str(pid), name], used)
         yield from (reasons, ecc, rows, replays, procs)
+        yield from self._nvlink_families(live, labels)
         # Xid counters survive a lost GPU: Xid 79 ("fallen off the bus") is what explains it.
         xid_count = _counter("oximeter_gpu_xid_errors", "Xid critical errors, by code.", (*GPU_LABELS, "xid"))
         xid_last = _gauge("oximeter_gpu_xid_last_timestamp_seconds",

@@ -1,4 +1,5 @@
-"""Resident memory of the configured inference processes on this host (seed 004: RSS, not VIRT).
+"""Resident memory of the configured inference processes on this host (RSS, not VIRT), and the
+host's physical memory that RSS fills.
 
 A configured name matches a process whose name equals it or whose command line contains it
 (vLLM usually runs as ``python -m vllm...``); matches are summed per configured name, so the
@@ -21,6 +22,10 @@ class ProcessMemory:
     def __init__(self, names: Sequence[str]) -> None:
         self.names = tuple(names)
         self._own_pid = os.getpid()
+
+    def memory_total_bytes(self) -> int:
+        """The host's physical memory: how far a leaking process's RSS can grow."""
+        return int(psutil.virtual_memory().total)
 
     def read(self) -> tuple[tuple[HostProcess, ...], list[str]]:
         """(processes found, error reasons)."""

@@ -40,6 +40,11 @@ FAULT_KINDS: dict[str, FaultKind] = {
     "kv_shrink": FaultKind("engine", 0.2, "fraction of the KV block pool left (0-1]"),
     "prefix_cache_drop": FaultKind("engine", 0.05, "prefix-cache hit rate while active (0-1)"),
     "rss_leak": FaultKind("engine", 64.0, "MiB of process RSS leaked per minute"),
+    # The engine's own allocations on one card (a leaked tensor, a growing cache): the hardware is
+    # fine, and ending the fault is restarting the engine, which frees what it held.
+    "gpu_memory_leak": FaultKind(
+        "engine", 180.0, "MiB of GPU memory leaked per minute; the engine fails once the card is full", True
+    ),
     "engine_restart": FaultKind("platform", 30.0, "unused: counters reset once at start, engine down"),
     # GPU hardware (issue 3); without ``gpu`` they hit GPU 0 of the node.
     "thermal_throttle": FaultKind("infrastructure", 0.5, "SM clock fraction left (0-1)", True),

@@ -18,6 +18,8 @@ from simulator.gpu import GIB, MIB, GpuModel, GpuSpec
 
 # A vLLM engine process's resident memory when healthy (weights live in GPU memory, not RSS).
 BASE_RSS_BYTES = 6 * GIB
+# The host's physical memory, what a leaking engine's RSS grows towards (a 4-GPU inference host).
+HOST_MEMORY_BYTES = 256 * GIB
 
 
 @dataclass
@@ -95,6 +97,8 @@ class Fleet:
                 return cond
         cond = self._compute_conditions(name, now)
         until = self.faults.next_change(now, name)
+        # A leak filling a card changes the conditions without a fault starting or ending.
+        until = min([until, *(t for g in node.gpus if (t := g.out_of_memory_at(now, self.faults)) > now)])
         if now < node.down_until:
             until = min(until, node.down_until)
         self._cache[name] = (self.faults.version, now, until, node.down_until, cond)
@@ -113,6 +117,8 @@ class Fleet:
             book.strongest(now, name, "engine_stall") is not None
             or now < node.down_until
             or any(g.lost(now, book) for g in node.gpus)
+            # A card full of leaked memory: the engine's allocations fail (CUDA out of memory).
+            or any(g.out_of_memory(now, book) for g in node.gpus)
         )
         kv = book.strongest(now, name, "kv_shrink")
         prefix = book.strongest(now, name, "prefix_cache_drop")
@@ -162,4 +168,5 @@ class Fleet:
             "node": name,
             "gpus": [g.to_json(now, self.faults, wall_origin_s, node.pid) for g in node.gpus],
             "processes": [{"name": "vllm", "pid": node.pid, "rss_bytes": self.rss_bytes(name, now)}],
+            "host_memory_total_bytes": HOST_MEMORY_BYTES,
         }

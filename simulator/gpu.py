@@ -1,5 +1,6 @@
 """One simulated GPU: utilisation, power, temperature and clocks driven by its engine's batch,
-plus the hardware faults of seeds 001/003 (ECC, Xid, throttling, replays, falling off the bus).
+plus the hardware faults of seeds 001/003 (ECC, Xid, throttling, replays, falling off the bus)
+and the engine's leaks into its framebuffer.
 
 The engine drives the GPU (``step(util)``) and the GPU drives the engine back
 (``compute_slowdown``, ``lost``): a throttled or slow card slows the whole tensor-parallel engine.
@@ -13,12 +14,15 @@ import uuid as uuidlib
 from dataclasses import dataclass, field
 from typing import Any
 
+from exporter.backends.base import NVLINK_ERROR_KINDS
 from simulator.faults import FaultBook
 
 MIB = 1 << 20
 GIB = 1 << 30
 # Where H100s start hardware slowdown; above the 85 °C alert threshold of seed 003 §4.1.
 THROTTLE_CELSIUS = 92.0
+# Memory in use on a card beyond what its processes report (the CUDA context and driver).
+CONTEXT_BYTES = 512 * MIB
 
 
 @dataclass(frozen=True)
@@ -36,6 +40,10 @@ class GpuSpec:
     thermal_tau_s: float = 60.0
     # vLLM's --gpu-memory-utilization: the engine reserves this share of memory at start.
     preallocated_ratio: float = 0.9
+    # NVLinks per GPU (an H100 SXM has 18; fewer keep simulated histories small) and what each
+    # carries each way at full utilisation (tensor-parallel all-reduce traffic follows the load).
+    nvlinks: int = 4
+    nvlink_bytes_per_s_at_full: float = 20e9
 
 
 @dataclass
@@ -54,6 +62,7 @@ class GpuModel:
     remapped_uncorrectable: int = 0
     row_remap_pending: bool = False
     pcie_replays: float = 0.0
+    nvlink_bytes: float = 0.0  # per link and direction, since the driver loaded
     xid_events: list[tuple[int, float]] = field(default_factory=list)
     _fired: set[str] = field(default_factory=set)
     _rng: random.Random = field(init=False)
@@ -80,6 +89,34 @@ class GpuModel:
             slowdown *= slow.strength
         return slowdown
 
+    def leaked_bytes(self, now: float, book: FaultBook) -> float:
+        """GPU memory the engine has leaked by ``now``: each active gpu_memory_leak's rate times
+        the time since it began (an ended leak was an engine restart, which freed it)."""
+        leaks = book.active(now, self.node, "gpu_memory_leak", self.index)
+        return sum(f.strength * MIB * (now - f.start) / 60.0 for f in leaks)
+
+    def reserved_bytes(self) -> int:
+        """What a healthy engine holds: its preallocated share plus the CUDA context."""
+        return int(self.spec.memory_total_bytes * self.spec.preallocated_ratio) + CONTEXT_BYTES
+
+    def memory_used_bytes(self, now: float, book: FaultBook) -> int:
+        """Framebuffer in use: the reservation plus any leak, at most the card's total."""
+        used = self.reserved_bytes() + self.leaked_bytes(now, book)
+        return int(min(used, self.spec.memory_total_bytes))
+
+    def out_of_memory(self, now: float, book: FaultBook) -> bool:
+        """True once a leak has filled the card: the engine's next allocation fails."""
+        return self.reserved_bytes() + self.leaked_bytes(now, book) >= self.spec.memory_total_bytes
+
+    def out_of_memory_at(self, now: float, book: FaultBook) -> float:
+        """When the leaks active at ``now`` fill the card, if nothing changes (inf without a leak)."""
+        leaks = book.active(now, self.node, "gpu_memory_leak", self.index)
+        rate = sum(f.strength * MIB / 60.0 for f in leaks)
+        if rate <= 0:
+            return math.inf
+        headroom = self.spec.memory_total_bytes - self.reserved_bytes() - self.leaked_bytes(now, book)
+        return now + max(0.0, headroom) / rate
+
     def lost(self, now: float, book: FaultBook) -> bool:
         """True while the GPU has fallen off the bus (Xid 79); the engine cannot run."""
         return book.strongest(now, self.node, "gpu_lost", self.index) is not None
@@ -97,6 +134,7 @@ class GpuModel:
             # The fault is "the card has reached its slowdown temperature" (a failed fan, blocked
             # airflow): hot at once, and it cools with the thermal time constant afterwards.
             self.temperature = max(self.temperature, THROTTLE_CELSIUS)
+        self.nvlink_bytes += spec.nvlink_bytes_per_s_at_full * self.utilization * dt
         start = now - dt
         for fault in book.all():
             if fault.node != self.node or fault.gpu != self.index:
@@ -142,13 +180,13 @@ class GpuModel:
         }
         if self.lost(now, book):
             return {**base, "lost": True, **dict.fromkeys(_READINGS)}
-        used = int(spec.memory_total_bytes * spec.preallocated_ratio)
+        used = self.memory_used_bytes(now, book)
         noise = self._rng.uniform(-0.4, 0.4)
         return {
             **base,
             "lost": False,
             "utilization_ratio": round(self.utilization, 4),
-            "memory_used_bytes": used + 512 * MIB,
+            "memory_used_bytes": used,
             "memory_total_bytes": spec.memory_total_bytes,
             "temperature_celsius": round(self.temperature + noise, 1),
             "power_watts": round(self.power_watts(now, book), 1),
@@ -164,7 +202,10 @@ class GpuModel:
             "row_remap_failure": False,
             "pcie_replay_total": int(self.pcie_replays),
             "xid_events": [{"xid": x, "timestamp_seconds": ts} for x, ts in self.xid_events],
-            "processes": [{"pid": engine_pid, "name": "vllm", "used_memory_bytes": used}],
+            "processes": [{"pid": engine_pid, "name": "vllm", "used_memory_bytes": used - CONTEXT_BYTES}],
+            "nvlinks": [{"link": link, "up": True, "errors": dict.fromkeys(NVLINK_ERROR_KINDS, 0),
+                         "transmit_bytes": int(self.nvlink_bytes), "receive_bytes": int(self.nvlink_bytes)}
+                        for link in range(spec.nvlinks)],
         }
 
     def _clock_hertz(self, now: float, book: FaultBook) -> float:
@@ -193,4 +234,5 @@ _READINGS = (
     "pcie_replay_total",
     "xid_events",
     "processes",
+    "nvlinks",
 )

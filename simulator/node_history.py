@@ -17,7 +17,7 @@ from datetime import UTC, datetime
 from prometheus_client.core import GaugeMetricFamily, Metric
 
 from exporter.backends.base import HostProcess, NodeSnapshot
-from exporter.backends.sim import BadPayloadError, parse_gpu
+from exporter.backends.sim import BadPayloadError, parse_gpu, parse_host_memory
 from exporter.collector import GpuCollector
 from gateway.admission import AdmissionController, AdmissionLimits, Outcome, RejectReason, Ticket
 from gateway.metrics import GatewayMetrics
@@ -72,7 +72,9 @@ class _FleetBackend:
                 errors.append("gpu_lost")
             gpus.append(reading)
         host = tuple(HostProcess(name=p["name"], rss_bytes=p["rss_bytes"]) for p in doc["processes"])
-        return NodeSnapshot(gpus=tuple(gpus), errors=tuple(errors), host_processes=host)
+        total = parse_host_memory(doc, errors)
+        return NodeSnapshot(gpus=tuple(gpus), errors=tuple(errors), host_processes=host,
+                            host_memory_total_bytes=total)
 
 
 @dataclass(eq=False, slots=True)

@@ -40,6 +40,9 @@ class Detector(ABC):
     needs_baseline: ClassVar[bool] = False
     # Formatted with value, reference and score at the event's peak: one line for humans.
     reason_template: ClassVar[str] = "value {value:.4g} (reference {reference:.4g}, score {score:.3g})"
+    # True: the reference is the time (s) until the series reaches its capacity, not a baseline
+    # value; events carry it as their time to full.
+    reference_is_time_to_full: ClassVar[bool] = False
 
     def transform(self, values: pd.DataFrame) -> pd.DataFrame:
         """What this detector compares (e.g. a counter's increase); identity by default."""

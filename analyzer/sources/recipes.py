@@ -155,16 +155,23 @@ def bucket_quantile(q: float, bounds: np.ndarray, counts: np.ndarray) -> np.ndar
 
 @dataclass(frozen=True)
 class Ratio:
-    """``num / den`` matched on identical label sets."""
+    """``num / den`` matched on identical label sets, or with ``on`` set
+    ``num / on (…) group_left den``: each ``num`` column by the one ``den`` column that shares
+    those labels (a process's RSS by its node's memory)."""
 
     num: Recipe
     den: Recipe
+    on: tuple[str, ...] | None = None
+
+    def _key(self, labels: Mapping[str, str]) -> tuple[tuple[str, str], ...]:
+        kept = labels.items() if self.on is None else ((k, v) for k, v in labels.items() if k in self.on)
+        return tuple(sorted(kept))
 
     def evaluate(self, store: RawStore) -> Labeled:
         """Element-wise division of the matching columns."""
         a, b = self.num.evaluate(store), self.den.evaluate(store)
-        keys_b = {tuple(sorted(lab.items())): i for i, lab in enumerate(b.labels)}
-        keys_a = [tuple(sorted(lab.items())) for lab in a.labels]
+        keys_b = {self._key(lab): i for i, lab in enumerate(b.labels)}
+        keys_a = [self._key(lab) for lab in a.labels]
         pairs = [(i, keys_b[k]) for i, k in enumerate(keys_a) if k in keys_b]
         if not pairs:
             return Labeled(np.zeros((len(store.index), 0), np.float32), ())
@@ -229,6 +236,7 @@ RECIPES: dict[str, Recipe] = {
     "gpu_utilization_p95": OverTime(Gauge("oximeter_gpu_utilization_ratio"), 300, q=0.95),
     "ecc_corrected_increase": Increase("oximeter_gpu_ecc_errors_total", 300, {"kind": "corrected"},
                                        ("kind",)),
+    "ecc_corrected_burn": Increase("oximeter_gpu_ecc_errors_total", 3600, {"kind": "corrected"}, ("kind",)),
     "ecc_uncorrected_increase": Increase("oximeter_gpu_ecc_errors_total", 300, {"kind": "uncorrected"},
                                          ("kind",)),
     "xid_paging": Increase("oximeter_gpu_xid_errors_total", 300, {"xid": f"~{PAGING_XIDS}"}),
@@ -243,7 +251,10 @@ RECIPES: dict[str, Recipe] = {
         Increase("vllm:prefix_cache_hits_total", 300, per_second=True),
         Increase("vllm:prefix_cache_queries_total", 300, per_second=True))),
     "engine_ttft_p99": Relabel(HistogramQuantile(0.99, "vllm:time_to_first_token_seconds", 300)),
-    "process_rss_trend": Gauge("oximeter_process_resident_memory_bytes"),
+    "process_rss_trend": Ratio(Gauge("oximeter_process_resident_memory_bytes"),
+                               Gauge("oximeter_host_memory_total_bytes"), on=("node",)),
+    "gpu_memory_trend": Ratio(Gauge("oximeter_gpu_memory_used_bytes"),
+                              Gauge("oximeter_gpu_memory_total_bytes")),
     "dependency_latency_p99": HistogramQuantile(0.99, "oximeter_dependency_duration_seconds", 300),
     # Minimum-traffic guards (SignalSpec.traffic_spec): the same PromQL as each min_traffic.
     "queue_wait_p99:traffic": Increase("oximeter_queue_wait_seconds_count", 60),

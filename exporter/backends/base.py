@@ -49,6 +49,22 @@ class GpuProcess:
     used_memory_bytes: int
 
 
+# NVLink error counters the collector exports, in our vocabulary (NVML's DL_* counters).
+NVLINK_ERROR_KINDS: tuple[str, ...] = ("crc_flit", "crc_data", "replay", "recovery")
+
+
+@dataclass(frozen=True)
+class NvLinkStat:
+    """One NVLink of a GPU: whether it is up, its error counters (by ``NVLINK_ERROR_KINDS``) and
+    the data it has carried; ``None`` where the source cannot say."""
+
+    link: int
+    up: bool
+    errors: tuple[tuple[str, int], ...] = ()
+    transmit_bytes: int | None = None
+    receive_bytes: int | None = None
+
+
 @dataclass(frozen=True)
 class GpuReading:
     """One GPU at one scrape; ``None`` means not available, and the series is left out.
@@ -77,6 +93,8 @@ class GpuReading:
     pcie_replay_total: int | None = None
     xid: tuple[XidStat, ...] | None = None
     processes: tuple[GpuProcess, ...] | None = None
+    # None: the GPU has no NVLink (or the source cannot read it); a PCIe-only card exports none.
+    nvlinks: tuple[NvLinkStat, ...] | None = None
 
 
 @dataclass(frozen=True)
@@ -102,6 +120,9 @@ class NodeSnapshot:
     # False when the source itself could not be read this scrape (unreachable, lost, garbage):
     # exported as ``oximeter_telemetry_up`` 0, so a node whose GPUs never reported can page.
     read_ok: bool = True
+    # The host's physical memory (what a leaking process's RSS fills); None: the collector asks
+    # the host itself, as for the processes.
+    host_memory_total_bytes: int | None = None
 
 
 class GpuBackend(Protocol):

@@ -24,6 +24,7 @@ from exporter.backends.base import (
     GpuProcess,
     GpuReading,
     NodeSnapshot,
+    NvLinkStat,
     XidStat,
 )
 from exporter.deadline import DeadlineReader
@@ -44,6 +45,17 @@ _REASON_CONSTANTS: tuple[tuple[str, str], ...] = (
     ("power_brake", "nvmlClocksEventReasonHwPowerBrakeSlowdown"),
     ("idle", "nvmlClocksEventReasonGpuIdle"),
 )
+
+
+# Our NVLink error kind -> NVML's counter constant (nvmlDeviceGetNvLinkErrorCounter).
+_NVLINK_COUNTERS: tuple[tuple[str, str], ...] = (
+    ("crc_flit", "NVML_NVLINK_ERROR_DL_CRC_FLIT"),
+    ("crc_data", "NVML_NVLINK_ERROR_DL_CRC_DATA"),
+    ("replay", "NVML_NVLINK_ERROR_DL_REPLAY"),
+    ("recovery", "NVML_NVLINK_ERROR_DL_RECOVERY"),
+)
+# NVML counts NVLink data throughput in KiB.
+_KIB = 1024
 
 
 class _GpuGoneError(Exception):
@@ -249,6 +261,7 @@ class NvmlBackend:
             rows = call(nvml.nvmlDeviceGetRemappedRows, h)
             replays = call(nvml.nvmlDeviceGetPcieReplayCounter, h)
             processes = call(nvml.nvmlDeviceGetComputeRunningProcesses, h)
+            nvlinks = self._nvlinks(call, h)
         except _GpuGoneError as gone:
             errors.append(gone.reason)
             return self._down(slot), errors
@@ -276,8 +289,45 @@ class NvmlBackend:
             pcie_replay_total=_uint(replays),
             xid=self._xid_stats(slot.index),
             processes=None if processes is None else self._processes(processes),
+            nvlinks=nvlinks,
         )
         return reading, errors
+
+    def _nvlinks(self, call: Any, h: Any) -> tuple[NvLinkStat, ...] | None:
+        """Every NVLink of the GPU, in link order; None when it has none. Links are numbered from
+        0: the first link NVML does not know (invalid argument or not supported) ends the list."""
+        nvml = self._nvml
+        links: list[NvLinkStat] = []
+        for link in range(int(nvml.NVML_NVLINK_MAX_LINKS)):
+            state = call(self._link_state, h, link)
+            if state is None:
+                break
+            counts = [(kind, _ull(call(nvml.nvmlDeviceGetNvLinkErrorCounter, h, link, getattr(nvml, const))))
+                      for kind, const in _NVLINK_COUNTERS]
+            fields = call(nvml.nvmlDeviceGetFieldValues, h,
+                          [(nvml.NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_TX, link),
+                           (nvml.NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_RX, link)])
+            tx, rx = (None, None) if fields is None else (self._field_bytes(f) for f in fields)
+            links.append(NvLinkStat(link=link, up=int(state) == int(nvml.NVML_FEATURE_ENABLED),
+                                    errors=tuple((k, v) for k, v in counts if v is not None),
+                                    transmit_bytes=tx, receive_bytes=rx))
+        return tuple(links) or None
+
+    def _link_state(self, h: Any, link: int) -> Any:
+        """The link's state; None past the GPU's last link (NVML answers invalid argument there)."""
+        nvml = self._nvml
+        try:
+            return nvml.nvmlDeviceGetNvLinkState(h, link)
+        except nvml.NVMLError_InvalidArgument:
+            return None
+
+    def _field_bytes(self, field: Any) -> int | None:
+        """A throughput field value (KiB) in bytes; None when NVML could not read it."""
+        nvml = self._nvml
+        if int(field.nvmlReturn) != int(nvml.NVML_SUCCESS):
+            return None
+        value = _ull(field.value.ullVal)
+        return None if value is None else value * _KIB
 
     def _processes(self, raw: Any) -> tuple[GpuProcess, ...]:
         found: list[GpuProcess] = []

@@ -18,11 +18,13 @@ from typing import Any
 
 from exporter.backends.base import (
     CLOCK_EVENT_REASONS,
+    NVLINK_ERROR_KINDS,
     GpuIdentity,
     GpuProcess,
     GpuReading,
     HostProcess,
     NodeSnapshot,
+    NvLinkStat,
     XidStat,
 )
 
@@ -88,6 +90,27 @@ def _processes(raw: Any) -> tuple[GpuProcess, ...] | None:
     return tuple(found)
 
 
+def _nvlinks(raw: Any) -> tuple[NvLinkStat, ...] | None:
+    """``[{"link", "up", "errors": {kind: count}, "transmit_bytes", "receive_bytes"}]``; absent: None."""
+    if raw is None:
+        return None
+    if not isinstance(raw, list):
+        raise BadPayloadError("nvlinks: expected a list")
+    links = []
+    for obj in raw:
+        if not isinstance(obj, Mapping):
+            raise BadPayloadError("nvlinks: expected a list of objects")
+        errors = obj.get("errors") or {}
+        if not isinstance(errors, Mapping):
+            raise BadPayloadError("nvlinks: errors: expected an object")
+        links.append(NvLinkStat(
+            link=int(obj["link"]), up=bool(obj["up"]),
+            errors=tuple((kind, int(errors[kind])) for kind in NVLINK_ERROR_KINDS
+                         if errors.get(kind) is not None),
+            transmit_bytes=_int(obj, "transmit_bytes"), receive_bytes=_int(obj, "receive_bytes")))
+    return tuple(links)
+
+
 def parse_gpu(obj: Mapping[str, Any]) -> GpuReading:
     """One GPU object of the contract → a reading; BadPayloadError when it does not fit."""
     if not isinstance(obj, Mapping) or not isinstance(obj.get("index"), int):
@@ -124,6 +147,7 @@ def parse_gpu(obj: Mapping[str, Any]) -> GpuReading:
             pcie_replay_total=_int(obj, "pcie_replay_total"),
             xid=xid,
             processes=_processes(obj.get("processes")),
+            nvlinks=_nvlinks(obj.get("nvlinks")),
         )
     except (KeyError, TypeError, ValueError) as exc:
         raise BadPayloadError(f"GPU {identity.index}: {exc}") from None
@@ -184,7 +208,19 @@ class SimBackend:
                 errors.append("gpu_lost")
             gpus.append(reading)
         host = _host_processes(document.get("processes"), errors)
-        return NodeSnapshot(gpus=tuple(gpus), errors=tuple(errors), host_processes=host)
+        total = parse_host_memory(document, errors)
+        return NodeSnapshot(gpus=tuple(gpus), errors=tuple(errors), host_processes=host,
+                            host_memory_total_bytes=total)
+
+
+def parse_host_memory(document: dict[str, Any], errors: list[str]) -> int | None:
+    """The document's ``host_memory_total_bytes`` (absent: None; not a positive integer: None
+    and a ``sim_bad_payload`` error)."""
+    total = document.get("host_memory_total_bytes")
+    if total is not None and (isinstance(total, bool) or not isinstance(total, int) or total <= 0):
+        errors.append("sim_bad_payload")
+        return None
+    return total
 
 
 def _host_processes(raw: Any, errors: list[str]) -> tuple[HostProcess, ...]:

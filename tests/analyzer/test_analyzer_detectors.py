@@ -168,6 +168,26 @@ def test_trend_time_to_full() -> None:
     assert det.reference["a"].iloc[-1] == pytest.approx((2000.0 - v[-1]) / (10.0 / 60.0), rel=1e-4)
 
 
+@pytest.mark.parametrize(("level", "per_window", "capacity", "fires"), [
+    # A card held at 90 % that gains 2 points in the window: 2 % of its level, a fifth of its headroom.
+    (0.90, 0.02, None, False),
+    (0.90, 0.02, 1.0, True),
+    # A process at 3 % of its host growing 1.5 points (half of itself): its level decides.
+    (0.03, 0.015, 1.0, True),
+    (0.03, 0.001, 1.0, False),
+    # Rising 5 % of the smaller of level and headroom is the boundary.
+    (0.50, 0.0251, 1.0, True),
+    (0.50, 0.0249, 1.0, False),
+])
+def test_trend_rise_is_judged_against_level_or_headroom(level: float, per_window: float,
+                                                        capacity: float | None, fires: bool) -> None:
+    rows = 31  # the 30-minute window on a 1-min grid, ending on the last row
+    start = level - per_window
+    v = np.r_[np.full(ROWS - rows, start), start + per_window * np.arange(rows) / 30]
+    det = Trend(window_s=1800, capacity=capacity, horizon_s=1e9).detect(frame({"a": v}))
+    assert bool(det.flags["a"].iloc[-1]) is fires
+
+
 def test_peer_groups_are_separate() -> None:
     # A100s at 1.0 and H100s at 2.0: neither group is an outlier against the other.
     cols = {f"a{i}": np.full(ROWS, 1.0 + i * 0.01) for i in range(4)}

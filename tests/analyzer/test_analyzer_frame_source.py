@@ -44,6 +44,12 @@ def history(tmp_path: Path) -> Path:
         series[("oximeter_queue_wait_seconds_bucket", labs)] = np.cumsum(per_step[b])
     series[("oximeter_queue_length", (("node", "n1"), ("service", "chat")))] = np.r_[np.full(ROWS - 10, 3.0),
                                                                                     np.full(10, np.nan)]
+    # Two processes on n1 share its 100 GiB; n2's process has no host reading.
+    for node, proc, gib in (("n1", "vllm", 8.0), ("n1", "tokenizer", 2.0), ("n2", "vllm", 5.0)):
+        labs = (("instance", f"{node}:9400"), ("node", node), ("process", proc))
+        series[("oximeter_process_resident_memory_bytes", labs)] = np.full(ROWS, gib * 2**30)
+    series[("oximeter_host_memory_total_bytes", (("instance", "n1:9400"), ("node", "n1")))] = \
+        np.full(ROWS, 100.0 * 2**30)
     write_history(tmp_path, series, T0, STEP)
     return tmp_path
 
@@ -64,6 +70,15 @@ def test_ecc_increase_over_five_minutes(history: Path) -> None:
     assert "kind" not in column
     # Ten increments of 10 by row 109 (the first lands on row 100); 20 steps = 5 minutes later.
     assert got[column].iloc[99] == 0.0 and got[column].iloc[109] == 100.0 and got[column].iloc[200] == 200.0
+
+
+def test_rss_is_a_share_of_its_hosts_memory(history: Path) -> None:
+    # ``/ on (node) group_left``: every process of a node divided by that node's one total.
+    source = FrameSource.from_history(history)
+    got = source.fetch(CATALOGUE["process_rss_trend"], T0, T0 + timedelta(hours=1), 60.0).values
+    assert sorted(got.columns) == ["node=n1,process=tokenizer", "node=n1,process=vllm"]
+    assert got["node=n1,process=vllm"].iloc[-1] == pytest.approx(0.08)
+    assert got["node=n1,process=tokenizer"].iloc[-1] == pytest.approx(0.02)
 
 
 def test_queue_wait_p99_uses_prometheus_interpolation(history: Path) -> None:

@@ -9,6 +9,7 @@ checkout.
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 from datetime import UTC, datetime
 from pathlib import Path
@@ -72,6 +73,15 @@ def test_json_output() -> None:
         ("infrastructure", "xid_critical", "xid_paging", "n1", "3")
     # A paging Xid needs no persistence: opened in the cycle of the fault; then opened + resolved.
     assert (one["time_to_detect_s"], one["messages"], one["budget"]) == (0.0, 2, 4)
+
+
+@pytest.mark.timeout(COLD_TIMEOUT_S)
+@pytest.mark.parametrize("name", ["gpu_memory_leak", "engine_leak"])
+def test_a_leak_incident_says_when_it_will_be_full(name: str) -> None:
+    result = drill(name, "--json")
+    assert result.returncode == 0, result.stdout + result.stderr
+    [got] = json.loads(result.stdout)["drills"][0]["attributed"]
+    assert re.search(r"full in \d+(\.\d)? (min|h|d)\b", got["sentence"]), got["sentence"]
 
 
 def test_unknown_scenario_is_a_usage_error() -> None:

@@ -45,6 +45,15 @@ nvmlClocksEventReasonSwThermalSlowdown = 0x0000000000000020
 nvmlClocksEventReasonHwThermalSlowdown = 0x0000000000000040
 nvmlClocksEventReasonHwPowerBrakeSlowdown = 0x0000000000000080
 
+NVML_FEATURE_ENABLED = 1
+NVML_NVLINK_MAX_LINKS = 36
+NVML_NVLINK_ERROR_DL_REPLAY = 0
+NVML_NVLINK_ERROR_DL_RECOVERY = 1
+NVML_NVLINK_ERROR_DL_CRC_FLIT = 2
+NVML_NVLINK_ERROR_DL_CRC_DATA = 3
+NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_TX = 138
+NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_RX = 139
+
 UINT_NA = 0xFFFFFFFF
 ULL_NA = 0xFFFFFFFFFFFFFFFF
 
@@ -105,6 +114,21 @@ def default_values(index: int) -> dict[str, Any]:
     }
 
 
+def nvlink_values(states: list[int], errors: dict[tuple[int, int], int] | None = None,
+                  kib: dict[tuple[int, int], int] | None = None) -> dict[str, Any]:
+    """NVLink answers for ``FakeDevice.values``: one state per link (1 = enabled), error counters
+    by (link, NVML counter), throughput in KiB by (field id, link); absent counters read 0."""
+    links = range(len(states))
+    return {
+        "nvmlDeviceGetNvLinkState": dict(enumerate(states)),
+        "nvmlDeviceGetNvLinkErrorCounter": {(link, c): (errors or {}).get((link, c), 0)
+                                            for link in links for c in range(4)},
+        "nvmlDeviceGetFieldValues": {(f, link): (kib or {}).get((f, link), 0) for link in links
+                                     for f in (NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_TX,
+                                               NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_RX)},
+    }
+
+
 @dataclass
 class FakeDevice:
     """One GPU: per-call answers, per-call injected error codes, per-call hangs."""
@@ -151,6 +175,14 @@ class FakeNvml:
     NVML_MEMORY_ERROR_TYPE_CORRECTED = NVML_MEMORY_ERROR_TYPE_CORRECTED
     NVML_MEMORY_ERROR_TYPE_UNCORRECTED = NVML_MEMORY_ERROR_TYPE_UNCORRECTED
     nvmlEventTypeXidCriticalError = nvmlEventTypeXidCriticalError
+    NVML_FEATURE_ENABLED = NVML_FEATURE_ENABLED
+    NVML_NVLINK_MAX_LINKS = NVML_NVLINK_MAX_LINKS
+    NVML_NVLINK_ERROR_DL_REPLAY = NVML_NVLINK_ERROR_DL_REPLAY
+    NVML_NVLINK_ERROR_DL_RECOVERY = NVML_NVLINK_ERROR_DL_RECOVERY
+    NVML_NVLINK_ERROR_DL_CRC_FLIT = NVML_NVLINK_ERROR_DL_CRC_FLIT
+    NVML_NVLINK_ERROR_DL_CRC_DATA = NVML_NVLINK_ERROR_DL_CRC_DATA
+    NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_TX = NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_TX
+    NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_RX = NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_RX
     nvmlClocksEventReasonGpuIdle = nvmlClocksEventReasonGpuIdle
     nvmlClocksEventReasonSwPowerCap = nvmlClocksEventReasonSwPowerCap
     nvmlClocksEventReasonHwSlowdown = nvmlClocksEventReasonHwSlowdown
@@ -262,6 +294,37 @@ class FakeNvml:
 
     def nvmlDeviceGetComputeRunningProcesses(self, handle: FakeDevice) -> list[Any]:
         return list(self._answer("nvmlDeviceGetComputeRunningProcesses", handle))
+
+    def _nvlink(self, name: str, handle: FakeDevice, key: Any) -> Any:
+        # A GPU without NVLink answers "not supported"; past its last link, "invalid argument".
+        if name not in handle.values and name not in handle.errors:
+            if not self.initialised:
+                raise NVMLError_Uninitialized()
+            raise NVMLError_NotSupported()
+        answers = self._answer(name, handle)
+        if key not in answers:
+            raise NVMLError_InvalidArgument()
+        return answers[key]
+
+    def nvmlDeviceGetNvLinkState(self, device: FakeDevice, link: int) -> int:
+        return int(self._nvlink("nvmlDeviceGetNvLinkState", device, link))
+
+    def nvmlDeviceGetNvLinkErrorCounter(self, device: FakeDevice, link: int, counter: int) -> int:
+        return int(self._nvlink("nvmlDeviceGetNvLinkErrorCounter", device, (link, counter)))
+
+    def nvmlDeviceGetFieldValues(self, handle: FakeDevice, fieldIds: list[Any]) -> list[Any]:
+        # One value per (field id, link), as pynvml's c_nvmlFieldValue_t: a return code per field.
+        out = []
+        for field_id, link in fieldIds:
+            try:
+                kib = self._nvlink("nvmlDeviceGetFieldValues", handle, (field_id, link))
+            except NVMLError_InvalidArgument:
+                code, kib = NVML_ERROR_NOT_SUPPORTED, 0
+            else:
+                code = NVML_SUCCESS
+            out.append(SimpleNamespace(fieldId=field_id, scopeId=link, nvmlReturn=code,
+                                       value=SimpleNamespace(ullVal=kib)))
+        return out
 
     def nvmlSystemGetProcessName(self, pid: int) -> str:
         if pid not in self.process_names:

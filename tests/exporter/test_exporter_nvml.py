@@ -201,3 +201,34 @@ def test_no_nvml_library_fails_start_up() -> None:
     with pytest.raises(BackendStartError, match="NVML initialisation failed"):
         backend.start()
     backend.close()
+
+
+def test_nvlink_errors_and_throughput_per_link(started: Started) -> None:
+    # GPU 1: links 0 and 1 up, link 2 down; link 1 has CRC flit errors and replays; link 0 has
+    # carried 1000 KiB out and 3 KiB in. GPU 0 has no NVLink: no series at all.
+    links = nv.nvlink_values(
+        [nv.NVML_FEATURE_ENABLED, nv.NVML_FEATURE_ENABLED, 0],
+        errors={(1, nv.NVML_NVLINK_ERROR_DL_CRC_FLIT): 12, (1, nv.NVML_NVLINK_ERROR_DL_REPLAY): 3},
+        kib={(nv.NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_TX, 0): 1000,
+             (nv.NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_RX, 0): 3})
+    _, collector, _ = started(FakeNvml([FakeDevice(0), FakeDevice(1, values=links)]))
+    registry = scrape_once(collector)
+    assert [value(registry, "oximeter_gpu_nvlink_up", 1, link=str(k)) for k in range(4)] == [1, 1, 0, None]
+    assert value(registry, "oximeter_gpu_nvlink_errors_total", 1, link="1", kind="crc_flit") == 12
+    assert value(registry, "oximeter_gpu_nvlink_errors_total", 1, link="1", kind="replay") == 3
+    assert value(registry, "oximeter_gpu_nvlink_errors_total", 1, link="0", kind="recovery") == 0
+    assert value(registry, "oximeter_gpu_nvlink_transmit_bytes_total", 1, link="0") == 1000 * 1024
+    assert value(registry, "oximeter_gpu_nvlink_receive_bytes_total", 1, link="0") == 3 * 1024
+    assert value(registry, "oximeter_gpu_nvlink_up", 0, link="0") is None
+    assert errors(registry, "nvml_error") == 0
+
+
+def test_an_nvlink_counter_that_fails_is_absent_and_counted(started: Started) -> None:
+    device = FakeDevice(1, values=nv.nvlink_values([nv.NVML_FEATURE_ENABLED]))
+    device.errors["nvmlDeviceGetNvLinkErrorCounter"] = nv.NVML_ERROR_NO_PERMISSION
+    _, collector, _ = started(FakeNvml([FakeDevice(0), device]))
+    registry = scrape_once(collector)
+    assert value(registry, "oximeter_gpu_nvlink_up", 1, link="0") == 1
+    assert value(registry, "oximeter_gpu_nvlink_errors_total", 1, link="0", kind="crc_flit") is None
+    assert value(registry, "oximeter_gpu_nvlink_transmit_bytes_total", 1, link="0") == 0
+    assert errors(registry, "nvml_error") == 4  # one per counter kind

@@ -176,3 +176,7 @@ def test_an_unreachable_simulator_is_exported_as_telemetry_down_from_the_first_s
     # (The readiness probe scraped too: each scrape tried the simulator once.)
     (tries,) = pick(first, "oximeter_exporter_collect_errors_total", reason="sim_unreachable").values()
     assert tries >= 1
+
+
+def test_host_memory_total_is_read_with_psutil() -> None:
+    assert ProcessMemory([]).memory_total_bytes() == psutil.virtual_memory().total

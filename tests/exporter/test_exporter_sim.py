@@ -130,3 +130,37 @@ def test_simulated_process_rss(server: FleetServer) -> None:
     rss = "oximeter_process_resident_memory_bytes"
     assert registry.get_sample_value(rss, {"node": NODE, "process": "vllm"}) == 4 * GIB
     assert registry.get_sample_value(rss, {"node": NODE, "process": "tokenizer"}) is None
+
+
+@pytest.mark.parametrize(("total", "want", "bad"), [(256 * GIB, 256 * GIB, 0.0), (None, None, 0.0),
+                                                    ("lots", None, 1.0), (0, None, 1.0)])
+def test_simulated_host_memory(server: FleetServer, total: object, want: float | None, bad: float) -> None:
+    document = sim_document([sim_gpu(0)])
+    if total is not None:
+        document["host_memory_total_bytes"] = total
+    server.document = document
+    registry = scrape_once(collector_for(server.url))
+    assert registry.get_sample_value("oximeter_host_memory_total_bytes", {"node": NODE}) == want
+    assert errors(registry, "sim_bad_payload") == bad
+
+
+def test_simulated_nvlinks(server: FleetServer) -> None:
+    gpu = {**sim_gpu(0), "nvlinks": [
+        {"link": 0, "up": True, "errors": {"crc_flit": 4, "replay": 1}, "transmit_bytes": 10,
+         "receive_bytes": 20},
+        {"link": 1, "up": False, "errors": {}, "transmit_bytes": None, "receive_bytes": None}]}
+    server.document = sim_document([gpu])
+    registry = scrape_once(collector_for(server.url))
+
+    def got(name: str, **extra: str) -> float | None:
+        return registry.get_sample_value(name, {**gpu_labels(0), **extra})
+
+    assert (got("oximeter_gpu_nvlink_up", link="0"), got("oximeter_gpu_nvlink_up", link="1")) == (1, 0)
+    assert got("oximeter_gpu_nvlink_errors_total", link="0", kind="crc_flit") == 4
+    assert got("oximeter_gpu_nvlink_errors_total", link="0", kind="crc_data") is None
+    assert got("oximeter_gpu_nvlink_transmit_bytes_total", link="0") == 10
+    assert got("oximeter_gpu_nvlink_receive_bytes_total", link="0") == 20
+    assert got("oximeter_gpu_nvlink_transmit_bytes_total", link="1") is None
+    for bad in ("lots", [5], [{"link": 0, "up": True, "errors": "many"}]):
+        server.document = sim_document([{**sim_gpu(0), "nvlinks": bad}])
+        assert errors(scrape_once(collector_for(server.url)), "sim_bad_payload") == 1, bad

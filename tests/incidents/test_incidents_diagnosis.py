@@ -3,7 +3,7 @@ whole ordered table (which rule wins), with the root cause, severity and sentenc
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import pytest
 from incident_cases import ev, gpu
@@ -31,6 +31,12 @@ WARM: Snapshot = {**THERMAL, "gpu_temperature": {gpu(): 80.0}}
 DEP = ev("dependency_latency_p99", 0.8, 0.02, node="node-0", dependency="vectordb")
 CACHE = ev("cache_hit_ratio", 0.60, 0.95, onset=1, node="node-0", cache="redis")
 PEER = ev("engine_itl_peer", 0.09, 0.03, node="node-0", model="m")
+# 3 % of the host's memory, growing by 48.1 % of that an hour; full in three and a half days.
+RSS_LEAK = replace(ev("process_rss_trend", 0.03, None, node="node-0", process="vllm"), score=0.481,
+                   time_to_full_s=3.5 * 86400)
+# 90 % of the card, rising 5 % of that per hour: 4.5 points an hour, full in 1.5 h.
+GPU_LEAK = replace(ev("gpu_memory_trend", 0.9, None, node="node-0", gpu="0"), score=0.05,
+                   time_to_full_s=5400.0)
 
 
 def merge(*snaps: Snapshot) -> Snapshot:
@@ -78,6 +84,13 @@ ROWS = [
         (ev("ecc_corrected_increase", 240, 2, node="node-0", gpu="0"),
          ev("ecc_uncorrected_increase", 1, 0, onset=3, node="node-0", gpu="0")),
         winner="ecc_uncorrectable", root="ecc_uncorrected_increase"),
+    Row("ecc slow burn", dx.ecc_slow_burn, (ev("ecc_corrected_burn", 600, 0, node="node-0", gpu="0"),),
+        root="ecc_corrected_burn", severity="warning",
+        sentence="corrected ECC +600 in 1 h on gpu=0,node=node-0 (10.0 a minute): schedule a drain"),
+    Row("a slow burn that became a storm is the storm", dx.ecc_slow_burn,
+        (ev("ecc_corrected_burn", 600, 0, node="node-0", gpu="0"),
+         ev("ecc_corrected_increase", 240, 2, onset=1, node="node-0", gpu="0")),
+        winner="ecc_storm", root="ecc_corrected_increase", severity="critical"),
     Row("thermal throttle with LOW utilisation", dx.thermal_throttle, (Q_SOFT,), merge(UTIL_LOW, THERMAL),
         root="gpu_temperature", severity="warning",
         sentence="GPU gpu=0,node=node-0 at 91 °C, SM clock 55 % of max with a thermal reason, "
@@ -132,10 +145,18 @@ ROWS = [
     Row("cache hit rate alone", dx.dependency_degraded, (CACHE,), root="cache_hit_ratio", severity="warning"),
     Row("no dependency anomaly", dx.dependency_degraded, (Q,), UTIL_HIGH, fires=False,
         winner="capacity_exhausted"),
-    Row("rss leak", dx.engine_leak, (ev("process_rss_trend", 6 * 2**30, 4 * 2**30, node="node-0",
-                                        process="vllm"),),
+    Row("rss leak", dx.engine_leak, (RSS_LEAK,),
         root="process_rss_trend",
-        sentence="node=node-0,process=vllm: RSS 6.00 GiB rising (process_rss_trend test)"),
+        sentence="node=node-0,process=vllm: RSS 3.0 % of the host's memory, rising 48.1 % per hour, "
+                 "full in 3.5 d"),
+    Row("gpu memory leak", dx.gpu_memory_leak, (GPU_LEAK,), root="gpu_memory_trend", severity="warning",
+        sentence="gpu=0,node=node-0: GPU memory 90 % used, rising 4.5 points per hour, full in 1.5 h"),
+    Row("gpu memory leak under an hour from full", dx.gpu_memory_leak,
+        (replace(GPU_LEAK, value=0.98, time_to_full_s=1800.0),), root="gpu_memory_trend",
+        sentence="gpu=0,node=node-0: GPU memory 98 % used, rising 4.9 points per hour, full in 30 min"),
+    Row("a full card stalls the engine: the queue and the KV cache are its impact", dx.gpu_memory_leak,
+        (GPU_LEAK, ev("queue_wait_p99", 4.8, 0.787, onset=2, on=N0)), merge(UTIL_HIGH, KV_FULL),
+        root="gpu_memory_trend", severity="critical"),
     Row("kv full", dx.kv_pressure, (Q,), merge(UTIL_HIGH, KV_FULL), root="kv_cache_usage",
         severity="critical",
         sentence="queue_wait p99 4.8 s = 6.1 × baseline while KV cache 97 % full"),
@@ -194,15 +215,17 @@ def test_every_rule_has_a_positive_and_a_negative_row() -> None:
     positives = {r.rule.__name__ for r in ROWS if r.fires}
     negatives = {r.rule.__name__ for r in ROWS if not r.fires}
     # These fire on their one signal alone: their negative case is that signal's absence.
-    single_signal = {"ecc_uncorrectable", "ecc_storm", "telemetry_lost", "engine_leak"}
+    single_signal = {"ecc_uncorrectable", "ecc_storm", "ecc_slow_burn", "telemetry_lost", "engine_leak",
+                     "gpu_memory_leak"}
     assert positives == {r.__name__ for r in dx.RULES}
     assert negatives == {r.__name__ for r in dx.RULES} - single_signal
 
 
 def test_rule_order_is_the_architecture_table() -> None:
     assert dx.RULE_IDS == (
-        "xid_critical", "ecc_uncorrectable", "ecc_storm", "thermal_throttle", "peer_outlier",
-        "telemetry_lost", "dependency_degraded", "engine_leak", "kv_pressure", "prefix_cache_collapse",
+        "xid_critical", "ecc_uncorrectable", "ecc_storm", "ecc_slow_burn", "thermal_throttle", "peer_outlier",
+        "telemetry_lost", "dependency_degraded", "engine_leak", "gpu_memory_leak", "kv_pressure",
+        "prefix_cache_collapse",
         "capacity_exhausted", "scheduling_bottleneck", "ingress_errors", "unclassified")
 
 

@@ -161,3 +161,43 @@ def test_rss_leak_grows_linearly_and_restart_resets_counters() -> None:
     assert fleet.nodes["n1"].engine.stats.generation_tokens == 0
     assert fleet.conditions("n1", clock.now() + 29).stalled
     assert not fleet.conditions("n1", clock.now() + 30).stalled
+
+
+def test_gpu_memory_leak_fills_one_card_then_the_engine_fails() -> None:
+    _, fleet = make_fleet()
+    gpu = fleet.nodes["n1"].gpus[1]
+    total = gpu.spec.memory_total_bytes
+    before = fleet.gpus_json("n1", 0.0, 1000.0)["gpus"][1]["memory_used_bytes"]
+    fleet.add_fault({"kind": "gpu_memory_leak", "node": "n1", "gpu": 1, "start": 60, "strength": 180})
+    two_min = fleet.gpus_json("n1", 180.0, 1000.0)["gpus"]
+    assert two_min[1]["memory_used_bytes"] - before == 360 << 20
+    assert two_min[0]["memory_used_bytes"] == before  # one card only
+    assert two_min[1]["processes"][0]["used_memory_bytes"] == two_min[1]["memory_used_bytes"] - (512 << 20)
+    # Full when the leak has eaten the headroom the engine left: then the engine stalls.
+    full_at = 60 + (total - before) / (180 << 20) * 60
+    assert gpu.out_of_memory_at(180.0, fleet.faults) == pytest.approx(full_at)
+    assert not fleet.conditions("n1", full_at - 1).stalled
+    assert fleet.conditions("n1", full_at).stalled
+    assert fleet.gpus_json("n1", full_at + 600, 1000.0)["gpus"][1]["memory_used_bytes"] == total
+    # Deleting the fault is restarting the engine: the memory is back and the engine runs.
+    [fault] = fleet.faults.all()
+    fleet.faults.remove(fault.id)
+    assert not fleet.conditions("n1", full_at + 601).stalled
+    assert fleet.gpus_json("n1", full_at + 601, 1000.0)["gpus"][1]["memory_used_bytes"] == before
+
+
+def test_nvlink_traffic_follows_the_load_and_links_are_healthy() -> None:
+    clock, fleet = make_fleet()
+    busy, idle = fleet.nodes["n1"].gpus[0], fleet.nodes["n1"].gpus[1]
+    for t in range(0, 61):
+        clock.set(float(t))
+        busy.step(clock.now(), 0.5, fleet.faults, 1000.0)
+        idle.step(clock.now(), 0.0, fleet.faults, 1000.0)
+    gpus = fleet.gpus_json("n1", 60.0, 1000.0)["gpus"]
+    links = gpus[0]["nvlinks"]
+    assert [link["link"] for link in links] == list(range(busy.spec.nvlinks))
+    # Half the load for a minute: half the full-load rate, 60 s of it, each way on every link.
+    want = int(busy.spec.nvlink_bytes_per_s_at_full * 0.5 * 60)
+    assert {(link["transmit_bytes"], link["receive_bytes"]) for link in links} == {(want, want)}
+    assert all(link["up"] and set(link["errors"].values()) == {0} for link in links)
+    assert {link["transmit_bytes"] for link in gpus[1]["nvlinks"]} == {0}
