@@ -1,4 +1,4 @@
-"""Resident memory of the configured inference processes on this host (seed 004: RSS, not VIRT).
+"""Resident memory of the configured inference processes on this host (RSS, not VIRT: a leak shows in RSS).
 
 A configured name matches a process whose name equals it or whose command line contains it
 (vLLM usually runs as ``python -m vllm...``); matches are summed per configured name, so the

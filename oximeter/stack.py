@@ -2,7 +2,7 @@
 
 Start order follows the dependencies, each step polled until ready: (backfill) → Redis →
 simulator → one exporter and one gateway per node → Alertmanager → Prometheus (every target up)
-→ add-ons (the analyzer daemon, a chat sink: issue 8) → traffic. ``stop()`` goes in reverse, and
+→ add-ons (the analyzer daemon, a chat sink) → traffic. ``stop()`` goes in reverse, and
 ``start()`` stops what it started when a step fails, so nothing outlives an error or Ctrl-C.
 Missing binaries are reported before anything starts, pointing at ``make doctor``.
 """

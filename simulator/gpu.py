@@ -1,5 +1,5 @@
 """One simulated GPU: utilisation, power, temperature and clocks driven by its engine's batch,
-plus the hardware faults of seeds 001/003 (ECC, Xid, throttling, replays, falling off the bus).
+plus hardware faults (ECC, Xid, throttling, replays, falling off the bus).
 
 The engine drives the GPU (``step(util)``) and the GPU drives the engine back
 (``compute_slowdown``, ``lost``): a throttled or slow card slows the whole tensor-parallel engine.
@@ -17,7 +17,7 @@ from simulator.faults import FaultBook
 
 MIB = 1 << 20
 GIB = 1 << 30
-# Where H100s start hardware slowdown; above the 85 °C alert threshold of seed 003 §4.1.
+# Where H100s start hardware slowdown; above the 85 °C GpuTemperatureHigh threshold.
 THROTTLE_CELSIUS = 92.0
 
 

@@ -1,5 +1,5 @@
 """Counter growth: reset-safe increase over a window, absolute (ECC +100 in 5 min) or relative to
-the baseline increase (×100, seed 003 §3.1) — "not one cosmic ray"."""
+the baseline increase (×100) — "not one cosmic ray"."""
 
 from __future__ import annotations
 

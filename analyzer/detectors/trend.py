@@ -1,4 +1,4 @@
-"""Trend / leak: a steady rise (process RSS creeping, seed 004 §2–3) with a time-to-full estimate.
+"""Trend / leak: a steady rise (process RSS creeping) with a time-to-full estimate.
 
 Rolling least squares over a trailing window, vectorised across every series with running sums.
 Steadiness is the window's R²: a leak rises every minute, a busy hour does not.
