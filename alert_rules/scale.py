@@ -1,6 +1,6 @@
 """Rules with every duration divided by a factor, for live tests that cannot wait real minutes.
 
-ARCHITECTURE: live tests load time-scaled rules; the promtool unit tests keep the real durations.
+Live tests load time-scaled rules; the promtool unit tests keep the real durations.
 Scaled are `for:` / `keep_firing_for:`, range selectors and subqueries (``[5m]``, ``[5m:1m]``) and
 ``offset``. Numbers are never touched: thresholds in seconds (queue wait > 1 s) are latencies, not
 windows. The one numeric window, the Xid recency ``time() - ts < 300``, stays 5 minutes: longer than

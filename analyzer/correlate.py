@@ -2,7 +2,7 @@
 
 Events that share an entity (node, GPU via its node, service via the topology) and whose active
 spans come within ``lookback`` of each other belong together; the rest stay apart, so two faults
-on two nodes make two incidents (ARCHITECTURE "Topology and labels").
+on two nodes make two incidents.
 """
 
 from __future__ import annotations

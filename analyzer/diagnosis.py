@@ -1,4 +1,4 @@
-"""Root-cause diagnosis: ARCHITECTURE "Diagnosis patterns", one named function per rule, first match wins.
+"""Root-cause diagnosis: one named function per rule, tried in order, first match wins.
 
 A rule sees a :class:`Case`: the group's anomaly events *and* a snapshot of current values per
 entity, because several rules hinge on context that is not itself anomalous ("GPU utilisation
@@ -38,7 +38,7 @@ DESCRIPTIVE_LABELS = frozenset({"uuid", "pci_bus_id", "gpu_model"})
 
 @dataclass(frozen=True)
 class Thresholds:
-    """Context limits the rules use (ARCHITECTURE "Thresholds"; all configurable)."""
+    """Context limits the rules use."""
 
     temperature_c: float = 85.0
     gpu_util_low: float = 0.5
@@ -145,7 +145,7 @@ def describe(event: AnomalyEvent) -> str:
 
 
 def symptom_severity(case: Case) -> Severity:
-    """P0 symptoms (ARCHITECTURE "Thresholds") make any diagnosis critical."""
+    """P0 symptoms (504s, a full queue, queue wait p99 over 1 s) make any diagnosis critical."""
     if case.of("error_504_ratio", "queue_limit_ratio"):
         return "critical"
     if any(e.value >= case.thresholds.queue_wait_p0_s for e in case.of("queue_wait_p99")):
@@ -171,7 +171,7 @@ def _first(case: Case, *signals: str) -> AnomalyEvent | None:
 
 
 def xid_critical(case: Case) -> Diagnosis | None:
-    """A paging Xid: isolate the GPU now (seed 003 §4.3)."""
+    """A paging Xid: isolate the GPU now."""
     e = _first(case, "xid_paging")
     if e is None:
         return None
@@ -187,7 +187,7 @@ def xid_critical(case: Case) -> Diagnosis | None:
 
 
 def ecc_uncorrectable(case: Case) -> Diagnosis | None:
-    """Any uncorrectable ECC error: isolate the GPU now (seed 003 §4.3)."""
+    """Any uncorrectable ECC error: isolate the GPU now."""
     e = _first(case, "ecc_uncorrected_increase")
     if e is None:
         return None
@@ -198,7 +198,7 @@ def ecc_uncorrectable(case: Case) -> Diagnosis | None:
 
 
 def ecc_storm(case: Case) -> Diagnosis | None:
-    """Corrected ECC +100 in 5 min or × 100 its baseline: drain the node (seed 003 §3.1)."""
+    """Corrected ECC +100 in 5 min or × 100 its baseline: drain the node."""
     e = _first(case, "ecc_corrected_increase")
     if e is None:
         return None
@@ -231,7 +231,7 @@ def thermal_throttle(case: Case) -> Diagnosis | None:
     latency = case.of(*LATENCY_UP)
     throttle = case.of("gpu_temperature", "gpu_sm_clock_ratio")
     # The throttle's own anomaly also qualifies: at low traffic the latency rise can stay under
-    # its detector's margin while the GPU is plainly cooking (seed 003 §4.1).
+    # its detector's margin while the GPU is plainly cooking.
     if not latency and not throttle:
         return None
     t = case.thresholds
@@ -257,7 +257,7 @@ def thermal_throttle(case: Case) -> Diagnosis | None:
 
 
 def peer_outlier(case: Case) -> Diagnosis | None:
-    """One GPU or node much slower than its same-model peers with no throttle reason (seed 001 §4.2)."""
+    """One GPU or node much slower than its same-model peers with no throttle reason."""
     # The GPU's own peer signal names the card; the node's latency gap is its symptom, even when
     # the node's signal crossed first.
     e = _first(case, "gpu_utilization_peer") or _first(case, "engine_itl_peer")
@@ -291,7 +291,7 @@ def telemetry_lost(case: Case) -> Diagnosis | None:
 
 
 def dependency_degraded(case: Case) -> Diagnosis | None:
-    """Dependency latency up and/or cache hit rate down; queue and GPU idling are impact (seed 001 §5)."""
+    """Dependency latency up and/or cache hit rate down; queue and GPU idling are impact."""
     deps = case.of("dependency_latency_p99", "cache_hit_ratio")
     if not deps:
         return None
@@ -388,7 +388,7 @@ def capacity_exhausted(case: Case) -> Diagnosis | None:
 
 
 def scheduling_bottleneck(case: Case) -> Diagnosis | None:
-    """Queue wait up, GPUs idle-ish, KV not full, nothing wrong below (seed 000 §2.2, §3.2)."""
+    """Queue wait up, GPUs idle-ish, KV not full, nothing wrong below: requests wait on something else."""
     q, util = _queue_wait(case), case.context("gpu_utilization_p95")
     if q is None or not util or fmean(util.values()) >= case.thresholds.gpu_util_low:
         return None
@@ -402,7 +402,7 @@ def scheduling_bottleneck(case: Case) -> Diagnosis | None:
 
 
 def ingress_errors(case: Case) -> Diagnosis | None:
-    """504 ratio up while the queue and everything upstream are healthy (seed 003 §4.2)."""
+    """504 ratio up while the queue and everything upstream are healthy."""
     e = _first(case, "error_504_ratio")
     if e is None or any(x.layer != "ingress" for x in case.events):
         return None

@@ -1,6 +1,6 @@
 """``oximeter drill``: rehearse a fault scenario and score the analyzer's diagnosis against its truth.
 
-Seed 003 §5.2: drills trade accidents for exercises. A drill runs a scenario file (the built-in
+Drills trade accidents for exercises. A drill runs a scenario file (the built-in
 library in ``simulator/scenarios/``, or any folder) either in **replay** (the scenario's history,
 cached, through detection, correlation and the incident lifecycle in accelerated time; see
 ``analyzer/replay.py``) or **live** (the faults injected into a running simulator through

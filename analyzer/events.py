@@ -1,4 +1,4 @@
-"""The anomaly event: what detection hands to correlation (issue 6), and its JSON form."""
+"""The anomaly event: what detection hands to correlation, and its JSON form."""
 
 from __future__ import annotations
 

@@ -1,8 +1,8 @@
 """The named signal catalogue: what to query, which layer it speaks for, and how to judge it.
 
 Each signal prefers a recording rule (``alert_rules/*.rules.yml``, named ``level:metric:operation``)
-and carries a raw-PromQL fallback for stores without a rule engine. Defaults follow ARCHITECTURE
-"Thresholds"; the config's ``analyzer.signals`` overrides fields of a known signal or adds new ones.
+and carries a raw-PromQL fallback for stores without a rule engine. Thresholds default to the
+alerting rules' values; the config's ``analyzer.signals`` overrides fields of a known signal or adds new ones.
 """
 
 from __future__ import annotations
@@ -71,7 +71,7 @@ class SignalSpec(BaseModel):
     clear_s: float | None = None
     cooldown_s: float = Field(0.0, ge=0)
     # False: a symptom that is only context (evidence and impact in an incident another signal
-    # opened), never a reason to open one by itself (ARCHITECTURE "Gateway signals").
+    # opened), never a reason to open one by itself.
     opens_incident: bool = True
     unit: str = ""
     description: str = ""
@@ -137,7 +137,7 @@ def _s(**fields: Any) -> SignalSpec:
     return SignalSpec(**fields)
 
 
-# Seed defaults (ARCHITECTURE "Thresholds"); layers from ARCHITECTURE "Layers".
+# Default thresholds (the alerting rules' values) and each signal's layer.
 CATALOGUE: dict[str, SignalSpec] = {s.name: s for s in (
     _s(name="queue_wait_p99", layer="scheduling", kind="latency", unit="s",
        record="service_node:oximeter_queue_wait_seconds:p99_5m",
@@ -146,8 +146,8 @@ CATALOGUE: dict[str, SignalSpec] = {s.name: s for s in (
        entity_labels=("service", "node"), threshold=1.0, ratio=1.5, min_delta=0.2, for_s=600, clear_s=300,
        min_traffic=TrafficGuard(promql="sum without (instance, job) "
                                        "(increase(oximeter_queue_wait_seconds_count[1m]))", minimum=20),
-       # for_s 600: the p99's own 5-min window holds one burst for 5 min, so "for 5 min" (seed)
-       # is counted beyond it (ARCHITECTURE: window and for stacked on purpose, said here).
+       # for_s 600: the p99's own 5-min window holds one burst for 5 min, so "for 5 min" is
+       # counted beyond it (window and for stacked on purpose, said here).
        description="queue_wait p99 > 1 s (P0) or > 1.5 × its baseline, held 5 min beyond its "
                    "5-min window; healthy < 200 ms"),
     _s(name="queue_length", layer="scheduling", kind="gauge", unit="requests",
@@ -204,7 +204,7 @@ CATALOGUE: dict[str, SignalSpec] = {s.name: s for s in (
               "/ max without (instance, job) (oximeter_gpu_sm_clock_max_hertz)",
        entity_labels=("node", "gpu"), threshold=0.7, for_s=60,
        # Idle cards clock down with only the "idle" reason: a clock drop counts as throttling
-       # only while some other clock-event reason is active (ARCHITECTURE "Layers").
+       # only while some other clock-event reason is active.
        min_traffic=TrafficGuard(promql="max without (instance, job, reason) "
                                        '(oximeter_gpu_clock_event_active{reason!="idle"})', minimum=1),
        description="SM clock well below its maximum with a throttle reason other than idle"),
@@ -231,12 +231,12 @@ CATALOGUE: dict[str, SignalSpec] = {s.name: s for s in (
        promql="sum without (instance, job, kind) "
               '(increase(oximeter_gpu_ecc_errors_total{kind="uncorrected"}[5m]))',
        entity_labels=("node", "gpu"), increase=1, for_s=0, min_samples=1,
-       description="any uncorrectable ECC error: isolate now (seed 003 §4.3)"),
+       description="any uncorrectable ECC error: isolate now"),
     _s(name="xid_paging", layer="infrastructure", kind="counter_growth",
        promql="sum without (instance, job) "
               f'(increase(oximeter_gpu_xid_errors_total{{xid=~"{PAGING_XIDS}"}}[5m]))',
        entity_labels=("node", "gpu", "xid"), increase=0.5, for_s=0, min_samples=1,
-       description="a paging Xid (ARCHITECTURE 'Severity and Xid')"),
+       description="a paging Xid (the GPU needs isolating)"),
     _s(name="pcie_replay_increase", layer="infrastructure", kind="counter_growth",
        promql="sum without (instance, job) (increase(oximeter_gpu_pcie_replay_total[5m]))",
        entity_labels=("node", "gpu"), increase=100, ratio=100, for_s=30, min_samples=2,
@@ -246,14 +246,14 @@ CATALOGUE: dict[str, SignalSpec] = {s.name: s for s in (
        promql='label_replace(histogram_quantile(0.99, sum without (instance, job) '
               '(rate(vllm:inter_token_latency_seconds_bucket[5m]))), "model", "$1", "model_name", "(.*)")',
        entity_labels=("node", "model"), peer_labels=("model",), for_s=300,
-       description="a node's inter-token latency far above its same-model peers (seed 001 §4.2)"),
+       description="a node's inter-token latency far above its same-model peers"),
     _s(name="gpu_utilization_peer", layer="infrastructure", kind="peer",
        promql="max without (instance, job) (quantile_over_time(0.5, oximeter_gpu_utilization_ratio[5m]))",
        entity_labels=("node", "gpu"), peer_labels=("gpu_model",), direction="up", min_delta=0.1, for_s=300,
        # A slow GPU is the busy one: its tensor-parallel peers wait for it at every sync, and alone
        # it needs longer per token; the fleet's other GPUs of its model are the yardstick.
        description="a GPU busier than its same-model peers by 10 points or more, far outside their "
-                   "spread (seed 001 §4.2: compare same-model machines)"),
+                   "spread (only same-model machines compare)"),
     _s(name="gpu_series_vanished", layer="platform", kind="presence", unit="s",
        promql="time() - max without (instance, job) (timestamp(oximeter_gpu_up))",
        entity_labels=("node", "gpu"), threshold=60, for_s=120,
@@ -292,7 +292,7 @@ CATALOGUE: dict[str, SignalSpec] = {s.name: s for s in (
        entity_labels=("node", "model"), ratio=1.5, min_delta=0.1, for_s=600, clear_s=300,
        # The same symptom as the gateway's ttft_p99 (the SLO signal), seen inside the engine through
        # vLLM's coarse buckets (1 s → 2.5 s): evidence that localises a TTFT rise to the engine,
-       # never an incident by itself (ARCHITECTURE "Gateway signals": SLOs on the gateway's TTFT).
+       # never an incident by itself (the SLO is on the gateway's TTFT).
        opens_incident=False,
        description="engine TTFT p99 > 1.5 × its baseline for 5 min beyond its 5-min window "
                    "(evidence only, opens no incident)"),
@@ -315,7 +315,7 @@ CATALOGUE: dict[str, SignalSpec] = {s.name: s for s in (
        promql="histogram_quantile(0.99, sum without (instance, job) "
               "(rate(oximeter_dependency_duration_seconds_bucket[5m])))",
        entity_labels=("node", "dependency"), ratio=1.5, min_delta=0.02, for_s=180,
-       description="dependency latency p99 > 1.5 × its baseline (seed 001 §5)"),
+       description="dependency latency p99 > 1.5 × its baseline"),
     _s(name="cache_hit_ratio", layer="dependency", kind="hit_rate",
        record="cache:oximeter_cache_requests_hit:ratio_5m",
        promql='sum without (instance, job, result) (rate(oximeter_cache_requests_total{result="hit"}[5m])) '
@@ -323,7 +323,7 @@ CATALOGUE: dict[str, SignalSpec] = {s.name: s for s in (
        entity_labels=("node", "cache"), min_delta=0.15, for_s=180,
        min_traffic=TrafficGuard(promql="sum without (instance, job, result) "
                                        "(rate(oximeter_cache_requests_total[5m]))", minimum=1),
-       description="cache hit rate falling (95 % → 60 %, seed 001 §5)"),
+       description="cache hit rate falling (e.g. 95 % → 60 %)"),
 )}
 
 # Defaults for ``oximeter detect --signal-kind KIND`` on a series of unknown meaning.

@@ -1,6 +1,6 @@
 """Which service runs on which node: the join that lets a queue symptom meet a GPU cause.
 
-Sources (ARCHITECTURE "Topology and labels"): the gateways' ``oximeter_target_info{service,model,
+Sources: the gateways' ``oximeter_target_info{service,model,
 node}`` series, and the config's ``topology:`` map for what Prometheus cannot tell (a dependency
 shared by several nodes, an exporter ``instance`` without a ``node`` label).
 """

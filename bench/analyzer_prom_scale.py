@@ -1,4 +1,4 @@
-"""Analyzer detection at 1,024 GPUs from a real Prometheus with backfilled history (issue 5).
+"""Analyzer detection at 1,024 GPUs from a real Prometheus with backfilled history.
 
 The bench writes a healthy fleet's history (128 nodes × 8 GPUs, 15 s scrape grid) as OpenMetrics,
 only the raw series the GPU and queue signals of ``bench/analyzer_scale.py`` read and only where a

@@ -1,4 +1,4 @@
-"""Analyzer detection at fleet scale, from the frame source (issue 5).
+"""Analyzer detection at fleet scale, from the frame source.
 
 For 1,024 / 4,096 / 8,192 GPUs (8 per node) on a 15 s grid: six GPU signals per GPU and six
 service signals per node, a 1 h live window and ±30 min same-time windows 1 d and 7 d back.

@@ -1,4 +1,4 @@
-"""Detection quality on every simulator scenario (issue 5): per fault, detected or not and how late;
+"""Detection quality on every simulator scenario: per fault, detected or not and how late;
 per scenario, the false alarms; and false alarms per simulated day over the fault-free week.
 
 Affordable because only what detection reads is simulated, through ``analyzer/replay.py``'s cached

@@ -8,7 +8,7 @@ HTTP fetch from an in-process fleet server speaking the real ``/fleet/gpus`` con
     collect  = median time of ``collector.collect()`` (backend read + building the families)
     scrape   = median time of ``generate_latest()`` on a registry holding the collector, i.e.
                collect + prometheus_client's text rendering, what one /metrics request costs
-    ratio    = scrape / backend   (issue 3: a scrape cost close to the reads themselves)
+    ratio    = scrape / backend   (the aim: a scrape cost close to the reads themselves)
 
 Backend and scrape rounds alternate so drift on a shared machine hits both.
 

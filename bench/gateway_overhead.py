@@ -2,7 +2,7 @@
 
 Prints, for non-streaming and streaming requests at a fixed concurrency, the throughput ratio
 (gateway / direct) and the added p50/p99 latency. Direct and gateway rounds alternate so drift on
-a shared machine hits both. Targets (issue 2): ratio ≥ 0.9, added p50 ≤ 1 ms.
+a shared machine hits both. Targets: ratio ≥ 0.9, added p50 ≤ 1 ms.
 
     .venv/bin/python bench/gateway_overhead.py [--requests 1000] [--concurrency 32] [--rounds 3]
 

@@ -1,5 +1,5 @@
 # ruff: noqa: N999 - `<name>.dashboard.py` is grafanalib's naming; the builder loads these by path.
-"""Dependencies: vector DB / cache latency and hit ratio next to the queue they back up (seed 001 §5)."""
+"""Dependencies: vector DB / cache latency and hit ratio next to the queue they back up."""
 
 from dashboards.panels import GATEWAY, NODE, heatmap, make_dashboard, timeseries, variables
 

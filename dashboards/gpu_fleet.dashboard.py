@@ -1,5 +1,5 @@
 # ruff: noqa: N999 - `<name>.dashboard.py` is grafanalib's naming; the builder loads these by path.
-"""GPU fleet: per node and GPU, the hardware signals of seed 003 and a peer comparison."""
+"""GPU fleet: per node and GPU, the hardware signals (heat, clocks, ECC, Xid) and a peer comparison."""
 
 from dashboards.panels import GPU, bargauge, make_dashboard, stat, table, timeseries, variables
 
@@ -36,7 +36,7 @@ dashboard = make_dashboard(
                    " avg by (gpu_model) (node_gpu:oximeter_gpu_utilization_ratio:p95_5m)",
                    "{{node}}/{{gpu}}")], unit="percentunit", max_value=2,
                  description="1.0 is the average of GPUs of the same model; an outlier with no throttle "
-                             "reason is a peer_outlier (seed 001 §4.2)."),
+                             "reason is a peer_outlier."),
         bargauge("SM clock ratio vs same-model peers",
                  [(f"node_gpu:oximeter_gpu_sm_clock:ratio_max{{{GPU}}}"
                    " / on (gpu_model) group_left ()"

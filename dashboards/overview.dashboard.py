@@ -3,7 +3,7 @@
 
 from dashboards.panels import GATEWAY, bargauge, make_dashboard, stat, timeseries, variables
 
-# Availability = 2xx / all but 4xx client errors (ARCHITECTURE "Gateway signals"), over the range.
+# Availability = 2xx / all but 4xx client errors (a client's mistake is not downtime), over the range.
 _AVAILABILITY = (
     f'sum(increase(oximeter_requests_total{{{GATEWAY}, code=~"2.."}}[$__range]))'
     f' / sum(increase(oximeter_requests_total{{{GATEWAY}, code!~"4.."}}[$__range]))'

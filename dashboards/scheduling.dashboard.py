@@ -1,5 +1,5 @@
 # ruff: noqa: N999 - `<name>.dashboard.py` is grafanalib's naming; the builder loads these by path.
-"""Scheduling: the gateway's queue, waits, rejections, and seed 000's "GPU idle but queue high"."""
+"""Scheduling: the gateway's queue, waits, rejections, and "GPU idle but queue high"."""
 
 from dashboards.panels import (
     GATEWAY,
@@ -14,7 +14,7 @@ from dashboards.panels import (
 dashboard = make_dashboard(
     title="Oximeter / Scheduling",
     uid="oximeter-scheduling",
-    description="Queue length vs limit, queue wait, TTFT, rejections by route (seed 000 §3.2).",
+    description="Queue length vs limit, queue wait, TTFT, rejections by route.",
     templating=variables("service", "node"),
     panels=[
         timeseries("Queue length vs limit",
@@ -43,7 +43,7 @@ dashboard = make_dashboard(
                     (f"service_node:oximeter_queue_wait_seconds:p99_5m{{{GATEWAY}}}",
                      "queue wait p99 {{service}} {{node}}")],
                    unit="percentunit", overrides=[right_axis("queue wait.*", "s")],
-                   description="Seed 000 §3.2: GPU util p95 < 30 % while the queue waits is a scheduling "
+                   description="GPU util p95 < 30 % while the queue waits is a scheduling "
                                "bottleneck, not a GPU shortage."),
         timeseries("429 / 499 / 504 by route",
                    [(f'sum by (route, code) (rate(oximeter_requests_total{{{GATEWAY}, code=~"429|499|504"}}'

@@ -1,5 +1,5 @@
 # ruff: noqa: N999 - `<name>.dashboard.py` is grafanalib's naming; the builder loads these by path.
-"""vLLM engine: scheduler state, KV cache, preemptions, prefix cache, latency, RSS (seed 004)."""
+"""vLLM engine: scheduler state, KV cache, preemptions, prefix cache, latency, process RSS (leaks)."""
 
 from dashboards.panels import NODE, heatmap, make_dashboard, timeseries, variables
 
@@ -48,7 +48,7 @@ dashboard = make_dashboard(
                    [(f"sum by (node, finished_reason) "
                      f"(rate(vllm:request_success_total{{{NODE}}}[$__rate_interval]))",
                      "{{node}} {{finished_reason}}")], unit="reqps"),
-        timeseries("Inference process RSS (leaks, seed 004)",
+        timeseries("Inference process RSS (leaks)",
                    [(f"max by (node, process) (oximeter_process_resident_memory_bytes{{{NODE}}})",
                      "{{node}} {{process}}")], unit="bytes"),
         heatmap("TTFT distribution",

@@ -5,8 +5,8 @@ from __future__ import annotations
 import threading
 from collections.abc import Iterable
 
-# Known reasons start at 0 so that the first failure is visible to increase() (ARCHITECTURE.md,
-# "Severity and Xid"). Unknown reasons are still counted, they just appear on first use.
+# Known reasons start at 0 so that the first failure is visible to increase(): a counter born at 1
+# shows no increase. Unknown reasons are still counted, they just appear on first use.
 KNOWN_REASONS: tuple[str, ...] = (
     "gpu_lost",          # NVML_ERROR_GPU_IS_LOST, or the simulator says the GPU is lost
     "nvml_unknown",      # NVML_ERROR_UNKNOWN: the driver cannot say; treated like a lost GPU

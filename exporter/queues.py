@@ -1,4 +1,4 @@
-"""External queue lengths from Redis (seed 000 §4.2): lists by LLEN, streams by XLEN.
+"""External queue lengths from Redis (work waiting outside the gateway): lists by LLEN, streams by XLEN.
 
 ``redis`` is imported lazily so an exporter without queues never needs it. Redis being down is a
 counted error and the queue series are absent for that scrape; the scrape itself still succeeds.

@@ -2,10 +2,11 @@
 
 Pure logic with an injectable clock: no I/O and no asyncio, so the live gateway
 (``gateway/waiting.py`` wraps it for asyncio) and the simulator's history generator (virtual time)
-produce gateway signals from the same code (ARCHITECTURE "Simulation topology").
+produce gateway signals from the same code.
 
-Seed 000 §2.4/§4.3: admit by *concurrency*, never by QPS, and answer 429 with ``Retry-After`` at
-once when the wait would be hopeless instead of letting the request rot in the queue.
+Admit by *concurrency*, never by QPS (an engine holds sequences, not a rate), and answer 429
+with ``Retry-After`` at once when the wait would be hopeless instead of letting the request rot
+in the queue.
 
 Usage::
 

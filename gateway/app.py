@@ -1,6 +1,6 @@
 """The instrumented serving front: routes, admission, the four log points and the answer metrics.
 
-One gateway per engine replica (ARCHITECTURE "The one-paragraph story"). The request body is
+One gateway per engine replica, as a sidecar in front of it. The request body is
 parsed once to validate it and read ``model``; the upstream half of a request (pass-through,
 timeouts, aborts) is ``gateway.forward``.
 """
@@ -90,7 +90,7 @@ class Gateway:
         await self.forwarder.close()
 
     async def _warmup(self) -> None:
-        """Seed 000 §5.3: ready only once a real request went through the engine; retried with backoff."""
+        """Ready only once a real request went through the engine, not just its port; retried with backoff."""
         delay_s = 0.1
         timeout = aiohttp.ClientTimeout(total=self.settings.first_byte_timeout_s)
         while True:
@@ -150,7 +150,7 @@ class Gateway:
         return web.Response(status=status, body=body, headers=headers)
 
     def _finish(self, ctx: RequestContext, code: int) -> None:
-        """Count the answer and write the "finished" log line (seed 000 §3.1, point 4)."""
+        """Count the answer and write the "finished" log line, the last of the four per request."""
         total_s = time.monotonic() - ctx.arrived
         self.metrics.series(ctx.model).answered(ctx.route, code, total_s)
         self._log(
@@ -209,7 +209,7 @@ class Gateway:
         ticket = decision.ticket
         assert ticket is not None
         # Logged for every admitted request (queue_length 0 = straight upstream) so that "enqueued but
-        # never started" is visible in the logs alone (seed 000 §3.1).
+        # never started" is visible in the logs alone.
         self._log("request enqueued", request_id=ctx.request_id, queue_length=decision.queue_position)
         if decision.outcome is Outcome.QUEUED:
             try:

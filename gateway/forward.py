@@ -4,7 +4,7 @@ The request body is forwarded as the original bytes (no re-encoding); a streamed
 to the client chunk by chunk as the upstream's bytes arrive, never re-parsed: TTFT needs only the
 first chunk, and token counting reads vLLM's ``usage`` (or, failing that, counts SSE events) with
 two C-level scans per chunk. Aborting an upstream request means closing its connection, which is
-how vLLM learns the client left and frees the sequence (seed 000 §5.4).
+how vLLM learns the client left and frees the sequence instead of generating for nobody.
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ from yarl import URL
 from gateway.metrics import ModelSeries
 from gateway.settings import GatewaySettings
 
-# RFC 9110 §7.6.1 hop-by-hop fields, plus those aiohttp recomputes for the forwarded body.
+# RFC 9110 section 7.6.1 hop-by-hop fields, plus those aiohttp recomputes for the forwarded body.
 _HOP_BY_HOP = frozenset(
     {
         "connection",

@@ -1,4 +1,4 @@
-"""The gateway's JSON logs, cheap enough for four lines per request (seed 000 §3.1).
+"""The gateway's logs, cheap enough for four lines per request on the request path.
 
 Measured in ``bench/gateway_overhead.py`` (2 shared cores): loguru with ``enqueue=True`` pickles
 every record through a multiprocessing pipe, 173 µs of CPU per call, and alone cut proxied

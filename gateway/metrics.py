@@ -1,4 +1,4 @@
-"""The gateway's metrics, exactly as ARCHITECTURE.md "Gateway signals" (contract).
+"""The gateway's metrics: names, labels and buckets are a contract (alert_rules/metric_catalogue.yml).
 
 Every series carries ``service``, ``model`` and ``node``. ``model`` comes from the allow-list
 (configured, or the upstream's ``/v1/models`` at warm-up), anything else is ``other``; ``route``
@@ -29,7 +29,7 @@ REJECT_REASONS = (
     "body_too_large",
 )
 ABORT_REASONS = ("first_byte_timeout", "stream_idle_timeout", "client_disconnect", "upstream_error")
-# Seed 000 §3.2: healthy queue wait < 200 ms, P0 at 1 s; 5 ms–60 s covers both ends.
+# A healthy queue wait is under 200 ms and 1 s pages; 5 ms–60 s covers both ends.
 QUEUE_WAIT_BUCKETS_S = (0.005, 0.01, 0.025, 0.05, 0.1, 0.2, 0.5, 1.0, 2.0, 5.0, 10.0, 20.0, 30.0, 60.0)
 LATENCY_BUCKETS_S = (0.01, 0.025, 0.05, 0.1, 0.2, 0.5, 1.0, 2.0, 5.0, 10.0, 20.0, 30.0, 60.0, 120.0, 300.0)
 INTER_TOKEN_BUCKETS_S = (0.001, 0.0025, 0.005, 0.01, 0.02, 0.04, 0.06, 0.1, 0.2, 0.5, 1.0, 2.0, 5.0)

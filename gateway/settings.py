@@ -15,7 +15,8 @@ class GatewaySettings(BaseModel):
     port: int = Field(8000, ge=0, le=65535)  # 0: the kernel picks one
     service: str = "llm"
     node: str = "local"
-    # Bounded label values (ARCHITECTURE "Topology and labels"): anything else becomes "other".
+    # Bounded label values (a label with unbounded values would explode the series count): anything
+    # else becomes "other".
     models: list[str] = Field(default_factory=list)
     max_concurrency: int = Field(8, ge=1)
     max_queue: int = Field(64, ge=0)

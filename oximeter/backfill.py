@@ -1,6 +1,6 @@
 """Yesterday for a fresh Prometheus: simulated history turned into TSDB blocks with promtool.
 
-ARCHITECTURE "One model, three outputs": ``oximeter sim history`` writes the fleet's past as
+One simulation model, several outputs: ``oximeter sim history`` writes the fleet's past as
 OpenMetrics, ``promtool tsdb create-blocks-from openmetrics`` turns it into blocks, and
 ``promtool tsdb create-blocks-from rules`` evaluates the (real-duration) recording rules over it
 through a throw-away Prometheus, so baselines such as ``offset 1d`` exist from the first minute.

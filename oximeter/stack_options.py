@@ -1,6 +1,6 @@
 """What the local stack runs (``StackOptions``), where it listens (``Endpoints``) and its hooks.
 
-Add-ons (the analyzer daemon, a chat sink; issue 8) and the progress observer are the extension
+Add-ons (the analyzer daemon, a chat sink) and the progress observer are the extension
 points; ``oximeter/stack.py`` does the starting and stopping.
 """
 

@@ -23,7 +23,7 @@ WIDTH_PX, HEIGHT_PX, DPI = 1000, 750, 100  # well under WeCom's 2 MB image limit
 
 def render_chart(series: Mapping[str, Sequence[tuple[float, float]]], title: str,
                  tz: tzinfo = UTC) -> bytes:
-    """PNG bytes: one panel per series, with the seed's threshold drawn where it has one."""
+    """PNG bytes: one panel per series, with the digest's threshold drawn where it has one."""
     fig, axes = plt.subplots(len(PANELS), 1, figsize=(WIDTH_PX / DPI, HEIGHT_PX / DPI), dpi=DPI,
                              sharex=True)
     try:

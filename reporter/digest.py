@@ -1,6 +1,6 @@
-"""The daily health digest (seed 000 §4.4): yesterday's numbers, collected from Prometheus, never by hand.
+"""The daily health digest: yesterday's numbers, collected from Prometheus, never by hand.
 
-The seed's three numbers with their colours (ARCHITECTURE "Thresholds"): the largest queue length
+Three numbers with their colours: the largest queue length
 (red over 50), the top-3 routes by 504, and the spread of GPU utilisation across the fleet,
 ``avg_over_time(stddev(oximeter_gpu_utilization_ratio)[1d:1m])`` (yellow over 0.30). Then
 incidents by layer and rule with MTTD/MTTR from the store, SLO attainment and error budget left

@@ -14,7 +14,7 @@ from typing import Any
 
 
 class Severity(StrEnum):
-    """The one severity enum (ARCHITECTURE "Severity and Xid"); chat prints P0–P2."""
+    """The one severity enum: critical pages (P0), warning is P1, info is P2; chat prints P0–P2."""
 
     CRITICAL = "critical"
     WARNING = "warning"

@@ -38,7 +38,7 @@ class RouteSettings(BaseModel):
 
 
 class DigestSettings(BaseModel):
-    """The daily health digest (seed 000 §4.4) and the numbers it colours."""
+    """The daily health digest and the numbers it colours."""
 
     model_config = ConfigDict(extra="forbid")
 

@@ -1,6 +1,6 @@
 """A dependency step in front of the engine: a response cache, then a vector-DB lookup on a miss.
 
-Seed 001 §5: when the vector DB slows or the cache hit rate falls (95 % → 60 %), requests wait
+When the vector DB slows or the cache hit rate falls (95 % → 60 %), requests wait
 on the dependency, the gateway queue backs up and GPU utilisation *falls*. Hits and misses are
 spread deterministically (a credit counter, not a coin), so virtual-clock tests are exact.
 """

@@ -127,7 +127,7 @@ class EngineModel:
         self.stats = EngineStats()
         self.busy_s = 0.0  # total time iterations ran
         # Busy time weighted by batch occupancy: GPU utilisation as SM activity (DCGM's view), so
-        # a batch of one on an otherwise idle engine reads low, as seed 000 §2.2 describes.
+        # a batch of one on an otherwise idle engine reads low, as on a real GPU.
         self.work_s = 0.0
         self._iter_start = 0.0
         self._iter_prefill_s = 0.0

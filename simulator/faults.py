@@ -34,7 +34,7 @@ class FaultKind:
 
 
 FAULT_KINDS: dict[str, FaultKind] = {
-    # Engine-facing (issue 2).
+    # Engine-facing.
     "decode_slowdown": FaultKind("engine", 3.0, "decode time multiplier (> 1 slows)"),
     "engine_stall": FaultKind("engine", 1.0, "unused: the engine makes no progress"),
     "kv_shrink": FaultKind("engine", 0.2, "fraction of the KV block pool left (0-1]"),
@@ -46,7 +46,7 @@ FAULT_KINDS: dict[str, FaultKind] = {
         "engine", 180.0, "MiB of GPU memory leaked per minute; the engine fails once the card is full", True
     ),
     "engine_restart": FaultKind("platform", 30.0, "unused: counters reset once at start, engine down"),
-    # GPU hardware (issue 3); without ``gpu`` they hit GPU 0 of the node.
+    # GPU hardware; without ``gpu`` they hit GPU 0 of the node.
     "thermal_throttle": FaultKind("infrastructure", 0.5, "SM clock fraction left (0-1)", True),
     "ecc_storm": FaultKind("infrastructure", 60.0, "corrected ECC errors per minute", True),
     "ecc_uncorrectable": FaultKind("infrastructure", 1.0, "uncorrectable ECC errors at start", True),

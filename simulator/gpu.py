@@ -1,6 +1,6 @@
 """One simulated GPU: utilisation, power, temperature and clocks driven by its engine's batch,
-plus the hardware faults of seeds 001/003 (ECC, Xid, throttling, replays, falling off the bus)
-and the engine's leaks into its framebuffer.
+plus hardware faults (ECC, Xid, throttling, replays, falling off the bus) and the engine's leaks
+into its framebuffer.
 
 The engine drives the GPU (``step(util)``) and the GPU drives the engine back
 (``compute_slowdown``, ``lost``): a throttled or slow card slows the whole tensor-parallel engine.
@@ -19,7 +19,7 @@ from simulator.faults import FaultBook
 
 MIB = 1 << 20
 GIB = 1 << 30
-# Where H100s start hardware slowdown; above the 85 °C alert threshold of seed 003 §4.1.
+# Where H100s start hardware slowdown; above the 85 °C GpuTemperatureHigh threshold.
 THROTTLE_CELSIUS = 92.0
 # Memory in use on a card beyond what its processes report (the CUDA context and driver).
 CONTEXT_BYTES = 512 * MIB

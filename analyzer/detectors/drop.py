@@ -1,4 +1,4 @@
-"""Drop: a ratio that should stay high falls (cache hit rate 95 % → 60 %, seed 001 §5)."""
+"""Drop: a ratio that should stay high falls (a cache hit rate going from 95 % to 60 %)."""
 
 from __future__ import annotations
 

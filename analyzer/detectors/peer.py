@@ -1,4 +1,4 @@
-"""Peer outlier: one GPU or node far from its same-model peers at the same moment (seed 001 §4.2).
+"""Peer outlier: one GPU or node far from its same-model peers at the same moment.
 
 A robust z per timestamp across each peer group (median and MAD of the row): a slow GPU stands
 out against its peers whatever the time of day, so this needs no history.

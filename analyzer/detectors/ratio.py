@@ -1,4 +1,4 @@
-"""Baseline ratio: "P99 over 1.5 × same time yesterday for 5 minutes" (seed 003)."""
+"""Baseline ratio: "P99 over 1.5 × same time yesterday for 5 minutes"."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Absolute threshold: the seed's fixed limits (temperature > 85 °C, queue_wait p99 > 1 s)."""
+"""Absolute threshold: fixed limits (temperature > 85 °C, queue_wait p99 > 1 s)."""
 
 from __future__ import annotations
 

@@ -2,7 +2,7 @@
 
 A backend returns frozen dataclasses; a field that the source cannot provide is ``None`` and the
 collector leaves that series out. A reading is never replaced by 0: an absent series is honest,
-a zero that means "unknown" hides a broken sensor (ARCHITECTURE.md, "we never invent a reading").
+a zero that means "unknown" hides a broken sensor: a reading is never invented.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from oximeter.errors import OximeterError
 CLOCK_EVENT_REASONS: tuple[str, ...] = ("hw_thermal", "sw_thermal", "hw_slowdown", "power_cap",
                                         "power_brake", "idle")
 
-# ARCHITECTURE.md "Severity and Xid": these page; their counters start at 0 so that the first
+# These Xids page; their counters start at 0 so that the first
 # event is visible to increase() and changes().
 PAGING_XIDS: tuple[int, ...] = (48, 63, 64, 74, 79, 92, 94, 95, 119, 120)
 
@@ -99,7 +99,7 @@ class GpuReading:
 
 @dataclass(frozen=True)
 class HostProcess:
-    """Resident memory (RSS, not VIRT: seed 004) of one named inference process."""
+    """Resident memory (RSS, not VIRT) of one named inference process."""
 
     name: str
     rss_bytes: int

@@ -1,6 +1,6 @@
 """NVML backend: the only module that imports ``pynvml`` (nvidia-ml-py).
 
-Failure modes (issue 3): NOT_SUPPORTED or FUNCTION_NOT_FOUND → that series is absent, no error;
+Failure modes: NOT_SUPPORTED or FUNCTION_NOT_FOUND → that series is absent, no error;
 GPU_IS_LOST / UNKNOWN → ``oximeter_gpu_up 0`` and an error counted, the other GPUs and the
 exporter carry on; TIMEOUT or any other NVML error on one field → that field absent, error
 counted. NVML's "not available" sentinels (all bits set) are never exported. Xid critical errors

@@ -1,6 +1,6 @@
 """Simulator backend: reads one node of ``oximeter sim serve``'s fleet over HTTP at scrape time.
 
-Contract (ARCHITECTURE.md "Simulation topology"): ``GET {sim_url}/fleet/gpus?node=NAME`` returns
+Contract with the simulator: ``GET {sim_url}/fleet/gpus?node=NAME`` returns
 ``{"simulation": true, "node", "gpus": [...], "processes": [...]}``; any field may be null (not
 available → series absent); HTTP 503 means the node's telemetry is lost, so no GPU series at all.
 Only the stdlib is used, with a short timeout, so a hung simulator cannot hang the scrape.
