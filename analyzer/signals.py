@@ -19,6 +19,7 @@ from analyzer.detectors import (
     CounterGrowth,
     Detector,
     Drop,
+    NeighbourSurprise,
     PeerOutlier,
     RobustDeviation,
     Trend,
@@ -73,6 +74,9 @@ class SignalSpec(BaseModel):
     # False: a symptom that is only context (evidence and impact in an incident another signal
     # opened), never a reason to open one by itself.
     opens_incident: bool = True
+    # How a gauge without threshold or ratio is judged: against its robust baseline, or by how
+    # unlike its recent shape is to its past ones (for series of unknown meaning, e.g. exports).
+    generic: Literal["robust_deviation", "neighbour_surprise"] = "robust_deviation"
     unit: str = ""
     description: str = ""
 
@@ -117,7 +121,9 @@ class SignalSpec(BaseModel):
                 # A latency quantile swings by itself: judged against its own recent spread too.
                 noise_z = LATENCY_NOISE_Z if self.kind == "latency" else 0.0
                 out.append(BaselineRatio(self.ratio, one_sided, self.min_delta, noise_z=noise_z))
-            if not out:
+            if not out and self.generic == "neighbour_surprise":
+                out.append(NeighbourSurprise(direction=self.direction))
+            elif not out:
                 out.append(RobustDeviation(direction=self.direction))
         elif self.kind == "counter_growth":
             out.append(CounterGrowth(self.window_s, self.increase, self.ratio, cumulative=cumulative))
@@ -328,8 +334,9 @@ CATALOGUE: dict[str, SignalSpec] = {s.name: s for s in (
 
 # Defaults for ``oximeter detect --signal-kind KIND`` on a series of unknown meaning.
 KIND_DEFAULTS: dict[str, SignalSpec] = {
-    "gauge": _s(name="gauge", layer="engine", kind="gauge", promql="", entity_labels=(), for_s=300,
-                direction="both"),
+    # Flagged at once (the detector itself asks for a record surprise and tells an anomaly once).
+    "gauge": _s(name="gauge", layer="engine", kind="gauge", promql="", entity_labels=(), for_s=0,
+                min_samples=1, direction="both", generic="neighbour_surprise"),
     "latency": _s(name="latency", layer="scheduling", kind="latency", promql="", entity_labels=(),
                   ratio=1.5, for_s=300),
     "ratio": _s(name="ratio", layer="ingress", kind="ratio", promql="", entity_labels=(), for_s=300),

@@ -6,6 +6,7 @@ from analyzer.detectors.base import Detection, Detector
 from analyzer.detectors.counter import CounterGrowth
 from analyzer.detectors.deviation import RobustDeviation
 from analyzer.detectors.drop import Drop
+from analyzer.detectors.neighbours import NeighbourSurprise
 from analyzer.detectors.peer import PeerOutlier
 from analyzer.detectors.ratio import BaselineRatio
 from analyzer.detectors.threshold import AbsoluteThreshold
@@ -16,6 +17,7 @@ DETECTORS: dict[str, type[Detector]] = {
     "threshold": AbsoluteThreshold,
     "baseline_ratio": BaselineRatio,
     "robust_deviation": RobustDeviation,
+    "neighbour_surprise": NeighbourSurprise,
     "counter_growth": CounterGrowth,
     "drop": Drop,
     "trend": Trend,
@@ -31,6 +33,7 @@ __all__ = [
     "Detection",
     "Detector",
     "Drop",
+    "NeighbourSurprise",
     "PeerOutlier",
     "RobustDeviation",
     "Trend",

@@ -1,0 +1,121 @@
+"""Neighbour surprise: how unlike every recent stretch of a series its latest stretch is.
+
+A conformal nearest-neighbour detector for a series of unknown meaning (``oximeter detect``'s
+default for gauges; any gauge signal without threshold or ratio can opt in). Each sample's
+*shape* is its last ``window`` values; its surprise is the mean distance, in robust scales of the
+series, from that shape to its ``neighbours`` nearest shapes among the ``reference`` shapes
+before it (scikit-learn's neighbour search). A sample is flagged when its surprise is the highest
+of the last ``memory`` samples' — a conformal p-value below 1/``memory``, so the flag rate on a
+series that behaves as it did stays about that low whatever its noise — and clears a floor.
+Level shifts, spikes, changes in variance and broken daily shapes all give shapes with no near
+neighbour. After a flag the detector is quiet for ``quiet`` samples: an anomaly is told once.
+
+Strictly causal: the reference set and the scale are refit every ``block`` samples from samples
+before the block, and a flag at t compares only with surprises before t. Lengths are in samples,
+not seconds, because shape is what is compared: an hourly and a 5-minute series both need a few
+hundred samples to know their usual shapes.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import ClassVar, Literal
+
+import numpy as np
+import pandas as pd
+from numpy.lib.stride_tricks import sliding_window_view
+from sklearn.neighbors import NearestNeighbors
+
+from analyzer.detectors.base import Detection, Detector, like
+from analyzer.frame import Baseline
+
+# MAD of a normal distribution in standard deviations.
+MAD_TO_SIGMA = 1.4826
+
+
+@dataclass
+class NeighbourSurprise(Detector):
+    """Flags a sample whose recent shape is farther from its nearest past shapes than any sample
+    of the last ``memory`` was (and at least ``min_surprise`` robust scales away)."""
+
+    window: int = 12
+    neighbours: int = 5
+    reference: int = 600
+    block: int = 48
+    memory: int = 700
+    warmup: int = 100
+    min_surprise: float = 3.0
+    quiet: int = 100
+    direction: Literal["up", "down", "both"] = "both"
+    min_scale_rel: float = 0.02
+    min_scale_abs: float = 1e-6
+
+    name: ClassVar[str] = "neighbour_surprise"
+    reason_template: ClassVar[str] = ("value {value:.4g}: its recent shape is {score:.1f} robust σ from "
+                                      "every similar past stretch (median {reference:.4g})")
+
+    def __post_init__(self) -> None:
+        if self.window < 1 or self.neighbours < 1 or self.block < 1 or self.memory < 1:
+            raise ValueError("neighbour_surprise needs window, neighbours, block and memory >= 1")
+        if self.reference <= self.neighbours:
+            raise ValueError("neighbour_surprise needs more reference shapes than neighbours")
+
+    def surprise(self, series: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Per sample of one series: the surprise (NaN while warming up) and the median it was
+        scaled around. Gaps carry the last value forward (causal)."""
+        n = len(series)
+        out = np.full(n, np.nan)
+        centre = np.full(n, np.nan)
+        filled = pd.Series(series, dtype=np.float64).ffill().to_numpy()
+        present = np.flatnonzero(~np.isnan(filled))
+        if not len(present):
+            return out, centre
+        start = int(present[0])
+        shapes = sliding_window_view(filled[start:], self.window) if n - start >= self.window else None
+        if shapes is None:
+            return out, centre
+        # Row r of the series (r >= start + window - 1) has the shape shapes[r - start - window + 1].
+        first = start + max(self.warmup, self.window + self.neighbours)
+        for t0 in range(first, n, self.block):
+            t1 = min(n, t0 + self.block)
+            past = filled[max(start, t0 - self.reference):t0]
+            mid = float(np.median(past))
+            scale = max(MAD_TO_SIGMA * float(np.median(np.abs(past - mid))),
+                        self.min_scale_rel * abs(mid), self.min_scale_abs)
+            lo = max(0, t0 - start - self.reference)
+            known = shapes[lo:t0 - start - self.window + 1]  # shapes that end before the block
+            search = NearestNeighbors(n_neighbors=self.neighbours).fit(known / scale)
+            distance, _ = search.kneighbors(shapes[t0 - start - self.window + 1:t1 - start - self.window + 1]
+                                            / scale)
+            out[t0:t1] = distance.mean(axis=1)
+            centre[t0:t1] = mid
+        return out, centre
+
+    def flags_of(self, surprise: np.ndarray, oriented: np.ndarray) -> np.ndarray:
+        """Where a surprise beats the last ``memory`` ones and the floor, pointing the watched
+        way, and no flag was raised in the ``quiet`` samples before."""
+        previous = pd.Series(surprise).shift(1).rolling(self.memory, min_periods=1).max().to_numpy()
+        with np.errstate(invalid="ignore"):
+            candidate = (surprise > previous) & (surprise >= self.min_surprise) & (oriented >= 0)
+        flags = np.zeros(len(surprise), dtype=bool)
+        last = -self.quiet - 1
+        for row in np.flatnonzero(candidate).tolist():  # few rows: the quiet time is sequential
+            if row - last > self.quiet:
+                flags[row] = True
+                last = row
+        return flags
+
+    def _detect(self, values: pd.DataFrame, baseline: Baseline | None) -> Detection:
+        data = values.to_numpy(dtype=np.float64)
+        flags = np.zeros(data.shape, dtype=bool)
+        score = np.full(data.shape, np.nan)
+        centre = np.full(data.shape, np.nan)
+        # Neighbour search is per series (each has its own shapes): a loop over columns.
+        for col in range(data.shape[1]):
+            score[:, col], centre[:, col] = self.surprise(data[:, col])
+            with np.errstate(invalid="ignore"):
+                sign = np.sign(data[:, col] - centre[:, col])
+            oriented = {"up": sign, "down": -sign, "both": np.ones_like(sign)}[self.direction]
+            flags[:, col] = self.flags_of(score[:, col], oriented)
+        return Detection(like(values, flags), like(values, score.astype(np.float32)),
+                         like(values, centre.astype(np.float32)))
