@@ -6,8 +6,8 @@ outgoing connection on the machine: the kernel hands out the same ephemeral rang
 requests a minute draw from it. So:
 
 * Our own servers bind port 0 and write the port they got to a ``--port-file`` (``write_port_file``,
-  atomic); the parent reads it with ``wait_port`` (``wait_ports``). In-process servers bind 0 and read their
-  socket's address.
+  atomic); the parent reads it with ``wait_port`` (``wait_ports``). In-process servers bind 0 and
+  read their socket's address.
 * Third-party servers (Prometheus, Alertmanager, VictoriaMetrics, Redis) cannot report a port-0
   bind. ``start_reserved`` gives them a port from outside the ephemeral range (so no outgoing
   connection can take it), reserved against concurrent test workers and demos by an ``flock`` on a
