@@ -176,14 +176,13 @@ class Stack:
                               for a in opts.addons if a.scrape_job}
         prom_url = self._timed("prometheus", "prometheus",
                                lambda: self._start_prometheus(bins["prometheus"], prom_dir))
-        self.endpoints = ep = dataclasses.replace(self.endpoints, prometheus=prom_url)
+        self.endpoints = dataclasses.replace(self.endpoints, prometheus=prom_url)
         for addon in opts.addons:
             self._timed(addon.name, addon.name, lambda addon=addon: self._start_addon(addon))  # type: ignore[misc]
         if opts.addons:
             self._timed("reload", "alertmanager and prometheus told the add-ons' ports", self._reload)
         self._timed("traffic", f"traffic {opts.traffic_rps_per_node * opts.nodes:g} req/s",
                     self._start_traffic)
-        assert ep is self.endpoints
 
     def _port_file(self, name: str) -> Path:
         """Where child ``name`` writes the port it bound (none left from an earlier run)."""
