@@ -219,10 +219,11 @@ async def serve(analyzer: Analyzer, interval_s: float, host: str, port: int | No
         if reporting is not None:
             reporting.mount(app)
         runner = await start_api(app, host, port)
+        bound = runner.addresses[0][1]
         if port == 0 and reporting is not None:
             # No configuration could name the port the kernel picks: chat links use the one it got.
-            reporting.settings.api_url = f"http://{host}:{runner.addresses[0][1]}"
-        port = runner.addresses[0][1]
+            reporting.settings.api_url = f"http://{host}:{bound}"
+        port = bound
         if port_file is not None:
             write_port_file(port_file, port)
         logger.info("analyzer API on http://{}:{}", host, port)

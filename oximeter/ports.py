@@ -6,8 +6,8 @@ outgoing connection on the machine: the kernel hands out the same ephemeral rang
 requests a minute draw from it. So:
 
 * Our own servers bind port 0 and write the port they got to a ``--port-file`` (``write_port_file``,
-  atomic); the parent reads it with ``wait_port`` (``wait_ports``). In-process servers bind 0 and read their
-  socket's address.
+  atomic); the parent reads it with ``wait_port`` (``wait_ports``). In-process servers bind 0 and
+  read their socket's address.
 * Third-party servers (Prometheus, Alertmanager, VictoriaMetrics, Redis) cannot report a port-0
   bind. ``start_reserved`` gives them a port from outside the ephemeral range (so no outgoing
   connection can take it), reserved against concurrent test workers and demos by an ``flock`` on a
@@ -27,7 +27,7 @@ import socket
 import tempfile
 from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
-from typing import IO, TYPE_CHECKING
+from typing import TYPE_CHECKING
 
 from oximeter.errors import OximeterError
 
@@ -112,21 +112,26 @@ def reserve_port(lock_dir: Path = LOCK_DIR) -> Iterator[int]:
     it dies with the process, so a killed run leaves nothing reserved.
     """
     lock_dir.mkdir(parents=True, exist_ok=True)
+    with contextlib.suppress(PermissionError):
+        lock_dir.chmod(0o1777)  # shared by every user's runs, as /tmp is (only its owner may chmod)
     ports = reservable_ports()
     start = random.randrange(len(ports))
     for port in ports[start:] + ports[:start]:
-        handle: IO[bytes] = (lock_dir / f"{port}.lock").open("ab")
+        try:  # read-only is enough for flock, and opens another user's lock file too
+            fd = os.open(lock_dir / f"{port}.lock", os.O_RDONLY | os.O_CREAT, 0o666)
+        except PermissionError:
+            continue
         try:
-            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except OSError:
-            handle.close()
+            os.close(fd)
             continue
         try:
             if _bindable(port):
                 yield port
                 return
         finally:
-            handle.close()  # closing the file releases the lock
+            os.close(fd)  # closing the file releases the lock
     raise PortError("no port outside the ephemeral range is free")
 
 

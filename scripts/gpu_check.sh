@@ -10,10 +10,10 @@ cd "$(dirname "$0")/.."
 PYTHON="${PYTHON:-.venv/bin/python}"
 if [ ! -x "$PYTHON" ]; then PYTHON="$(command -v python3)"; fi
 
-PORT="$("$PYTHON" -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')"
 WORK="$(mktemp -d)"
-"$PYTHON" -m exporter --backend nvml --node gpu-check --host 127.0.0.1 --port "$PORT" \
-    >"$WORK/exporter.log" 2>&1 &
+# Port 0: the exporter binds a port the kernel picks and writes it to the port file.
+"$PYTHON" -m exporter --backend nvml --node gpu-check --host 127.0.0.1 --port 0 \
+    --port-file "$WORK/exporter.port" >"$WORK/exporter.log" 2>&1 &
 EXPORTER_PID=$!
 cleanup() {
     kill "$EXPORTER_PID" 2>/dev/null || true
@@ -27,8 +27,9 @@ if command -v nvidia-smi >/dev/null 2>&1; then
     nvidia-smi -L || true
 fi
 
-echo "== exporter on 127.0.0.1:$PORT (log: $WORK/exporter.log while running)"
-"$PYTHON" - "$PORT" "$WORK" "$EXPORTER_PID" <<'PY'
+echo "== exporter (log: $WORK/exporter.log while running)"
+"$PYTHON" - "$WORK" "$EXPORTER_PID" <<'PY'
+import json
 import os
 import shutil
 import subprocess
@@ -38,8 +39,8 @@ import urllib.request
 
 from prometheus_client.parser import text_string_to_metric_families
 
-port, work, pid = sys.argv[1], sys.argv[2], int(sys.argv[3])
-url = f"http://127.0.0.1:{port}/metrics"
+work, pid = sys.argv[1], int(sys.argv[2])
+url = ""
 
 
 def alive() -> bool:
@@ -64,6 +65,8 @@ while True:
         print("FAIL: the exporter exited:\n" + open(f"{work}/exporter.log").read())
         sys.exit(1)
     try:
+        with open(f"{work}/exporter.port") as port_file:  # written once the exporter listens
+            url = f"http://127.0.0.1:{json.load(port_file)}/metrics"
         scrape()
         break
     except OSError:
