@@ -11,7 +11,7 @@ SYSTEM_BINARIES := promtool:prometheus prometheus:prometheus prometheus-alertman
 	redis-server:redis-server victoria-metrics:victoria-metrics
 SERVICES := prometheus prometheus-alertmanager prometheus-node-exporter redis-server victoria-metrics
 
-.PHONY: demo test bench lint doctor setup system-deps venv clean
+.PHONY: demo test fuzz-long bench lint doctor setup system-deps venv clean
 
 setup: system-deps venv
 
