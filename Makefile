@@ -11,7 +11,7 @@ SYSTEM_BINARIES := promtool:prometheus prometheus:prometheus prometheus-alertman
 	redis-server:redis-server victoria-metrics:victoria-metrics
 SERVICES := prometheus prometheus-alertmanager prometheus-node-exporter redis-server victoria-metrics
 
-.PHONY: demo test bench lint doctor setup system-deps venv clean
+.PHONY: demo test fuzz-long bench lint doctor setup system-deps venv clean
 
 setup: system-deps venv
 
@@ -47,6 +47,10 @@ TEST_WORKERS ?= 3
 
 test: setup
 	$(BIN)/python -m pytest -q -n $(TEST_WORKERS) --durations=15 $(ARGS)
+
+# The fuzz tests with a long budget (nightly): thousands of cases per input instead of a hundred.
+fuzz-long: setup
+	OXIMETER_FUZZ_EXAMPLES=5000 $(BIN)/python -m pytest -q tests/test_fuzz_inputs.py $(ARGS)
 
 bench: setup
 	@for b in bench/*.py; do echo "== $$b"; $(BIN)/python $$b || exit 1; done

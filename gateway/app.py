@@ -21,6 +21,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from gateway.admission import AdmissionController, AdmissionLimits, Outcome
 from gateway.forward import Forwarder, RequestContext, forwarded_headers, json_error
+from gateway.guard import ConnectionGuard
 from gateway.logsink import RequestLog
 from gateway.metrics import GatewayMetrics, route_label
 from gateway.settings import GatewaySettings
@@ -45,6 +46,33 @@ class _RequestIds:
         return f"{self._prefix}{next(self._counter):016x}"
 
 
+def _texts(value: Any) -> list[str]:
+    """The text in a prompt or a message content: a string, or a list of strings or text parts."""
+    if isinstance(value, str):
+        return [value]
+    if not isinstance(value, list):
+        return []
+    parts = [part.get("text") if isinstance(part, dict) else part for part in value]
+    return [part for part in parts if isinstance(part, str)]
+
+
+def request_limits_problem(payload: dict[str, Any], settings: GatewaySettings) -> str | None:
+    """Why ``payload`` exceeds the configured ceilings (or ``None``): output tokens, prompt size."""
+    ceiling = settings.max_tokens_limit
+    for key in ("max_tokens", "max_completion_tokens"):
+        value = payload.get(key)
+        if isinstance(value, int | float) and not isinstance(value, bool) and value > ceiling:
+            return f"{key} {value} is over this gateway's limit of {ceiling}"
+    messages = payload.get("messages")
+    texts = _texts(payload.get("prompt")) + [
+        text for m in (messages if isinstance(messages, list) else []) if isinstance(m, dict)
+        for text in _texts(m.get("content"))]
+    size = sum(len(text) for text in texts)
+    if size > settings.max_prompt_chars:
+        return f"a prompt of {size} characters is over this gateway's limit of {settings.max_prompt_chars}"
+    return None
+
+
 class Gateway:
     """State of one gateway process; ``build_app()`` returns the aiohttp application."""
 
@@ -60,10 +88,13 @@ class Gateway:
         self.forwarder = Forwarder(settings, self._finish)
         self.upstream = self.forwarder.upstream
         self._warmup_task: asyncio.Task[None] | None = None
+        self.guard = ConnectionGuard(settings.header_timeout_s, settings.idle_timeout_s,
+                                     settings.max_connections_per_client)
 
     def build_app(self) -> web.Application:
         """Routes, plus start-up (connection pool, warm-up) and clean-up hooks."""
-        app = web.Application(client_max_size=self.settings.max_body_bytes)
+        app = web.Application(client_max_size=self.settings.max_body_bytes,
+                               middlewares=[self.guard.middleware])
         app.router.add_get("/health/live", self._live)
         app.router.add_get("/health/ready", self._ready)
         app.router.add_get("/metrics", self._metrics)
@@ -183,10 +214,18 @@ class Gateway:
         limit = self.settings.max_body_bytes
         if request.content_length is not None and request.content_length > limit:
             return self._refuse(ctx, 413, "body_too_large", f"request body over {limit} bytes")
+        if request.content_type != "application/json":
+            return self._refuse(ctx, 415, "unsupported_media_type",
+                                f"Content-Type must be application/json, got {request.content_type!r}")
         try:
-            body = await request.read()
+            body = await asyncio.wait_for(request.read(), self.settings.body_timeout_s)
         except web.HTTPRequestEntityTooLarge:
             return self._refuse(ctx, 413, "body_too_large", f"request body over {limit} bytes")
+        except TimeoutError:
+            response = self._refuse(ctx, 408, "body_timeout",
+                                    f"request body not received within {self.settings.body_timeout_s:g} s")
+            response.force_close()
+            return response
         self._log("request received", request_id=ctx.request_id, route=ctx.route, body_bytes=len(body))
         try:
             payload: Any = json.loads(body)
@@ -195,6 +234,8 @@ class Gateway:
         if not isinstance(payload, dict):
             return self._refuse(ctx, 400, "invalid_json", "the body must be a JSON object")
         ctx.model = self.metrics.model_label(payload.get("model"))
+        if (problem := request_limits_problem(payload, self.settings)) is not None:
+            return self._refuse(ctx, 400, "limit_exceeded", problem)
 
         decision = self.admission.offer()
         if decision.outcome is Outcome.REJECTED:

@@ -13,6 +13,7 @@ from loguru import logger
 from pydantic import ValidationError
 
 from gateway.app import Gateway
+from gateway.guard import GuardedSite
 from gateway.logsink import RequestLog, setup_gateway_logging
 from gateway.settings import GatewaySettings
 from oximeter.config import load_section
@@ -37,6 +38,12 @@ _FLAGS: tuple[tuple[str, str, type, str], ...] = (
         "seconds between chunks; then error event and abort",
     ),
     ("--max-body-bytes", "max_body_bytes", int, "larger request bodies get 413"),
+    ("--header-timeout", "header_timeout_s", float, "seconds for a request's line and headers; then closed"),
+    ("--body-timeout", "body_timeout_s", float, "seconds for a request's body; then 408"),
+    ("--idle-timeout", "idle_timeout_s", float, "seconds a kept-alive connection may idle; then closed"),
+    ("--max-connections-per-client", "max_connections_per_client", int, "beyond it 429 and close"),
+    ("--max-tokens-limit", "max_tokens_limit", int, "larger max_tokens get 400"),
+    ("--max-prompt-chars", "max_prompt_chars", int, "longer prompts get 400"),
 )
 
 
@@ -90,9 +97,10 @@ async def serve(
     gateway = Gateway(settings, request_log)
     # handler_cancellation: a client that disconnects cancels its handler, which is how a queued
     # request leaves the queue and a streaming one aborts its upstream.
-    runner = web.AppRunner(gateway.build_app(), handler_cancellation=True, access_log=None)
+    runner = web.AppRunner(gateway.build_app(), handler_cancellation=True, access_log=None,
+                           keepalive_timeout=settings.idle_timeout_s)
     await runner.setup()
-    site = web.TCPSite(runner, settings.host, settings.port, backlog=1024)
+    site = GuardedSite(runner, settings.host, settings.port, gateway.guard, backlog=1024)
     await site.start()
     port = runner.addresses[0][1]
     if port_file is not None:

@@ -20,13 +20,16 @@ from gateway.admission import AdmissionController, RejectReason
 
 OTHER = "other"
 ROUTES = ("/v1/chat/completions", "/v1/completions", "/v1/models")
-KNOWN_CODES = ("200", "400", "404", "413", "429", "499", "500", "502", "503", "504")
-# Admission reasons plus the two input checks that refuse a request before admission.
+KNOWN_CODES = ("200", "400", "404", "408", "413", "415", "429", "499", "500", "502", "503", "504")
+# Admission reasons plus the input checks that refuse a request before admission.
 REJECT_REASONS = (
     RejectReason.QUEUE_FULL.value,
     RejectReason.PREDICTED_WAIT.value,
     "invalid_json",
     "body_too_large",
+    "body_timeout",
+    "unsupported_media_type",
+    "limit_exceeded",
 )
 ABORT_REASONS = ("first_byte_timeout", "stream_idle_timeout", "client_disconnect", "upstream_error")
 # A healthy queue wait is under 200 ms and 1 s pages; 5 ms–60 s covers both ends.

@@ -24,4 +24,15 @@ class GatewaySettings(BaseModel):
     first_byte_timeout_s: float = Field(30.0, gt=0)
     stream_idle_timeout_s: float = Field(30.0, gt=0)
     max_body_bytes: int = Field(1 << 20, ge=1024)
+    # Slow clients: request line and headers must arrive within header_timeout_s (from the
+    # connection, or from the next request's first byte), the body within body_timeout_s, and a
+    # kept-alive connection may idle idle_timeout_s between requests; then it is closed.
+    header_timeout_s: float = Field(10.0, gt=0)
+    body_timeout_s: float = Field(30.0, gt=0)
+    idle_timeout_s: float = Field(75.0, gt=0)
+    max_connections_per_client: int = Field(256, ge=1)  # per client address; beyond it 429 and close
+    # Ceilings answered 400 at the gateway, before admission: a request the engine would only
+    # refuse (or spend minutes on) never takes a slot.
+    max_tokens_limit: int = Field(131072, ge=1)  # max_tokens / max_completion_tokens
+    max_prompt_chars: int = Field(1_000_000, ge=1)  # prompt text, or all message contents together
     warmup: bool = True

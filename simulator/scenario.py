@@ -144,7 +144,9 @@ def load_scenario(path: str | Path) -> Scenario:
         data = yaml.safe_load(path.read_text(encoding="utf-8"))
     except OSError as exc:
         raise ConfigError([f"cannot read file: {exc.strerror}"], str(path)) from None
-    except yaml.YAMLError as exc:
+    except UnicodeDecodeError as exc:
+        raise ConfigError([f"not UTF-8 text (byte {exc.start}): save the file as UTF-8"], str(path)) from None
+    except (yaml.YAMLError, ValueError, RecursionError) as exc:  # ValueError: e.g. a date 2026-02-30
         raise ConfigError([f"invalid YAML: {exc}"], str(path)) from None
     try:
         return Scenario.model_validate(data)

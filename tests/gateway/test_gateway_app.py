@@ -248,7 +248,8 @@ def test_four_json_log_points_per_request(
     gw = start_gateway(upstream.url)
     message = {"role": "user", "content": "x"}
     body = json.dumps({"model": MODEL, "messages": [message], "stream": True}).encode()
-    requests.post(f"{gw}{CHAT}", data=body, headers={"X-Request-ID": "log-1"}, timeout=30)
+    headers = {"X-Request-ID": "log-1", "Content-Type": "application/json"}
+    requests.post(f"{gw}{CHAT}", data=body, headers=headers, timeout=30)
     log_path = tmp_path / "logs" / "gateway.log"
 
     def lines() -> list[dict[str, Any]]:
