@@ -238,17 +238,18 @@ class IncidentTracker:
         d = finding.diagnosis
         evidence = self._evidence(finding, incident.evidence)
         new_signals = sorted({e.key for e in evidence} - incident.members)
-        if not finding.group.active or self._cause_cleared(incident, finding):
+        if not finding.group.active:
             # Recovering: the context that made the diagnosis (a hot GPU, a full KV cache) is back to
             # normal while the cleared events are still in the window; keep the verdict, not re-judge.
             d = held(incident)
             self._pending.pop(incident.id, None)
         else:
             # A symptom that outlives its cause, or a rival that is no stronger, keeps the verdict;
-            # a stronger candidate takes over once it has held for the dwell time.
+            # a stronger candidate takes over once it has held for the dwell time, or at once when
+            # the incumbent's own cause has cleared (there is nothing left to alternate with).
             cleared = {(e.signal, e.labels) for e in finding.group.events if not e.active}
-            d, pending = choose(incident, d, self._pending.get(incident.id), now,
-                                timedelta(seconds=self.settings.root_cause_dwell_s),
+            dwell = 0.0 if self._cause_cleared(incident, finding) else self.settings.root_cause_dwell_s
+            d, pending = choose(incident, d, self._pending.get(incident.id), now, timedelta(seconds=dwell),
                                 live=(d.root_cause.signal, d.root_cause.labels) not in cleared)
             if pending is None:
                 self._pending.pop(incident.id, None)
@@ -296,11 +297,11 @@ class IncidentTracker:
 
     @staticmethod
     def _cause_cleared(incident: Incident, finding: Finding) -> bool:
-        """Whether every event of the incident's cause signals has cleared while symptoms linger.
+        """Whether every event of the incident's cause signals has cleared while others linger.
 
-        Lingering symptoms (a 5-min p99, a peer gap) outlive their cause by a window; judged
-        alone they would re-root the incident on a symptom (a cooled GPU's busy peer gap is no
-        longer "throttled", so it would read as a peer outlier): that is recovery, not a new cause.
+        Lingering symptoms (a 5-min p99, a peer gap) outlive their cause by a window; they are no
+        stronger than it, so they keep the verdict; a stronger candidate still live (the stalled
+        queue behind the 504s that crossed first) needs no dwell time once the cause is gone.
         """
         causes = {e.signal for e in incident.evidence if e.role == "cause"}
         events = [e for e in finding.group.events if e.signal in causes]

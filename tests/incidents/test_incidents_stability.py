@@ -179,3 +179,19 @@ def test_a_second_severity_rise_is_folded_into_the_next_message() -> None:
         ("severity_up", True), ("severity_up", False)]
     done = [replace(e, cleared_at=at(5)) for e in (ttft, edge, queue)]
     assert _step(tracker, done, 11, {}) == [("resolved", "critical")]
+
+
+def test_a_stronger_cause_still_live_when_the_first_symptom_clears_takes_over_at_once() -> None:
+    """An engine stall: the edge's 504s cross first (ingress_errors), the stalled queue later; when
+    the 504s clear the queue is the cause still standing, without waiting out the dwell time."""
+    tracker = IncidentTracker(SETTINGS)
+    e504 = ev("error_504_ratio", 1.0, 0.01, node="node-0", service="chat", route="/v1")
+    assert _step(tracker, [e504], 1, {}) == [("opened", "critical")]
+    queue = ev("queue_wait_p99", 18.9, 0.2, onset=2, node="node-0", service="chat")
+    busy: Snapshot = {"gpu_utilization_p95": {gpu(): 1.0}}
+    assert _step(tracker, [e504, queue], 3, busy) == []  # stronger, waiting out the dwell time
+    assert _step(tracker, [replace(e504, cleared_at=at(4)), queue], 4, busy) == [
+        ("root_cause_changed", "critical")]
+    inc = tracker.incidents[0]
+    assert (inc.rule, inc.layer, inc.root_cause.signal) == (
+        "capacity_exhausted", "scheduling", "queue_wait_p99")
