@@ -132,6 +132,48 @@ def opens_incident(signal: str, catalogue: Mapping[str, SignalSpec]) -> bool:
     return spec is None or spec.opens_incident
 
 
+# An anomaly within 5 % of what it was compared with (its baseline, its peers' median: "1.0 ×
+# baseline") is the normal level at that moment, not a fault: impact at most, never the reason an
+# incident opens nor its root cause. Static limits and counters are absolute and exempt.
+MIN_STRENGTH = 1.05
+RELATIVE_DETECTORS = frozenset({"baseline_ratio", "robust_deviation", "drop", "peer_outlier"})
+
+
+def distinct(event: AnomalyEvent) -> bool:
+    """Whether ``event`` stands clear of its reference (always, unless judged relative to one)."""
+    value, reference = event.value, event.baseline
+    if event.detector not in RELATIVE_DETECTORS or reference is None:
+        return True
+    if not (math.isfinite(value) and math.isfinite(reference)) or value <= 0 or reference <= 0:
+        return True
+    return max(value / reference, reference / value) >= MIN_STRENGTH
+
+
+def static_breach(event: AnomalyEvent, catalogue: Mapping[str, SignalSpec]) -> bool:
+    """Whether ``event``'s value is beyond its signal's static limit (a threshold, or a counter's
+    absolute increase), whatever its baseline."""
+    spec = catalogue.get(event.signal)
+    if spec is None or not math.isfinite(event.value):
+        return False
+    if spec.kind == "counter_growth":
+        return spec.increase is not None and event.value >= spec.increase
+    if spec.threshold is None or spec.kind not in ("latency", "ratio", "gauge"):
+        return False
+    return event.value < spec.threshold if spec.direction == "down" else event.value > spec.threshold
+
+
+def may_open(case: Case, diagnosis: Diagnosis) -> bool:
+    """Whether ``case`` may open an incident: a signal that may open one, clear of its reference;
+    without a matching rule, also two anomalous signals or one static-limit breach (one signal
+    over its own baseline for a while, with nothing else wrong, is the noise of a normal peak)."""
+    clear = [e for e in case.events if distinct(e)]
+    if not any(opens_incident(e.signal, case.catalogue) for e in clear):
+        return False
+    if diagnosis.rule != "unclassified":
+        return True
+    return len({e.signal for e in clear}) >= 2 or any(static_breach(e, case.catalogue) for e in clear)
+
+
 def describe(event: AnomalyEvent) -> str:
     """``queue_wait p99 4.8 s = 6.1 × baseline`` (or against its baseline value when that is 0)."""
     text = f"{_name(event.signal)} {fmt_value(event.signal, event.value)}"
@@ -376,7 +418,9 @@ def unclassified(case: Case) -> Diagnosis:
     # consequences (temperature before clock), so the root does not flip as evidence arrives.
     order = {name: i for i, name in enumerate(case.catalogue)}
     # Context-only symptoms (end-to-end p99) are impact, never the root cause, when anything else is there.
-    candidates = [x for x in case.events if opens_incident(x.signal, case.catalogue)] or list(case.events)
+    # So are anomalies at about their baseline (``distinct``).
+    candidates = [x for x in case.events if opens_incident(x.signal, case.catalogue) and distinct(x)] \
+        or [x for x in case.events if distinct(x)] or list(case.events)
     e = min(candidates, key=lambda x: (LAYER_ORDER.index(x.layer) if x.layer in LAYER_ORDER else 99,
                                         x.onset, order.get(x.signal, len(order)), x.signal))
     sev: Severity = "warning" if len(case.events) > 1 else "info"

@@ -11,7 +11,7 @@ from analyzer_frames import at, frame
 from analyzer.detectors import BaselineRatio
 from analyzer.evaluate import evaluate_signal
 from analyzer.frame import Baseline, SeriesFrame
-from analyzer.signals import CATALOGUE, LATENCY_NOISE_Z
+from analyzer.signals import CATALOGUE, LATENCY_NOISE_Z, P99_MIN_COUNT, PEER_MIN_COUNT
 
 ROWS = 40
 
@@ -58,8 +58,9 @@ def test_sm_clock_drop_counts_only_with_a_non_idle_reason(reason_active: float, 
 
 def test_symptoms_seen_twice_are_context_only() -> None:
     # End-to-end latency (output length) and the engine's own TTFT (the gateway's is the SLO one).
+    # And a busy GPU: load, read as context by the capacity rule.
     assert {name for name, spec in CATALOGUE.items() if not spec.opens_incident} == {
-        "request_p99", "engine_ttft_p99"}
+        "request_p99", "engine_ttft_p99", "gpu_utilization_p95"}
 
 
 @pytest.mark.parametrize(("n2_gpu2", "others", "flagged"), [
@@ -94,3 +95,24 @@ def test_latency_signals_use_the_noise_margin() -> None:
               for name, spec in CATALOGUE.items()}
     assert {name for name, ds in ratios.items() if ds and ds[0].noise_z == LATENCY_NOISE_Z} == {
         name for name, spec in CATALOGUE.items() if spec.kind == "latency" and spec.ratio is not None}
+
+
+def test_request_latency_p99s_need_enough_observations() -> None:
+    guarded = {name: spec.min_traffic for name, spec in CATALOGUE.items()
+               if "histogram_quantile(0.99" in spec.promql and spec.min_traffic is not None}
+    assert set(guarded) >= {"queue_wait_p99", "ttft_p99", "request_p99", "engine_ttft_p99", "engine_itl_peer"}
+    # Counted over the p99's own 5-min window.
+    assert all("[5m]" in g.promql and g.minimum >= P99_MIN_COUNT for g in guarded.values())
+    assert guarded["engine_itl_peer"].minimum == PEER_MIN_COUNT
+
+
+@pytest.mark.parametrize(("requests_5m", "flagged"), [(135.0, False), (900.0, True)])
+def test_a_node_slower_than_its_peers_counts_only_with_traffic(requests_5m: float, flagged: bool) -> None:
+    # Five same-model nodes at night; one node's inter-token p99 0.062 s against 0.048 s.
+    cols = {f"n{i}": np.full(ROWS, 0.048 + 0.0005 * i, dtype=np.float32) for i in range(5)}
+    cols["n4"][:] = 0.062
+    labels = {c: {"node": c, "model": "m"} for c in cols}
+    traffic = frame({c: np.full(ROWS, requests_5m) for c in cols})
+    events = evaluate_signal(CATALOGUE["engine_itl_peer"], SeriesFrame(frame(cols), labels), traffic=traffic,
+                             step_s=60.0)
+    assert [e.entity["node"] for e in events] == (["n4"] if flagged else [])

@@ -164,7 +164,9 @@ def test_the_cycle_opens_by_the_configured_catalogue(tmp_path: Path, overrides: 
                                                      opened: int) -> None:
     catalogue = AnalyzerSettings(signals=overrides).catalogue()
     notifier = Recorder()
-    analyzer = Analyzer(Flaky([ev("ttft_p99", 4.0, 1.0, node="n1", service="chat")]),
+    # TTFT and end-to-end latency up together: two anomalous signals, enough without a rule.
+    analyzer = Analyzer(Flaky([ev("ttft_p99", 4.0, 1.0, node="n1", service="chat"),
+                               ev("request_p99", 9.0, 3.0, node="n1", service="chat", route="/v1/chat")]),
                         IncidentStore(connect(tmp_path / "s.db")), IncidentSettings(), Topology(), notifier,
                         clock=lambda: at(2), catalogue=catalogue)
     assert analyzer.cycle()
