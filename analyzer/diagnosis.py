@@ -10,11 +10,12 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
-from statistics import fmean
+from statistics import fmean, median
 from typing import Literal
 
 from analyzer.events import AnomalyEvent
-from analyzer.signals import CATALOGUE, SignalSpec
+from analyzer.opening import distinct, opens_incident
+from analyzer.signals import CATALOGUE, SignalSpec, traffic_name
 
 Labels = tuple[tuple[str, str], ...]
 Severity = Literal["critical", "warning", "info"]
@@ -123,55 +124,6 @@ def fmt_value(signal: str, value: float | None) -> str:
     if spec is not None and (spec.kind in ("ratio", "hit_rate") or "utilization" in signal):
         return f"{value * 100:.0f} %"
     return f"{value:.3g}"
-
-
-def opens_incident(signal: str, catalogue: Mapping[str, SignalSpec]) -> bool:
-    """Whether ``signal`` may open an incident under ``catalogue``, the one in use with the config's
-    overrides (context-only symptoms may not; signals it does not know may)."""
-    spec = catalogue.get(signal)
-    return spec is None or spec.opens_incident
-
-
-# An anomaly within 5 % of what it was compared with (its baseline, its peers' median: "1.0 ×
-# baseline") is the normal level at that moment, not a fault: impact at most, never the reason an
-# incident opens nor its root cause. Static limits and counters are absolute and exempt.
-MIN_STRENGTH = 1.05
-RELATIVE_DETECTORS = frozenset({"baseline_ratio", "robust_deviation", "drop", "peer_outlier"})
-
-
-def distinct(event: AnomalyEvent) -> bool:
-    """Whether ``event`` stands clear of its reference (always, unless judged relative to one)."""
-    value, reference = event.value, event.baseline
-    if event.detector not in RELATIVE_DETECTORS or reference is None:
-        return True
-    if not (math.isfinite(value) and math.isfinite(reference)) or value <= 0 or reference <= 0:
-        return True
-    return max(value / reference, reference / value) >= MIN_STRENGTH
-
-
-def static_breach(event: AnomalyEvent, catalogue: Mapping[str, SignalSpec]) -> bool:
-    """Whether ``event``'s value is beyond its signal's static limit (a threshold, or a counter's
-    absolute increase), whatever its baseline."""
-    spec = catalogue.get(event.signal)
-    if spec is None or not math.isfinite(event.value):
-        return False
-    if spec.kind == "counter_growth":
-        return spec.increase is not None and event.value >= spec.increase
-    if spec.threshold is None or spec.kind not in ("latency", "ratio", "gauge"):
-        return False
-    return event.value < spec.threshold if spec.direction == "down" else event.value > spec.threshold
-
-
-def may_open(case: Case, diagnosis: Diagnosis) -> bool:
-    """Whether ``case`` may open an incident: a signal that may open one, clear of its reference;
-    without a matching rule, also two anomalous signals or one static-limit breach (one signal
-    over its own baseline for a while, with nothing else wrong, is the noise of a normal peak)."""
-    clear = [e for e in case.events if distinct(e)]
-    if not any(opens_incident(e.signal, case.catalogue) for e in clear):
-        return False
-    if diagnosis.rule != "unclassified":
-        return True
-    return len({e.signal for e in clear}) >= 2 or any(static_breach(e, case.catalogue) for e in clear)
 
 
 def describe(event: AnomalyEvent) -> str:
@@ -293,12 +245,45 @@ def peer_outlier(case: Case) -> Diagnosis | None:
     # peer gap (a 5-min median) closes, and that gap is the throttle's, not a slow card's.
     throttled = throttled or any(x.entity.get("node") == node
                                  for x in case.of("gpu_temperature", "gpu_sm_clock_ratio"))
-    if throttled:
+    if throttled or _node_moved(case, e) or _busier(case, e):
         return None
     cause = RootCause(e.signal, e.labels)
     return _verdict(case, "peer_outlier", "infrastructure", cause,
                     f"{cause.entity}: {describe(e)} of its same-model peers, no throttle reason"
                     + _impact_text(case, PEER_SIGNALS), "warning", PEER_SIGNALS)
+
+
+def _node_moved(case: Case, e: AnomalyEvent) -> bool:
+    """Whether a GPU's peer gap is its whole node's: its node-mates are as busy as it is (by less
+    than the peer signal's own margin), so the node took more work (load), not one slow card,
+    which stands out against the GPUs it runs in step with too."""
+    node, gpu = e.entity.get("node", ""), e.entity.get("gpu")
+    if gpu is None or e.signal not in case.catalogue:
+        return False
+    util = case.per_gpu(e.signal)
+    mates = [v for (n, g), v in util.items() if n == node and g != gpu]
+    if not mates:
+        return False
+    return util.get((node, gpu), e.value) - median(mates) < case.catalogue[e.signal].min_delta
+
+
+def _busier(case: Case, e: AnomalyEvent) -> bool:
+    """Whether a node's peer gap is explained by its traffic: it serves at least as many times
+    its peers' requests as its latency is times theirs (load: capacity, scheduling, or nothing)."""
+    node = e.entity.get("node")
+    peers = case.catalogue[e.signal].peer_labels if e.signal in case.catalogue else ()
+    mine, others = None, []
+    for labels, value in case.snapshot.get(traffic_name(e.signal), {}).items():
+        entity = dict(labels)
+        if any(entity.get(k) != e.entity.get(k) for k in peers) or not math.isfinite(value):
+            continue
+        if entity.get("node") == node:
+            mine = value
+        else:
+            others.append(value)
+    if mine is None or not others or median(others) <= 0 or e.baseline is None or e.baseline <= 0:
+        return False
+    return mine / median(others) >= e.value / e.baseline
 
 
 def telemetry_lost(case: Case) -> Diagnosis | None:

@@ -26,8 +26,6 @@ from analyzer.diagnosis import (
     Snapshot,
     Thresholds,
     diagnose,
-    may_open,
-    opens_incident,
 )
 from analyzer.events import AnomalyEvent
 from analyzer.incident_model import (
@@ -39,6 +37,7 @@ from analyzer.incident_model import (
     Incident,
     TimelineEntry,
 )
+from analyzer.opening import may_open, opens_incident
 from analyzer.signals import CATALOGUE, SignalSpec
 from analyzer.topology import Labels, Topology
 
@@ -74,7 +73,7 @@ class Finding:
     group: Group
     diagnosis: Diagnosis
     services: tuple[str, ...]
-    # False: evidence for an incident already open, too weak to open one (diagnosis.may_open).
+    # False: evidence for an incident already open, too weak to open one (analyzer.opening.may_open).
     may_open: bool = True
 
 

@@ -28,7 +28,7 @@ from analyzer.evaluate import needs_history
 from analyzer.events import AnomalyEvent
 from analyzer.frame import SeriesFrame
 from analyzer.incidents import ChangeEvent
-from analyzer.signals import SignalSpec
+from analyzer.signals import SignalSpec, traffic_name
 from analyzer.sources import recipes
 from analyzer.sources.base import LiveWindow, Source, grid_index
 from analyzer.topology import Topology
@@ -205,6 +205,8 @@ class CyclePipeline:
             events += found
             if cycle.last_frame is not None:
                 frames[name] = cycle.last_frame
+            if cycle.last_traffic is not None and not cycle.last_traffic.values.columns.empty:
+                frames[traffic_name(name)] = cycle.last_traffic
         for name, window in self.context.items():
             frames[name] = window.update(self.source, now)
         return events, frames

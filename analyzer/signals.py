@@ -45,6 +45,11 @@ P99_MIN_COUNT = 100
 PEER_MIN_COUNT = 3 * P99_MIN_COUNT
 
 
+def traffic_name(signal: str) -> str:
+    """The name a signal's minimum-traffic guard is fetched (and snapshotted) under."""
+    return f"{signal}:traffic"
+
+
 class TrafficGuard(BaseModel):
     """Detections count only where ``promql`` (same entity labels) is at least ``minimum``."""
 
@@ -89,7 +94,7 @@ class SignalSpec(BaseModel):
         can fetch it like a signal."""
         if self.min_traffic is None:
             return None
-        return SignalSpec(name=f"{self.name}:traffic", layer=self.layer, kind="gauge",
+        return SignalSpec(name=traffic_name(self.name), layer=self.layer, kind="gauge",
                           promql=self.min_traffic.promql, entity_labels=self.entity_labels)
 
     @model_validator(mode="after")

@@ -7,9 +7,10 @@ from dataclasses import replace
 import pytest
 from incident_cases import at, ev
 
-from analyzer.diagnosis import Case, distinct, unclassified
+from analyzer.diagnosis import Case, unclassified
 from analyzer.events import AnomalyEvent
 from analyzer.incidents import IncidentSettings, IncidentTracker, findings
+from analyzer.opening import distinct
 from analyzer.topology import Topology
 
 
