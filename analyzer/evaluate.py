@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, MutableMapping, Sequence
+import warnings
+from collections.abc import Callable, Mapping, MutableMapping, Sequence
 from dataclasses import replace
 from functools import partial
 
@@ -26,6 +27,7 @@ from analyzer.events import AnomalyEvent
 from analyzer.frame import Baseline, FrameError, SeriesFrame, validate_frame
 from analyzer.persistence import Persistence, to_events
 from analyzer.signals import SignalSpec
+from analyzer.windowstats import same_time_quantiles
 
 # Detectors that compare with a baseline when one can be formed.
 _USES_BASELINE = (BaselineRatio, RobustDeviation, Drop, CounterGrowth)
@@ -102,8 +104,37 @@ def _baseline(detector: Detector, values: pd.DataFrame, history: History | None,
     else:
         older = {lag: detector.transform(validate_frame(win)) for lag, win in history.items()}
     if tracker is not None and not isinstance(older, pd.DataFrame):
-        return tracker.update(transformed, older or {}, anomalous=anomalous, changes=changes)
-    return compute_baseline(transformed, older, anomalous=anomalous, changes=changes, policy=policy)
+        baseline = tracker.update(transformed, older or {}, anomalous=anomalous, changes=changes)
+    else:
+        baseline = compute_baseline(transformed, older, anomalous=anomalous, changes=changes, policy=policy)
+    if isinstance(detector, BaselineRatio) and detector.noise_z > 0 and isinstance(older, Mapping):
+        baseline = replace(baseline, hour_scale=_hour_scale(transformed, older, policy))
+    return baseline
+
+
+# The upper decile of a normal distribution in standard deviations above its median.
+DECILE_TO_SIGMA = 1.2816
+
+
+def _hour_scale(values: pd.DataFrame, older: Mapping[float, pd.DataFrame], policy: BaselinePolicy,
+           ) -> pd.DataFrame | None:
+    """Per sample, the signal's upward spread around the same time on the baseline days as a σ
+    ((upper decile − median) / 1.28 over the seasonal half window), the widest of them: it grows
+    with the bursts a daily peak brings. Only from same-time windows a source fetched."""
+    index, columns = pd.DatetimeIndex(values.index), values.columns
+    hour_scales = []
+    for lag, window in older.items():
+        if lag not in policy.lags_s or window.empty:
+            continue
+        med, high = same_time_quantiles(window, lag, index, columns, policy.seasonal_half_window_s,
+                                        (0.5, 0.9))
+        hour_scales.append((high - med).to_numpy(np.float32) / DECILE_TO_SIGMA)
+    if not hour_scales:
+        return None
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)  # all-NaN: no spread known
+        widest = np.nanmax(np.stack(hour_scales), axis=0)
+    return pd.DataFrame(widest, index=index, columns=columns)
 
 
 def _detection(detector: Detector, values: pd.DataFrame, baseline: Baseline | None,

@@ -116,3 +116,24 @@ def test_a_node_slower_than_its_peers_counts_only_with_traffic(requests_5m: floa
     events = evaluate_signal(CATALOGUE["engine_itl_peer"], SeriesFrame(frame(cols), labels), traffic=traffic,
                              step_s=60.0)
     assert [e.entity["node"] for e in events] == (["n4"] if flagged else [])
+
+
+def _peak_yesterday(bursts: bool) -> dict[float, pd.DataFrame]:
+    """Queue wait a day earlier: 5 ms, with (``bursts``) spells at 0.4 s a fifth of the time."""
+    rows = ROWS + 60
+    yesterday = np.full(rows, 0.005)
+    if bursts:
+        for start in range(0, rows, 10):
+            yesterday[start:start + 2] = 0.4
+    index = pd.date_range(at(-30) - pd.Timedelta(days=1), periods=rows, freq="60s")
+    return {86400.0: frame({"s": yesterday}).set_axis(index, axis=0)}
+
+
+@pytest.mark.parametrize(("bursts", "flagged"), [(True, False), (False, True)])
+def test_the_p99_margin_scales_with_its_spread_at_that_hour(bursts: bool, flagged: bool) -> None:
+    # 0.42 s against a 5 ms baseline for 20 minutes: the daily peak's usual bursts, or a fault.
+    values = frame({"s": _burst(10, 20, 0.42, 0.005)})
+    traffic = frame({"s": np.full(ROWS, 500.0)})
+    events = evaluate_signal(CATALOGUE["queue_wait_p99"], SeriesFrame(values), history=_peak_yesterday(bursts),
+                             traffic=traffic, step_s=60.0)
+    assert bool(events) is flagged
