@@ -35,6 +35,8 @@ class SignalCycle:
     same_time: dict[float, LiveWindow] = field(init=False, default_factory=dict)
     trackers: dict[str, BaselineTracker] = field(init=False, default_factory=dict)
     last_frame: SeriesFrame | None = field(init=False, default=None)
+    # The guard's values of the last run (the rules read a node's traffic against its peers').
+    last_traffic: SeriesFrame | None = field(init=False, default=None)
 
     def __post_init__(self) -> None:
         self.live = LiveWindow(self.spec, self.live_s, self.step_s)
@@ -53,7 +55,8 @@ class SignalCycle:
         self.last_frame = frame
         if frame.values.columns.empty:
             return []
-        traffic = None if self.guard is None else self.guard.update(source, now).values
+        self.last_traffic = None if self.guard is None else self.guard.update(source, now)
+        traffic = None if self.last_traffic is None else self.last_traffic.values
         half = timedelta(seconds=self.policy.seasonal_half_window_s)
         history = {lag: win.update(source, now - timedelta(seconds=lag) + half).values
                    for lag, win in self.same_time.items()} or None

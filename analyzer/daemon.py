@@ -161,6 +161,7 @@ class Analyzer:
                          settings=self.settings, catalogue=self.catalogue)
         lookback = timedelta(seconds=self.settings.lookback_s + self.settings.reopen_window_s)
         changes, touched = self.tracker.step(found, now, self.store.change_events(now - lookback, now))
+        self.pipeline.remember(e for i in self.tracker.incidents if i.state == "open" for e in i.evidence)
         self.store.save(touched, changes)
         self.flush(now)
         self.metrics.update(self.tracker.incidents, events)

@@ -10,11 +10,12 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
-from statistics import fmean
+from statistics import fmean, median
 from typing import Literal
 
 from analyzer.events import AnomalyEvent
-from analyzer.signals import CATALOGUE, SignalSpec
+from analyzer.opening import distinct, opens_incident
+from analyzer.signals import CATALOGUE, SignalSpec, traffic_name
 from oximeter.runbook import runbook_ref
 
 Labels = tuple[tuple[str, str], ...]
@@ -124,13 +125,6 @@ def fmt_value(signal: str, value: float | None) -> str:
     if spec is not None and (spec.kind in ("ratio", "hit_rate") or "utilization" in signal):
         return f"{value * 100:.0f} %"
     return f"{value:.3g}"
-
-
-def opens_incident(signal: str, catalogue: Mapping[str, SignalSpec]) -> bool:
-    """Whether ``signal`` may open an incident under ``catalogue``, the one in use with the config's
-    overrides (context-only symptoms may not; signals it does not know may)."""
-    spec = catalogue.get(signal)
-    return spec is None or spec.opens_incident
 
 
 def describe(event: AnomalyEvent) -> str:
@@ -269,12 +263,45 @@ def peer_outlier(case: Case) -> Diagnosis | None:
     # peer gap (a 5-min median) closes, and that gap is the throttle's, not a slow card's.
     throttled = throttled or any(x.entity.get("node") == node
                                  for x in case.of("gpu_temperature", "gpu_sm_clock_ratio"))
-    if throttled:
+    if throttled or _node_moved(case, e) or _busier(case, e):
         return None
     cause = RootCause(e.signal, e.labels)
     return _verdict(case, "peer_outlier", "infrastructure", cause,
                     f"{cause.entity}: {describe(e)} of its same-model peers, no throttle reason"
                     + _impact_text(case, PEER_SIGNALS), "warning", PEER_SIGNALS)
+
+
+def _node_moved(case: Case, e: AnomalyEvent) -> bool:
+    """Whether a GPU's peer gap is its whole node's: its node-mates are as busy as it is (by less
+    than the peer signal's own margin), so the node took more work (load), not one slow card,
+    which stands out against the GPUs it runs in step with too."""
+    node, gpu = e.entity.get("node", ""), e.entity.get("gpu")
+    if gpu is None or e.signal not in case.catalogue:
+        return False
+    util = case.per_gpu(e.signal)
+    mates = [v for (n, g), v in util.items() if n == node and g != gpu]
+    if not mates:
+        return False
+    return util.get((node, gpu), e.value) - median(mates) < case.catalogue[e.signal].min_delta
+
+
+def _busier(case: Case, e: AnomalyEvent) -> bool:
+    """Whether a node's peer gap is explained by its traffic: it serves at least as many times
+    its peers' requests as its latency is times theirs (load: capacity, scheduling, or nothing)."""
+    node = e.entity.get("node")
+    peers = case.catalogue[e.signal].peer_labels if e.signal in case.catalogue else ()
+    mine, others = None, []
+    for labels, value in case.snapshot.get(traffic_name(e.signal), {}).items():
+        entity = dict(labels)
+        if any(entity.get(k) != e.entity.get(k) for k in peers) or not math.isfinite(value):
+            continue
+        if entity.get("node") == node:
+            mine = value
+        else:
+            others.append(value)
+    if mine is None or not others or median(others) <= 0 or e.baseline is None or e.baseline <= 0:
+        return False
+    return mine / median(others) >= e.value / e.baseline
 
 
 def telemetry_lost(case: Case) -> Diagnosis | None:
@@ -425,7 +452,9 @@ def unclassified(case: Case) -> Diagnosis:
     # consequences (temperature before clock), so the root does not flip as evidence arrives.
     order = {name: i for i, name in enumerate(case.catalogue)}
     # Context-only symptoms (end-to-end p99) are impact, never the root cause, when anything else is there.
-    candidates = [x for x in case.events if opens_incident(x.signal, case.catalogue)] or list(case.events)
+    # So are anomalies at about their baseline (``distinct``).
+    candidates = [x for x in case.events if opens_incident(x.signal, case.catalogue) and distinct(x)] \
+        or [x for x in case.events if distinct(x)] or list(case.events)
     e = min(candidates, key=lambda x: (LAYER_ORDER.index(x.layer) if x.layer in LAYER_ORDER else 99,
                                         x.onset, order.get(x.signal, len(order)), x.signal))
     sev: Severity = "warning" if len(case.events) > 1 else "info"

@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
-from collections.abc import MutableMapping, Sequence
+import math
+import warnings
+from collections.abc import Callable, Mapping, MutableMapping, Sequence
 from dataclasses import replace
+from functools import partial
 
 import numpy as np
 import pandas as pd
@@ -22,8 +25,9 @@ from analyzer.detectors import (
 from analyzer.detectors.counter import step_seconds
 from analyzer.events import AnomalyEvent
 from analyzer.frame import Baseline, FrameError, SeriesFrame, validate_frame
-from analyzer.persistence import to_events
+from analyzer.persistence import Persistence, to_events
 from analyzer.signals import SignalSpec
+from analyzer.windowstats import same_time_quantiles
 
 # Detectors that compare with a baseline when one can be formed.
 _USES_BASELINE = (BaselineRatio, RobustDeviation, Drop, CounterGrowth)
@@ -34,7 +38,7 @@ def evaluate_signal(spec: SignalSpec, frame: SeriesFrame, *, history: History | 
                     changes: Sequence[ChangeWindow] = (), policy: BaselinePolicy | None = None,
                     cumulative: bool = False, step_s: float | None = None,
                     trackers: MutableMapping[str, BaselineTracker] | None = None,
-                    cold_rows: int | None = None) -> list[AnomalyEvent]:
+                    cold_rows: int | None = None, hold_s: float | None = None) -> list[AnomalyEvent]:
     """Every persistent anomaly of ``spec`` in ``frame``.
 
     ``history`` is older data for the seasonal baselines (one frame, or lag_s → same-time
@@ -44,6 +48,11 @@ def evaluate_signal(spec: SignalSpec, frame: SeriesFrame, *, history: History | 
     ``trackers`` (detector name → tracker, kept by the caller between cycles) makes baselines
     incremental: only rows new since the last cycle are computed (at most ``cold_rows`` on the
     first cycle).
+
+    ``hold_s`` (whole-frame evaluation only): the frame's own anomalies stay out of its baselines
+    as well, from their onset until ``hold_s`` after they clear (how long their incident stays
+    open), as the daemon keeps each cycle's anomalies and open incidents out; a fault that lasts
+    is never learnt as the new normal. Without it only ``anomalous`` is left out.
     """
     values = validate_frame(frame.values)
     step = step_s or step_seconds(pd.DatetimeIndex(values.index))
@@ -62,17 +71,17 @@ def evaluate_signal(spec: SignalSpec, frame: SeriesFrame, *, history: History | 
             detector = replace(detector, groups={
                 str(c): "|".join(frame.labels_of(str(c)).get(k, "") for k in spec.peer_labels)
                 for c in values.columns})
-        baseline = None
+        baseline, tracker = None, None
         if isinstance(detector, _USES_BASELINE):
-            tracker = None
             if trackers is not None:
                 tracker = trackers.get(detector.name)
                 if tracker is None:
                     tracker = trackers[detector.name] = BaselineTracker(policy, max_new_rows=cold_rows)
             baseline = _baseline(detector, values, history, anomalous, changes, policy, tracker)
-        detection = detector.detect(values, baseline)
-        if guard is not None:
-            detection = _guarded(detection, guard)
+        detection = _detection(detector, values, baseline, guard)
+        if baseline is not None and tracker is None and hold_s is not None:
+            redo = partial(_masked_baseline, detector, values, history, anomalous, changes, policy)
+            detection = _held(detector, detection, values, persistence, guard, math.ceil(hold_s / step), redo)
         events += to_events(detection, detector, persistence, signal=spec.name, layer=spec.layer,
                             labels=frame.labels)
     return merge_events(events)
@@ -95,8 +104,87 @@ def _baseline(detector: Detector, values: pd.DataFrame, history: History | None,
     else:
         older = {lag: detector.transform(validate_frame(win)) for lag, win in history.items()}
     if tracker is not None and not isinstance(older, pd.DataFrame):
-        return tracker.update(transformed, older or {}, anomalous=anomalous, changes=changes)
-    return compute_baseline(transformed, older, anomalous=anomalous, changes=changes, policy=policy)
+        baseline = tracker.update(transformed, older or {}, anomalous=anomalous, changes=changes)
+    else:
+        baseline = compute_baseline(transformed, older, anomalous=anomalous, changes=changes, policy=policy)
+    if isinstance(detector, BaselineRatio) and detector.noise_z > 0 and isinstance(older, Mapping):
+        baseline = replace(baseline, hour_scale=_hour_scale(transformed, older, policy))
+    return baseline
+
+
+# The upper decile of a normal distribution in standard deviations above its median.
+DECILE_TO_SIGMA = 1.2816
+
+
+def _hour_scale(values: pd.DataFrame, older: Mapping[float, pd.DataFrame], policy: BaselinePolicy,
+           ) -> pd.DataFrame | None:
+    """Per sample, the signal's upward spread around the same time on the baseline days as a σ
+    ((upper decile − median) / 1.28 over the seasonal half window), the widest of them: it grows
+    with the bursts a daily peak brings. Only from same-time windows a source fetched."""
+    index, columns = pd.DatetimeIndex(values.index), values.columns
+    hour_scales = []
+    for lag, window in older.items():
+        if lag not in policy.lags_s or window.empty:
+            continue
+        med, high = same_time_quantiles(window, lag, index, columns, policy.seasonal_half_window_s,
+                                        (0.5, 0.9))
+        hour_scales.append((high - med).to_numpy(np.float32) / DECILE_TO_SIGMA)
+    if not hour_scales:
+        return None
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)  # all-NaN: no spread known
+        widest = np.nanmax(np.stack(hour_scales), axis=0)
+    return pd.DataFrame(widest, index=index, columns=columns)
+
+
+def _detection(detector: Detector, values: pd.DataFrame, baseline: Baseline | None,
+               guard: np.ndarray | None) -> Detection:
+    detection = detector.detect(values, baseline)
+    return detection if guard is None else _guarded(detection, guard)
+
+
+def _held(detector: Detector, detection: Detection, values: pd.DataFrame, persistence: Persistence,
+          guard: np.ndarray | None, hold_rows: int,
+          baseline_for: Callable[[pd.DataFrame], Baseline]) -> Detection:
+    """``detection`` redone with its own anomalies left out of the baseline, as a causal daemon
+    would have had them: first each anomaly from its onset to the end of the frame (so a step is
+    judged against the level before it, however long it lasts, and ends when the values return),
+    then each from its onset to ``hold_rows`` after that end. Samples outside any anomaly keep
+    their baseline; two passes settle it (the second only frees what follows a real end)."""
+    for to_end in (True, False):
+        mask = _spans(detection, persistence, None if to_end else hold_rows)
+        if mask is None:
+            return detection
+        detection = _detection(detector, values, baseline_for(mask), guard)
+    return detection
+
+
+def _spans(detection: Detection, persistence: Persistence, hold_rows: int | None) -> pd.DataFrame | None:
+    """Where ``detection``'s persistent anomalies held: onset to their end plus ``hold_rows``
+    (None: to the end of the frame). None when there are none."""
+    flags = detection.flags.to_numpy(dtype=bool)
+    keep = None if detection.keep is None else detection.keep.to_numpy(dtype=bool)
+    episodes = persistence.episodes(flags, keep)
+    if not episodes:
+        return None
+    mask = np.zeros(flags.shape, dtype=bool)
+    for ep in episodes:
+        stop = len(mask) if ep.end is None or hold_rows is None else ep.end + hold_rows
+        mask[ep.onset:stop, ep.column] = True
+    return pd.DataFrame(mask, index=detection.flags.index, columns=detection.flags.columns)
+
+
+def _masked_baseline(detector: Detector, values: pd.DataFrame, history: History | None,
+                     anomalous: pd.DataFrame | None, changes: Sequence[ChangeWindow], policy: BaselinePolicy,
+                     own: pd.DataFrame) -> Baseline:
+    return _baseline(detector, values, history, _union(anomalous, own), changes, policy)
+
+
+def _union(given: pd.DataFrame | None, own: pd.DataFrame) -> pd.DataFrame:
+    if given is None:
+        return own
+    aligned = given.reindex(index=own.index, columns=own.columns, fill_value=False).astype(bool)
+    return aligned | own
 
 
 def _guarded(detection: Detection, guard: np.ndarray) -> Detection:

@@ -72,10 +72,14 @@ class Baseline:
 
     center: pd.DataFrame
     scale: pd.DataFrame
+    # The signal's upward spread around this time of day on the baseline days, as a σ (from its
+    # upper decile, which a daily peak's bursts move and an IQR does not); None where not formed.
+    hour_scale: pd.DataFrame | None = None
 
     def aligned(self, values: pd.DataFrame) -> Baseline:
         """This baseline reindexed to ``values``' index and columns (missing → NaN)."""
-        return Baseline(
-            center=self.center.reindex(index=values.index, columns=values.columns),
-            scale=self.scale.reindex(index=values.index, columns=values.columns),
-        )
+        def fit(frame: pd.DataFrame) -> pd.DataFrame:
+            return frame.reindex(index=values.index, columns=values.columns)
+
+        hour = None if self.hour_scale is None else fit(self.hour_scale)
+        return Baseline(fit(self.center), fit(self.scale), hour)

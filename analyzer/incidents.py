@@ -23,7 +23,6 @@ from analyzer.diagnosis import (
     RootCause,
     Snapshot,
     diagnose,
-    opens_incident,
 )
 from analyzer.events import AnomalyEvent
 from analyzer.incident_model import (
@@ -36,6 +35,7 @@ from analyzer.incident_model import (
     Incident,
     TimelineEntry,
 )
+from analyzer.opening import may_open, opens_incident
 from analyzer.settings import IncidentSettings
 from analyzer.signals import CATALOGUE, SignalSpec
 from analyzer.stability import Pending, announced, choose, held
@@ -52,6 +52,8 @@ class Finding:
     group: Group
     diagnosis: Diagnosis
     services: tuple[str, ...]
+    # False: evidence for an incident already open, too weak to open one (analyzer.opening.may_open).
+    may_open: bool = True
 
 
 def findings(events: Sequence[AnomalyEvent], topology: Topology, *, now: datetime,
@@ -69,7 +71,8 @@ def findings(events: Sequence[AnomalyEvent], topology: Topology, *, now: datetim
             continue  # context alone (end-to-end p99): evidence for an incident, never one by itself
         case = Case(group.events, group.nodes, snapshot or {}, settings.thresholds(), catalogue)
         services = sorted({s for e in group.events for s in topology.services_of(e.labels)})
-        out.append(Finding(group, diagnose(case), tuple(services)))
+        diagnosis = diagnose(case)
+        out.append(Finding(group, diagnosis, tuple(services), may_open(case, diagnosis)))
     return out
 
 
@@ -111,7 +114,7 @@ class IncidentTracker:
         for finding in sorted(found, key=lambda f: (not f.group.active, -len(f.group.events), f.group.onset)):
             target = self._match(finding, now, exclude=claimed)
             if target is None:
-                if not self._fresh(finding, now) or self._covered(finding):
+                if not finding.may_open or not self._fresh(finding, now) or self._covered(finding):
                     continue
                 if not finding.group.active and self._match(finding, now, exclude=set()) is not None:
                     continue  # cleared leftovers of an incident a live group already updated

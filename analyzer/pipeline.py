@@ -3,10 +3,11 @@
 rows only) plus the context series the diagnosis rules read.
 
 What the daemon already knows is kept out of the baselines: each signal's events of the previous
-cycle (onset to clearing, or to now while active; after a restart, the open incidents' evidence
-handed to :meth:`CyclePipeline.remember`) and the declared change events (deploys, restarts,
-maintenance) for a settling time after each, so that neither a persisting fault nor a deploy
-becomes "normal" within the hour the recent baseline spans.
+cycle (onset to clearing, or to now while active), the open incidents' evidence from its onset
+for as long as the incident is open (handed to :meth:`CyclePipeline.remember` every cycle) and
+the declared change events (deploys, restarts, maintenance) for a settling time after each, so
+that neither a persisting fault nor a deploy becomes "normal" within the hour the recent baseline
+spans.
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ from analyzer.evaluate import needs_history
 from analyzer.events import AnomalyEvent
 from analyzer.frame import SeriesFrame
 from analyzer.incidents import NOT_DECLARED, ChangeEvent
-from analyzer.signals import SignalSpec
+from analyzer.signals import SignalSpec, traffic_name
 from analyzer.sources import recipes
 from analyzer.sources.base import LiveWindow, Source, grid_index
 from analyzer.topology import Topology
@@ -124,6 +125,20 @@ class Pipeline(Protocol):
         """Events and frames as of ``now``."""
         ...
 
+    def remember(self, spans: Iterable[Span]) -> None:
+        """The open incidents' evidence, to keep out of baselines while they are open."""
+        ...
+
+
+@dataclass(frozen=True)
+class Held:
+    """An open incident's evidence as a mask sees it: from its onset, still open."""
+
+    signal: str
+    labels: tuple[tuple[str, str], ...]
+    onset: datetime
+    cleared_at: datetime | None = None
+
 
 def _no_changes(start: datetime, end: datetime) -> list[ChangeEvent]:
     return []
@@ -149,6 +164,7 @@ class CyclePipeline:
     cycles: dict[str, SignalCycle] = field(init=False, default_factory=dict)
     context: dict[str, LiveWindow] = field(init=False, default_factory=dict)
     previous: dict[str, list[Span]] = field(init=False, default_factory=dict)
+    held: dict[str, list[Span]] = field(init=False, default_factory=dict)
 
     def __post_init__(self) -> None:
         self.cycles = {name: SignalCycle(spec, policy=self.policy, live_s=self.live_s, step_s=self.step_s,
@@ -157,11 +173,15 @@ class CyclePipeline:
         self.context = {name: LiveWindow(spec, self.live_s, self.step_s) for name, spec in CONTEXT.items()}
 
     def remember(self, spans: Iterable[Span]) -> None:
-        """Anomalies known from before this process (open incidents' evidence): kept out of the
-        first cycle's baselines, as the previous cycle's events are afterwards."""
+        """The open incidents' evidence (the caller's, every cycle; after a restart, before the
+        first): each stays out of its signal's baselines from its onset for as long as its
+        incident is open, even while the anomaly itself has cleared, so a fault that lasts is
+        never learnt as the new normal and its incident does not resolve while it runs."""
+        held: dict[str, list[Span]] = {}
         for span in spans:
             if span.signal in self.cycles:
-                self.previous.setdefault(span.signal, []).append(span)
+                held.setdefault(span.signal, []).append(Held(span.signal, span.labels, span.onset))
+        self.held = held
 
     def run(self, now: datetime) -> tuple[list[AnomalyEvent], dict[str, SeriesFrame]]:
         """Fetch what is new, evaluate every catalogue signal, fetch the context series."""
@@ -171,7 +191,7 @@ class CyclePipeline:
         events: list[AnomalyEvent] = []
         frames: dict[str, SeriesFrame] = {}
         for name, cycle in self.cycles.items():
-            known = self.previous.get(name, [])
+            known = [*self.previous.get(name, []), *self.held.get(name, [])]
             mask = None
             if known and needs_history(cycle.spec):
                 # First cycle (remembered evidence): the live window's columns, fetched now; the
@@ -183,6 +203,8 @@ class CyclePipeline:
             events += found
             if cycle.last_frame is not None:
                 frames[name] = cycle.last_frame
+            if cycle.last_traffic is not None and not cycle.last_traffic.values.columns.empty:
+                frames[traffic_name(name)] = cycle.last_traffic
         for name, window in self.context.items():
             frames[name] = window.update(self.source, now)
         return events, frames

@@ -194,11 +194,14 @@ def signal_frames(directory: Path, catalogue: Mapping[str, SignalSpec] = CATALOG
 
 def detect(frames: Mapping[str, SeriesFrame], step_s: float,
            catalogue: Mapping[str, SignalSpec] = CATALOGUE, policy: BaselinePolicy | None = None,
-           same_time: Mapping[float, Mapping[str, SeriesFrame]] | None = None) -> list[AnomalyEvent]:
+           same_time: Mapping[float, Mapping[str, SeriesFrame]] | None = None,
+           hold_s: float = IncidentSettings().resolve_after_s) -> list[AnomalyEvent]:
     """Anomaly events of every catalogue signal (minimum-traffic guard applied, as the daemon does).
 
     ``same_time`` (lag_s → frames) holds the windows a day (or a week) earlier that the seasonal
-    baselines compare with, as the daemon's same-time windows do.
+    baselines compare with, as the daemon's same-time windows do. Each anomaly stays out of its
+    signal's baselines until ``hold_s`` after it clears (its incident's quiet time before it
+    resolves), as the daemon keeps open incidents out.
     """
     events: list[AnomalyEvent] = []
     for name, spec in catalogue.items():
@@ -209,7 +212,7 @@ def detect(frames: Mapping[str, SeriesFrame], step_s: float,
         traffic = None if guard is None or guard.values.empty else guard.values
         history = {lag: lagged[name].values for lag, lagged in (same_time or {}).items() if name in lagged}
         events += evaluate_signal(spec, frame, step_s=step_s, traffic=traffic, policy=policy,
-                                  history=history or None)
+                                  history=history or None, hold_s=hold_s)
     return events
 
 
@@ -287,8 +290,9 @@ def replay_history(directory: Path, interval_s: float, settings: IncidentSetting
     """One history directory, end to end (``same_time``: lag_s → the history that long before)."""
     frames, step_s = signal_frames(directory, catalogue)
     lagged = {lag: signal_frames(d, catalogue)[0] for lag, d in (same_time or {}).items()}
-    return replay_cycles(frames, detect(frames, step_s, catalogue, policy, lagged), interval_s, settings,
-                         catalogue=catalogue)
+    hold_s = (settings or IncidentSettings()).resolve_after_s
+    return replay_cycles(frames, detect(frames, step_s, catalogue, policy, lagged, hold_s), interval_s,
+                         settings, catalogue=catalogue)
 
 
 def same_time_window(window: HistoryWindow, lag_s: float = 86400.0,

@@ -38,6 +38,19 @@ PAGING_XIDS = "48|63|64|74|79|92|94|95|119|120"
 LATENCY_NOISE_Z = 3.0
 
 
+# A p99 over fewer observations per 5-min window than this is its slowest request or two, not a
+# tail: the p99 signals count detections only where their window holds at least this many.
+P99_MIN_COUNT = 100
+# Comparing one node's p99 with its peers' is finer (a tenth apart) than comparing it with its own
+# baseline, so each peer's p99 must rest on a few requests beyond it, not one: three times as many.
+PEER_MIN_COUNT = 3 * P99_MIN_COUNT
+
+
+def traffic_name(signal: str) -> str:
+    """The name a signal's minimum-traffic guard is fetched (and snapshotted) under."""
+    return f"{signal}:traffic"
+
+
 class TrafficGuard(BaseModel):
     """Detections count only where ``promql`` (same entity labels) is at least ``minimum``."""
 
@@ -85,7 +98,7 @@ class SignalSpec(BaseModel):
         can fetch it like a signal."""
         if self.min_traffic is None:
             return None
-        return SignalSpec(name=f"{self.name}:traffic", layer=self.layer, kind="gauge",
+        return SignalSpec(name=traffic_name(self.name), layer=self.layer, kind="gauge",
                           promql=self.min_traffic.promql, entity_labels=self.entity_labels)
 
     @model_validator(mode="after")
@@ -143,6 +156,15 @@ def _s(**fields: Any) -> SignalSpec:
     return SignalSpec(**fields)
 
 
+def _observations(histogram: str, minimum: float = P99_MIN_COUNT, *, model: bool = False) -> TrafficGuard:
+    """At least ``minimum`` observations of ``histogram`` in the 5-min window its p99 spans
+    (``model``: vLLM's model_name copied to ``model``, as the signal's own query does)."""
+    count = f"sum without (instance, job) (increase({histogram}_count[5m]))"
+    if model:
+        count = f'label_replace({count}, "model", "$1", "model_name", "(.*)")'
+    return TrafficGuard(promql=count, minimum=minimum)
+
+
 # Default thresholds (the alerting rules' values) and each signal's layer.
 CATALOGUE: dict[str, SignalSpec] = {s.name: s for s in (
     _s(name="queue_wait_p99", layer="scheduling", kind="latency", unit="s",
@@ -150,8 +172,7 @@ CATALOGUE: dict[str, SignalSpec] = {s.name: s for s in (
        promql="histogram_quantile(0.99, sum without (instance, job) "
               "(rate(oximeter_queue_wait_seconds_bucket[5m])))",
        entity_labels=("service", "node"), threshold=1.0, ratio=1.5, min_delta=0.2, for_s=600, clear_s=300,
-       min_traffic=TrafficGuard(promql="sum without (instance, job) "
-                                       "(increase(oximeter_queue_wait_seconds_count[1m]))", minimum=20),
+       min_traffic=_observations("oximeter_queue_wait_seconds"),
        # for_s 600: the p99's own 5-min window holds one burst for 5 min, so "for 5 min" is
        # counted beyond it (window and for stacked on purpose, said here).
        description="queue_wait p99 > 1 s (P0) or > 1.5 × its baseline, held 5 min beyond its "
@@ -180,6 +201,7 @@ CATALOGUE: dict[str, SignalSpec] = {s.name: s for s in (
        promql="histogram_quantile(0.99, sum without (instance, job) "
               "(rate(oximeter_time_to_first_token_seconds_bucket[5m])))",
        entity_labels=("service", "node"), ratio=1.5, min_delta=0.1, for_s=600, clear_s=300,
+       min_traffic=_observations("oximeter_time_to_first_token_seconds"),
        description="gateway TTFT p99 > 1.5 × same time yesterday for 5 min beyond its 5-min window "
                    "(SLO × 2 via threshold)"),
     _s(name="request_p99", layer="ingress", kind="latency", unit="s",
@@ -187,6 +209,7 @@ CATALOGUE: dict[str, SignalSpec] = {s.name: s for s in (
        promql="histogram_quantile(0.99, sum without (instance, job) "
               "(rate(oximeter_request_duration_seconds_bucket[5m])))",
        entity_labels=("service", "node", "route"), ratio=1.5, min_delta=0.5, for_s=300,
+       min_traffic=_observations("oximeter_request_duration_seconds"),
        # End-to-end latency follows output length (a few long answers move a 5-min p99 by
        # seconds at 1 req/s): context and impact, not an SLO, so it never opens an incident.
        opens_incident=False,
@@ -218,7 +241,10 @@ CATALOGUE: dict[str, SignalSpec] = {s.name: s for s in (
        record="node_gpu:oximeter_gpu_utilization_ratio:p95_5m",
        promql="max without (instance, job) (quantile_over_time(0.95, oximeter_gpu_utilization_ratio[5m]))",
        entity_labels=("node", "gpu"), threshold=0.95, for_s=300,
-       description="GPU utilisation p95 > 95 % for 5 min (P1)"),
+       # A GPU near 100 % is doing its job: load, which pages through queue wait and TTFT when it
+       # hurts (capacity_exhausted reads this as context), and nothing when latency is unchanged.
+       opens_incident=False,
+       description="GPU utilisation p95 > 95 % for 5 min (context: load, opens no incident)"),
     _s(name="ecc_corrected_increase", layer="infrastructure", kind="counter_growth",
        record="node_gpu:oximeter_gpu_ecc_errors_corrected:increase5m",
        promql="sum without (instance, job, kind) "
@@ -252,6 +278,8 @@ CATALOGUE: dict[str, SignalSpec] = {s.name: s for s in (
        promql='label_replace(histogram_quantile(0.99, sum without (instance, job) '
               '(rate(vllm:inter_token_latency_seconds_bucket[5m]))), "model", "$1", "model_name", "(.*)")',
        entity_labels=("node", "model"), peer_labels=("model",), for_s=300,
+       # Counted in requests (one first token each), not tokens: a request's tokens stall together.
+       min_traffic=_observations("vllm:time_to_first_token_seconds", PEER_MIN_COUNT, model=True),
        description="a node's inter-token latency far above its same-model peers"),
     _s(name="gpu_utilization_peer", layer="infrastructure", kind="peer",
        promql="max without (instance, job) (quantile_over_time(0.5, oximeter_gpu_utilization_ratio[5m]))",
@@ -296,6 +324,7 @@ CATALOGUE: dict[str, SignalSpec] = {s.name: s for s in (
        promql='label_replace(histogram_quantile(0.99, sum without (instance, job) '
               '(rate(vllm:time_to_first_token_seconds_bucket[5m]))), "model", "$1", "model_name", "(.*)")',
        entity_labels=("node", "model"), ratio=1.5, min_delta=0.1, for_s=600, clear_s=300,
+       min_traffic=_observations("vllm:time_to_first_token_seconds", model=True),
        # The same symptom as the gateway's ttft_p99 (the SLO signal), seen inside the engine through
        # vLLM's coarse buckets (1 s → 2.5 s): evidence that localises a TTFT rise to the engine,
        # never an incident by itself (the SLO is on the gateway's TTFT).

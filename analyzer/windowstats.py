@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 import numpy as np
+import pandas as pd
 from numpy.lib.stride_tricks import sliding_window_view
 
 # Rows per block: a block holds rows × series × window float32 values (8 × 8192 × 241 ≈ 63 MB).
@@ -56,3 +57,20 @@ def window_quantiles(data: np.ndarray, starts: np.ndarray, window: int, qs: Sequ
             value = v_lo + (v_hi - v_lo) * (pos - below).astype(np.float32)
             target[first:first + len(take)] = np.where(count >= min_count, value, np.nan)
     return out
+
+
+def same_time_quantiles(window: pd.DataFrame, lag_s: float, rows: pd.DatetimeIndex, columns: pd.Index,
+                        half_window_s: float, qs: Sequence[float]) -> list[pd.DataFrame]:
+    """Quantiles ``qs`` of ``window`` (a regular grid) over ±``half_window_s`` around each of
+    ``rows`` − ``lag_s``, per column (NaN outside the window): the same time on an earlier day."""
+    win = window.reindex(columns=columns)
+    index = pd.DatetimeIndex(win.index)
+    if len(index) < 2:
+        return [pd.DataFrame(np.nan, index=rows, columns=columns, dtype=np.float32) for _ in qs]
+    step = (index[1] - index[0]).total_seconds() or 1.0
+    half = max(0, round(half_window_s / step))
+    targets = rows - pd.Timedelta(seconds=lag_s)
+    centre = np.rint((targets.as_unit("ns").asi8 - index[0].as_unit("ns").value) / (step * 1e9))
+    found = window_quantiles(win.to_numpy(np.float32), centre.astype(np.int64) - half, 2 * half + 1, qs,
+                             max(1, half))
+    return [pd.DataFrame(q, index=rows, columns=columns) for q in found]

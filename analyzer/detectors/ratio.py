@@ -17,9 +17,10 @@ class BaselineRatio(Detector):
     """Flags values at least ``ratio`` × their baseline (or 1/ratio for ``down``) and at least
     ``min_delta`` away from it in absolute terms, so tiny baselines do not make huge ratios, and
     (``noise_z`` > 0) at least ``noise_z`` × the baseline's robust scale away, so a statistic that
-    swings by itself (a p99 over a few hundred requests, read from coarse histogram buckets)
-    is judged against its own spread. Keeps an event open while the ratio stays above
-    ``clear_ratio`` (hysteresis)."""
+    hour_scales by itself (a p99 over a few hundred requests, read from coarse histogram buckets)
+    is judged against its own recent spread, and its spread at this hour on the baseline days
+    where the baseline knows it (``Baseline.hour_scale``). Keeps an event open while the ratio stays
+    above ``clear_ratio`` (hysteresis)."""
 
     ratio: float = 1.5
     direction: Direction = "up"
@@ -43,7 +44,11 @@ class BaselineRatio(Detector):
                 delta, strength = c - v, c / v
             big = delta >= self.min_delta
             if self.noise_z > 0:
-                big &= delta >= self.noise_z * baseline.scale.to_numpy(dtype=np.float32)
+                scale = baseline.scale.to_numpy(dtype=np.float32)
+                if baseline.hour_scale is not None:
+                    # At this hour's spread too: a daily peak's bursts are normal there.
+                    scale = np.fmax(scale, baseline.hour_scale.to_numpy(dtype=np.float32))
+                big &= delta >= self.noise_z * scale
             flags = (strength >= self.ratio) & big & (delta > 0)
             keep = (strength >= self.clear_ratio) & (delta > 0)
         return Detection(like(values, flags), like(values, score), like(values, c), like(values, keep))

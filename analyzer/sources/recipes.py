@@ -257,7 +257,11 @@ RECIPES: dict[str, Recipe] = {
                               Gauge("oximeter_gpu_memory_total_bytes")),
     "dependency_latency_p99": HistogramQuantile(0.99, "oximeter_dependency_duration_seconds", 300),
     # Minimum-traffic guards (SignalSpec.traffic_spec): the same PromQL as each min_traffic.
-    "queue_wait_p99:traffic": Increase("oximeter_queue_wait_seconds_count", 60),
+    "queue_wait_p99:traffic": Increase("oximeter_queue_wait_seconds_count", 300),
+    "ttft_p99:traffic": Increase("oximeter_time_to_first_token_seconds_count", 300),
+    "request_p99:traffic": Increase("oximeter_request_duration_seconds_count", 300),
+    "engine_itl_peer:traffic": Relabel(Increase("vllm:time_to_first_token_seconds_count", 300)),
+    "engine_ttft_p99:traffic": Relabel(Increase("vllm:time_to_first_token_seconds_count", 300)),
     "gpu_sm_clock_ratio:traffic": Gauge("oximeter_gpu_clock_event_active", {"reason": "!idle"},
                                         drop=("reason",)),
     "rejected_429_ratio:traffic": Increase("oximeter_requests_total", 60, drop=("code",)),

@@ -11,7 +11,7 @@ from analyzer_frames import at, frame
 from analyzer.detectors import BaselineRatio
 from analyzer.evaluate import evaluate_signal
 from analyzer.frame import Baseline, SeriesFrame
-from analyzer.signals import CATALOGUE, LATENCY_NOISE_Z
+from analyzer.signals import CATALOGUE, LATENCY_NOISE_Z, P99_MIN_COUNT, PEER_MIN_COUNT
 
 ROWS = 40
 
@@ -58,8 +58,9 @@ def test_sm_clock_drop_counts_only_with_a_non_idle_reason(reason_active: float, 
 
 def test_symptoms_seen_twice_are_context_only() -> None:
     # End-to-end latency (output length) and the engine's own TTFT (the gateway's is the SLO one).
+    # And a busy GPU: load, read as context by the capacity rule.
     assert {name for name, spec in CATALOGUE.items() if not spec.opens_incident} == {
-        "request_p99", "engine_ttft_p99"}
+        "request_p99", "engine_ttft_p99", "gpu_utilization_p95"}
 
 
 @pytest.mark.parametrize(("n2_gpu2", "others", "flagged"), [
@@ -94,3 +95,45 @@ def test_latency_signals_use_the_noise_margin() -> None:
               for name, spec in CATALOGUE.items()}
     assert {name for name, ds in ratios.items() if ds and ds[0].noise_z == LATENCY_NOISE_Z} == {
         name for name, spec in CATALOGUE.items() if spec.kind == "latency" and spec.ratio is not None}
+
+
+def test_request_latency_p99s_need_enough_observations() -> None:
+    guarded = {name: spec.min_traffic for name, spec in CATALOGUE.items()
+               if "histogram_quantile(0.99" in spec.promql and spec.min_traffic is not None}
+    assert set(guarded) >= {"queue_wait_p99", "ttft_p99", "request_p99", "engine_ttft_p99", "engine_itl_peer"}
+    # Counted over the p99's own 5-min window.
+    assert all("[5m]" in g.promql and g.minimum >= P99_MIN_COUNT for g in guarded.values())
+    assert guarded["engine_itl_peer"].minimum == PEER_MIN_COUNT
+
+
+@pytest.mark.parametrize(("requests_5m", "flagged"), [(135.0, False), (900.0, True)])
+def test_a_node_slower_than_its_peers_counts_only_with_traffic(requests_5m: float, flagged: bool) -> None:
+    # Five same-model nodes at night; one node's inter-token p99 0.062 s against 0.048 s.
+    cols = {f"n{i}": np.full(ROWS, 0.048 + 0.0005 * i, dtype=np.float32) for i in range(5)}
+    cols["n4"][:] = 0.062
+    labels = {c: {"node": c, "model": "m"} for c in cols}
+    traffic = frame({c: np.full(ROWS, requests_5m) for c in cols})
+    events = evaluate_signal(CATALOGUE["engine_itl_peer"], SeriesFrame(frame(cols), labels), traffic=traffic,
+                             step_s=60.0)
+    assert [e.entity["node"] for e in events] == (["n4"] if flagged else [])
+
+
+def _peak_yesterday(bursts: bool) -> dict[float, pd.DataFrame]:
+    """Queue wait a day earlier: 5 ms, with (``bursts``) spells at 0.4 s a fifth of the time."""
+    rows = ROWS + 60
+    yesterday = np.full(rows, 0.005)
+    if bursts:
+        for start in range(0, rows, 10):
+            yesterday[start:start + 2] = 0.4
+    index = pd.date_range(at(-30) - pd.Timedelta(days=1), periods=rows, freq="60s")
+    return {86400.0: frame({"s": yesterday}).set_axis(index, axis=0)}
+
+
+@pytest.mark.parametrize(("bursts", "flagged"), [(True, False), (False, True)])
+def test_the_p99_margin_scales_with_its_spread_at_that_hour(bursts: bool, flagged: bool) -> None:
+    # 0.42 s against a 5 ms baseline for 20 minutes: the daily peak's usual bursts, or a fault.
+    values = frame({"s": _burst(10, 20, 0.42, 0.005)})
+    traffic = frame({"s": np.full(ROWS, 500.0)})
+    events = evaluate_signal(CATALOGUE["queue_wait_p99"], SeriesFrame(values), history=_peak_yesterday(bursts),
+                             traffic=traffic, step_s=60.0)
+    assert bool(events) is flagged

@@ -90,6 +90,17 @@ def test_a_restart_into_an_ongoing_fault_keeps_its_evidence_out(remembered: bool
     assert event.cleared_at == (None if remembered else FAULT + timedelta(minutes=24))
 
 
+def test_an_open_incident_keeps_cleared_evidence_out() -> None:
+    # The anomaly cleared for a moment at +10 min, but its incident is still open: the fault's
+    # samples after that stay out too, so the recent median never adopts it.
+    source = FrameSource({SPEC.name: week()})
+    pipeline = CyclePipeline(source, {SPEC.name: SPEC}, step_s=STEP, live_s=3600.0, cold_rows=None)
+    pipeline.remember([replace(ev("queue_wait_p99", 0.9, 0.3, node="n1", service="b"), onset=FAULT,
+                               cleared_at=FAULT + timedelta(minutes=10))])
+    [event], _ = pipeline.run(FAULT + timedelta(minutes=50))
+    assert (event.onset, event.cleared_at) == (FAULT, None)
+
+
 def test_the_masked_event_clears_when_the_fault_ends() -> None:
     [event], _ = _cycles(week(fault_minutes=45), 60)
     assert event.onset == FAULT

@@ -5,9 +5,10 @@ from __future__ import annotations
 
 import signal
 import sqlite3
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from datetime import datetime
 from pathlib import Path
+from typing import Any
 
 import pandas as pd
 import pytest
@@ -100,11 +101,15 @@ class Flaky:
 
     def __init__(self, events: list[AnomalyEvent]) -> None:
         self.events, self.down = events, False
+        self.remembered: list[Any] = []
 
     def run(self, now: datetime) -> tuple[list[AnomalyEvent], dict[str, SeriesFrame]]:
         if self.down:
             raise requests.ConnectionError("connection refused")
         return self.events, {}
+
+    def remember(self, spans: Iterable[Any]) -> None:
+        self.remembered = list(spans)
 
 
 def test_source_down_backs_off_notices_once_and_recovers(tmp_path: Path) -> None:
@@ -114,6 +119,9 @@ def test_source_down_backs_off_notices_once_and_recovers(tmp_path: Path) -> None
     analyzer = Analyzer(pipeline, IncidentStore(connect(tmp_path / "s.db")), IncidentSettings(), Topology(),
                         notifier, clock=lambda: now[0], metrics=metrics)
     assert analyzer.cycle() and len(notifier.changes) == 1
+    # The open incident's evidence goes back to the pipeline, to stay out of its baselines.
+    assert [(e.signal, e.labels) for e in pipeline.remembered] == [
+        ("xid_paging", (("gpu", "2"), ("node", "n1"), ("xid", "79")))]
     pipeline.down = True
     assert [analyzer.cycle() for _ in range(3)] == [False, False, False]
     assert metrics.registry.get_sample_value("oximeter_analyzer_source_up") == 0
@@ -161,7 +169,9 @@ def test_the_cycle_opens_by_the_configured_catalogue(tmp_path: Path, overrides: 
                                                      opened: int) -> None:
     catalogue = AnalyzerSettings(signals=overrides).catalogue()
     notifier = Recorder()
-    analyzer = Analyzer(Flaky([ev("ttft_p99", 4.0, 1.0, node="n1", service="chat")]),
+    # TTFT and end-to-end latency up together: two anomalous signals, enough without a rule.
+    analyzer = Analyzer(Flaky([ev("ttft_p99", 4.0, 1.0, node="n1", service="chat"),
+                               ev("request_p99", 9.0, 3.0, node="n1", service="chat", route="/v1/chat")]),
                         IncidentStore(connect(tmp_path / "s.db")), IncidentSettings(), Topology(), notifier,
                         clock=lambda: at(2), catalogue=catalogue)
     assert analyzer.cycle()

@@ -37,6 +37,14 @@ RSS_LEAK = replace(ev("process_rss_trend", 0.03, None, node="node-0", process="v
 # 90 % of the card, rising 5 % of that per hour: 4.5 points an hour, full in 1.5 h.
 GPU_LEAK = replace(ev("gpu_memory_trend", 0.9, None, node="node-0", gpu="0"), score=0.05,
                    time_to_full_s=5400.0)
+# Requests per 5 min of the same-model peers on other nodes.
+PEER_TRAFFIC = {(("model", "m"), ("node", f"node-{i}")): 600.0 for i in (1, 2, 3)}
+# Two nodes of four GPUs: node-0's GPU 2 busier than everything else, or all of node-0 busier.
+GPUS_ONE_SLOW: Snapshot = {"gpu_utilization_peer": {
+    **{gpu(node, str(i)): 0.24 for node in ("node-0", "node-1") for i in range(4)}, gpu("node-0", "2"): 0.36}}
+GPUS_NODE_BUSY: Snapshot = {"gpu_utilization_peer": {
+    **{gpu("node-1", str(i)): 0.24 for i in range(4)}, **{gpu("node-0", str(i)): 0.35 for i in range(4)},
+    gpu("node-0", "2"): 0.36}}
 
 
 def merge(*snaps: Snapshot) -> Snapshot:
@@ -124,6 +132,22 @@ ROWS = [
     Row("a GPU busier than its same-model peers", dx.peer_outlier,
         (ev("gpu_utilization_peer", 0.37, 0.20, node="node-0", gpu="2"), Q_SOFT), root="gpu_utilization_peer",
         severity="warning"),
+    # Eight GPUs, one 1.35 x slower: busier than its seven peers, its own node-mates included.
+    Row("one GPU slower than its seven peers", dx.peer_outlier,
+        (ev("gpu_utilization_peer", 0.36, 0.24, node="node-0", gpu="2"),), GPUS_ONE_SLOW,
+        root="gpu_utilization_peer", severity="warning"),
+    Row("a GPU as busy as its node-mates: the node moved (load), not the card", dx.peer_outlier,
+        (ev("gpu_utilization_peer", 0.36, 0.24, node="node-0", gpu="2"),), GPUS_NODE_BUSY,
+        fires=False, winner="unclassified", root="gpu_utilization_peer"),
+    Row("a busy node at the peak is capacity, not a peer outlier", dx.peer_outlier,
+        (ev("gpu_utilization_peer", 0.97, 0.6, node="node-0", gpu="0"), Q),
+        merge(GPUS_NODE_BUSY, {"gpu_utilization_p95": {gpu(index=str(i)): 0.97 for i in range(4)}}),
+        fires=False, winner="capacity_exhausted", root="queue_wait_p99"),
+    Row("a node slower than its peers at the same traffic", dx.peer_outlier, (PEER,),
+        {"engine_itl_peer:traffic": {MODEL: 600.0, **PEER_TRAFFIC}}, root="engine_itl_peer"),
+    Row("a node slower than its peers only as much as it is busier: load", dx.peer_outlier, (PEER,),
+        {"engine_itl_peer:traffic": {MODEL: 1800.0, **PEER_TRAFFIC}}, fires=False, winner="unclassified",
+        root="engine_itl_peer"),
     Row("a cooling GPU's peer gap is not a peer outlier (throttle anomaly still in the window)",
         dx.peer_outlier, (ev("gpu_utilization_peer", 0.5, 0.22, node="node-0", gpu="0"),
                           ev("gpu_temperature", 91, 70, node="node-0", gpu="0")),

@@ -239,12 +239,14 @@ def test_members_clearing_one_by_one_after_resolve_open_nothing_new() -> None:
 
 def test_stale_cleared_group_does_not_split_the_open_incident() -> None:
     tracker = IncidentTracker(SETTINGS)
-    early = ev("ttft_p99", 2.0, 0.5, node="node-0", service="chat")
-    assert _step(tracker, [early], 2) == [("opened", 1, "info")]
-    # 40 min later: the early symptom has cleared (still in the live window), a dependency
+    early = [ev("ttft_p99", 2.0, 0.5, node="node-0", service="chat"),
+             ev("request_p99", 6.0, 2.0, node="node-0", service="chat", route="/v1/chat")]
+    assert _step(tracker, early, 2) == [("opened", 1, "warning")]
+    # 40 min later: the early symptoms have cleared (still in the live window), a dependency
     # fault starts on the same node and keeps the incident open; the two groups are > 15 min apart.
     dep = ev("dependency_latency_p99", 0.9, 0.05, onset=40, node="node-0", dependency="vectordb")
-    assert _step(tracker, [replace(early, cleared_at=at(5)), dep], 42) == []  # the candidate's dwell
-    changes = _step(tracker, [replace(early, cleared_at=at(5)), dep], 47)
+    cleared = [*(replace(e, cleared_at=at(5)) for e in early), dep]
+    assert _step(tracker, cleared, 42) == []  # the candidate's dwell
+    changes = _step(tracker, cleared, 47)
     assert changes == [("root_cause_changed", 2, "warning")]  # carrying the severity it rose to
     assert [(i.state, i.rule) for i in tracker.incidents] == [("open", "dependency_degraded")]
