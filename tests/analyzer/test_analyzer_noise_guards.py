@@ -134,6 +134,6 @@ def test_the_p99_margin_scales_with_its_spread_at_that_hour(bursts: bool, flagge
     # 0.42 s against a 5 ms baseline for 20 minutes: the daily peak's usual bursts, or a fault.
     values = frame({"s": _burst(10, 20, 0.42, 0.005)})
     traffic = frame({"s": np.full(ROWS, 500.0)})
-    events = evaluate_signal(CATALOGUE["queue_wait_p99"], SeriesFrame(values), history=_peak_yesterday(bursts),
-                             traffic=traffic, step_s=60.0)
+    events = evaluate_signal(CATALOGUE["queue_wait_p99"], SeriesFrame(values),
+                             history=_peak_yesterday(bursts), traffic=traffic, step_s=60.0)
     assert bool(events) is flagged
