@@ -96,24 +96,25 @@ def test_a_stronger_candidate_that_does_not_hold_changes_nothing() -> None:
 
 
 def test_budget_folds_a_second_root_change_into_the_timeline() -> None:
-    """Unclassified on a ttft rise, then a dependency fault (one change, carrying severity info →
-    warning), then an ECC storm below it (a second change: folded; its rise to critical is told)."""
+    """Unclassified on a latency rise, then a dependency fault (the one root-cause change), then an
+    ECC storm below it (a second change: folded; its rise to critical is told)."""
     tracker = IncidentTracker(SETTINGS)
-    ttft = ev("ttft_p99", 2.0, 0.5, node="node-0", service="chat")
+    # Two anomalous signals: an unclassified incident needs two (or a static-limit breach).
+    ttft = [ev("ttft_p99", 2.0, 0.5, node="node-0", service="chat"),
+            ev("request_p99", 6.0, 2.0, node="node-0", service="chat", route="/v1/chat")]
     dep = ev("dependency_latency_p99", 0.9, 0.05, onset=2, node="node-0", dependency="vectordb")
     ecc = ev("ecc_corrected_increase", 300, 1, onset=10, node="node-0", gpu="0")
-    told = _step(tracker, [ttft], 1, {})
+    told = _step(tracker, ttft, 1, {})
     for minute in range(2, 10):
-        told += _step(tracker, [ttft, dep], minute, {})
+        told += _step(tracker, [*ttft, dep], minute, {})
     for minute in range(10, 20):
-        told += _step(tracker, [ttft, dep, ecc], minute, {})
+        told += _step(tracker, [*ttft, dep, ecc], minute, {})
     assert [kind for kind, _ in told] == ["opened", "root_cause_changed", "severity_up"]
     inc = tracker.incidents[0]
     assert (inc.rule, inc.severity) == ("ecc_storm", "critical")
     folded = [(t.kind, t.notified) for t in inc.timeline if t.kind in ("root_cause_changed", "severity_up")]
-    assert folded == [("severity_up", False), ("root_cause_changed", True),
-                      ("root_cause_changed", False), ("severity_up", True)]
-    done = [replace(e, cleared_at=at(20)) for e in (ttft, dep, ecc)]
+    assert folded == [("root_cause_changed", True), ("root_cause_changed", False), ("severity_up", True)]
+    done = [replace(e, cleared_at=at(20)) for e in (*ttft, dep, ecc)]
     told = _step(tracker, done, 26, {})
     assert told == [("resolved", "critical")]
 
@@ -146,18 +147,19 @@ def test_a_slow_gpus_own_peer_signal_outranks_its_nodes_latency_gap() -> None:
 
 
 def test_a_matched_rule_outranks_the_guess_an_incident_opened_on() -> None:
-    """A stalled engine's busy GPUs cross first (an unclassified guess at the lowest layer); once the
-    queue backs up, capacity_exhausted explains both and takes over after the dwell time."""
+    """Latency symptoms cross first (an unclassified guess: two anomalous signals, no rule); once
+    the queue backs up on busy GPUs, capacity_exhausted explains them and takes over after the
+    dwell time."""
     tracker = IncidentTracker(SETTINGS)
-    util = ev("gpu_utilization_p95", 1.0, 0.5, node="node-0", gpu="0")
+    ttft = ev("ttft_p99", 2.0, 0.5, node="node-0", service="chat")
+    edge = ev("request_p99", 9.0, 3.0, node="node-0", service="chat", route="/v1")
     busy: Snapshot = {"gpu_utilization_p95": {gpu(): 1.0}}
-    assert _step(tracker, [util], 1, busy) == [("opened", "info")]
+    assert _step(tracker, [ttft, edge], 1, busy) == [("opened", "warning")]
     assert tracker.incidents[0].rule == "unclassified"
     queue = ev("queue_wait_p99", 0.8, 0.1, onset=2, node="node-0", service="chat")
     told = []
     for minute in range(3, 12):
-        told += _step(tracker, [util, queue], minute, busy)
-    # One message: the root-cause change carries the severity it rose to.
+        told += _step(tracker, [ttft, edge, queue], minute, busy)
     assert told == [("root_cause_changed", "warning")]
     inc = tracker.incidents[0]
     assert (inc.rule, inc.layer, inc.root_cause.signal) == (
@@ -165,19 +167,23 @@ def test_a_matched_rule_outranks_the_guess_an_incident_opened_on() -> None:
 
 
 def test_a_second_severity_rise_is_folded_into_the_next_message() -> None:
+    """A GPU past its temperature limit without a thermal reason opens alone (a static-limit
+    breach, info); latency joins (warning, told); the queue passes its 1 s limit (critical,
+    folded into the next message)."""
     tracker = IncidentTracker(SETTINGS)
-    ttft = ev("ttft_p99", 2.0, 0.5, node="node-0", service="chat")
+    hot = ev("gpu_temperature", 88, 70, node="node-0", gpu="0")
+    ttft = ev("ttft_p99", 2.0, 0.5, onset=1, node="node-0", service="chat")
     edge = ev("request_p99", 9.0, 3.0, onset=1, node="node-0", service="chat", route="/v1")
     queue = ev("queue_wait_p99", 1.5, 0.2, onset=3, node="node-0", service="chat")
-    told = _step(tracker, [ttft], 1, {})
-    told += _step(tracker, [ttft, edge], 2, {})
-    told += _step(tracker, [ttft, edge, queue], 4, {})
+    told = _step(tracker, [hot], 1, {})
+    told += _step(tracker, [hot, ttft, edge], 2, {})
+    told += _step(tracker, [hot, ttft, edge, queue], 4, {})
     assert told == [("opened", "info"), ("severity_up", "warning")]
     inc = tracker.incidents[0]
     assert inc.severity == "critical"
     assert [(t.kind, t.notified) for t in inc.timeline if t.kind == "severity_up"] == [
         ("severity_up", True), ("severity_up", False)]
-    done = [replace(e, cleared_at=at(5)) for e in (ttft, edge, queue)]
+    done = [replace(e, cleared_at=at(5)) for e in (hot, ttft, edge, queue)]
     assert _step(tracker, done, 11, {}) == [("resolved", "critical")]
 
 
