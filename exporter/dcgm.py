@@ -50,6 +50,15 @@ def _num(value: float | None) -> float | None:
     return None if value is None else float(value)
 
 
+def _nvlink_errors(kind: str) -> Callable[[GpuReading], float | None]:
+    """The GPU's count of one NVLink error kind summed over its links (DCGM's *_COUNT_TOTAL)."""
+    def total(r: GpuReading) -> float | None:
+        counts = [dict(link.errors).get(kind) for link in r.nvlinks or ()]
+        known = [c for c in counts if c is not None]
+        return float(sum(known)) if known else None
+    return total
+
+
 # (name, help, reading -> value in DCGM's unit or None)
 DCGM_FIELDS: tuple[tuple[str, str, Callable[[GpuReading], float | None]], ...] = (
     ("DCGM_FI_DEV_SM_CLOCK", "SM clock frequency (in MHz).", lambda r: _mhz(r.sm_clock_hertz)),
@@ -80,6 +89,14 @@ DCGM_FIELDS: tuple[tuple[str, str, Callable[[GpuReading], float | None]], ...] =
      lambda r: _flag(r.row_remap_failure)),
     ("DCGM_FI_DEV_ROW_REMAP_PENDING", "Whether remapping of rows is pending",
      lambda r: _flag(r.row_remap_pending)),
+    ("DCGM_FI_DEV_NVLINK_CRC_FLIT_ERROR_COUNT_TOTAL", "Total number of NVLink flow-control CRC errors.",
+     _nvlink_errors("crc_flit")),
+    ("DCGM_FI_DEV_NVLINK_CRC_DATA_ERROR_COUNT_TOTAL", "Total number of NVLink data CRC errors.",
+     _nvlink_errors("crc_data")),
+    ("DCGM_FI_DEV_NVLINK_REPLAY_ERROR_COUNT_TOTAL", "Total number of NVLink retries.",
+     _nvlink_errors("replay")),
+    ("DCGM_FI_DEV_NVLINK_RECOVERY_ERROR_COUNT_TOTAL", "Total number of NVLink recovery errors.",
+     _nvlink_errors("recovery")),
 )
 
 

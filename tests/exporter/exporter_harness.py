@@ -69,6 +69,9 @@ def sim_gpu(index: int, **overrides: Any) -> dict[str, Any]:
         "remapped_rows_uncorrectable": 0, "row_remap_pending": False, "row_remap_failure": False,
         "pcie_replay_total": 5, "xid_events": [],
         "processes": [{"pid": 4242 + index, "name": "python3", "used_memory_bytes": 70 * GIB}],
+        "nvlinks": [{"link": link, "up": True,
+                     "errors": {"crc_flit": 2 if link == 0 else 0, "crc_data": 0, "replay": 0, "recovery": 0},
+                     "transmit_bytes": 4 * 1024 * 1024, "receive_bytes": 8 * 1024 * 1024} for link in (0, 1)],
     }
     gpu.update(overrides)
     return gpu

@@ -111,6 +111,11 @@ def default_values(index: int) -> dict[str, Any]:
         "nvmlDeviceGetPcieReplayCounter": 5,
         "nvmlDeviceGetComputeRunningProcesses": [SimpleNamespace(pid=4242 + index, usedGpuMemory=70 * GIB)],
         "nvmlDeviceGetSupportedEventTypes": nvmlEventTypeXidCriticalError | 0x3,
+        # Two NVLinks, up; link 0 has seen two CRC flit errors; 4 MiB sent and 8 MiB received each.
+        **nvlink_values([NVML_FEATURE_ENABLED] * 2, errors={(0, NVML_NVLINK_ERROR_DL_CRC_FLIT): 2},
+                        kib={(field, link): kib for link in (0, 1)
+                             for field, kib in ((NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_TX, 4096),
+                                                (NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_RX, 8192))}),
     }
 
 

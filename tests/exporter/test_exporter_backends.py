@@ -52,6 +52,12 @@ EXPECTED: list[tuple[str, dict[str, str], float]] = [
     ("oximeter_gpu_row_remap_pending", {}, 0),
     ("oximeter_gpu_row_remap_failure", {}, 0),
     ("oximeter_gpu_pcie_replay_total", {}, 5),
+    *[("oximeter_gpu_nvlink_up", {"link": str(k)}, 1) for k in (0, 1)],
+    ("oximeter_gpu_nvlink_errors_total", {"link": "0", "kind": "crc_flit"}, 2),
+    *[("oximeter_gpu_nvlink_errors_total", {"link": "1", "kind": kind}, 0)
+      for kind in ("crc_flit", "crc_data", "replay", "recovery")],
+    *[("oximeter_gpu_nvlink_transmit_bytes_total", {"link": str(k)}, 4 * 1024 * 1024) for k in (0, 1)],
+    *[("oximeter_gpu_nvlink_receive_bytes_total", {"link": str(k)}, 8 * 1024 * 1024) for k in (0, 1)],
     *[("oximeter_gpu_xid_errors_total", {"xid": str(x)}, 0) for x in PAGING_XIDS],
     *[("oximeter_gpu_xid_last_timestamp_seconds", {"xid": str(x)}, 0) for x in PAGING_XIDS],
 ]

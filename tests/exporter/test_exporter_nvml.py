@@ -211,7 +211,10 @@ def test_nvlink_errors_and_throughput_per_link(started: Started) -> None:
         errors={(1, nv.NVML_NVLINK_ERROR_DL_CRC_FLIT): 12, (1, nv.NVML_NVLINK_ERROR_DL_REPLAY): 3},
         kib={(nv.NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_TX, 0): 1000,
              (nv.NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_RX, 0): 3})
-    _, collector, _ = started(FakeNvml([FakeDevice(0), FakeDevice(1, values=links)]))
+    pcie_only = FakeDevice(0)
+    for name in nv.nvlink_values([]):
+        del pcie_only.values[name]
+    _, collector, _ = started(FakeNvml([pcie_only, FakeDevice(1, values=links)]))
     registry = scrape_once(collector)
     assert [value(registry, "oximeter_gpu_nvlink_up", 1, link=str(k)) for k in range(4)] == [1, 1, 0, None]
     assert value(registry, "oximeter_gpu_nvlink_errors_total", 1, link="1", kind="crc_flit") == 12

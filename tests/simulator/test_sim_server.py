@@ -275,8 +275,10 @@ def test_fleet_gpus_contract_and_telemetry_loss(start_sim: StartSim) -> None:
         "pcie_replay_total",
         "xid_events",
         "processes",
+        "nvlinks",
     }
     assert [p["name"] for p in data["processes"]] == ["vllm"]
+    assert data["host_memory_total_bytes"] > 0
     assert data["gpus"][0]["memory_used_bytes"] / data["gpus"][0]["memory_total_bytes"] == pytest.approx(
         0.9, abs=0.01
     )
