@@ -356,8 +356,8 @@ def run(args: argparse.Namespace) -> int:
     live = args.live or (not args.replay and bool(args.sim_url and args.analyzer_url))
     try:
         paths = scenario_paths(args.scenario, args.all, Path(args.scenarios) if args.scenarios else None)
-        step_s = parse_duration(args.step).total_seconds()
-        interval_s = parse_duration(args.interval).total_seconds()
+        step_s = parse_duration(args.step, "--step").total_seconds()
+        interval_s = parse_duration(args.interval, "--interval").total_seconds()
         target = None
         if live:
             if not (args.sim_url and args.analyzer_url):

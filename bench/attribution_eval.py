@@ -73,8 +73,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--jobs", type=int, default=2, help="drill windows generated in parallel")
     args = parser.parse_args(argv)
     settings = IncidentSettings()
-    step_s = parse_duration(args.step).total_seconds()
-    interval_s = parse_duration(args.interval).total_seconds()
+    step_s = parse_duration(args.step, "--step").total_seconds()
+    interval_s = parse_duration(args.interval, "--interval").total_seconds()
     end_s = math.floor(time.time() / step_s) * step_s
     rows, right = [], 0
     scenarios = sorted(Path(args.scenarios).glob("*.yaml"))

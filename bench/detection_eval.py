@@ -240,7 +240,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.signals is not None:
         SIGNALS.update(build_catalogue(yaml.safe_load(args.signals.read_text(encoding="utf-8")) or {}))
         print(f"signal overrides from {args.signals}")
-    step_s = parse_duration(args.step).total_seconds()
+    step_s = parse_duration(args.step, "--step").total_seconds()
     paths = sorted(SCENARIOS.glob("*.yaml"))
     names = [p.stem for p in paths if not args.only or p.stem in args.only]
     print(f"run at {datetime.now(UTC):%Y-%m-%d %H:%M}Z, step {step_s:g} s, cache {args.cache}")

@@ -165,6 +165,7 @@ class EngineModel:
         seq.finished_at = now
         seq.finish_reason = "abort"
         self.stats.aborted += 1
+        self.stats.success["abort"] += 1  # vLLM counts an aborted request under finished_reason="abort"
 
     def abort_all(self, now: float) -> list[Seq]:
         """Drop every sequence (engine restart); returns them so callers can fail their clients."""

@@ -170,7 +170,7 @@ class GpuModel:
         return ["idle"] if self.utilization < 0.01 else []
 
     def to_json(self, now: float, book: FaultBook, wall_origin_s: float, engine_pid: int) -> dict[str, Any]:
-        """This GPU in the fleet API's shape (``GET /fleet/gpus``); a lost GPU reads as nulls."""
+        """This GPU in the fleet API's shape (``GET /fleet/gpus``); a lost GPU reads as nulls but its Xids."""
         spec = self.spec
         base: dict[str, Any] = {
             "index": self.index,
@@ -178,8 +178,11 @@ class GpuModel:
             "name": spec.name,
             "pci_bus_id": self.pci_bus_id,
         }
+        xids = [{"xid": x, "timestamp_seconds": ts} for x, ts in self.xid_events]
         if self.lost(now, book):
-            return {**base, "lost": True, **dict.fromkeys(_READINGS)}
+            # The readings are gone with the card, but the driver's Xid log stays readable (as the
+            # NVML backend's event listener keeps it): Xid 79 is what explains the loss.
+            return {**base, "lost": True, **dict.fromkeys(_READINGS), "xid_events": xids}
         used = self.memory_used_bytes(now, book)
         noise = self._rng.uniform(-0.4, 0.4)
         return {
@@ -201,7 +204,7 @@ class GpuModel:
             "row_remap_pending": self.row_remap_pending,
             "row_remap_failure": False,
             "pcie_replay_total": int(self.pcie_replays),
-            "xid_events": [{"xid": x, "timestamp_seconds": ts} for x, ts in self.xid_events],
+            "xid_events": xids,
             "processes": [{"pid": engine_pid, "name": "vllm", "used_memory_bytes": used - CONTEXT_BYTES}],
             "nvlinks": [{"link": link, "up": True, "errors": dict.fromkeys(NVLINK_ERROR_KINDS, 0),
                          "transmit_bytes": int(self.nvlink_bytes), "receive_bytes": int(self.nvlink_bytes)}
@@ -232,7 +235,6 @@ _READINGS = (
     "row_remap_pending",
     "row_remap_failure",
     "pcie_replay_total",
-    "xid_events",
     "processes",
     "nvlinks",
 )

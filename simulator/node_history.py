@@ -59,7 +59,7 @@ class _FleetBackend:
     def read(self) -> NodeSnapshot:
         """Same contract and parser as the HTTP sim backend."""
         if self.fleet.faults.strongest(self.now, self.node, "telemetry_loss") is not None:
-            return NodeSnapshot(gpus=(), errors=("telemetry_lost",))
+            return NodeSnapshot(gpus=(), errors=("telemetry_lost",), read_ok=False)
         doc = self.fleet.gpus_json(self.node, self.now, self.wall_origin_s)
         gpus, errors = [], []
         for obj in doc["gpus"]:

@@ -220,3 +220,24 @@ def test_config_check_exits_0_or_1(tmp_path_factory: pytest.TempPathFactory,
     out = capsys.readouterr()
     assert code in (0, 1)
     assert "Traceback" not in out.err and (code == 0 or str(path) in out.err)
+
+
+CSV_ROW = st.tuples(st.one_of(st.datetimes().map(lambda d: d.isoformat()), TEXT, NUMBERISH),
+                    st.one_of(FINITE.map(str), TEXT, EDGES)).map(lambda row: ",".join(row))
+CSV = st.lists(CSV_ROW, max_size=30).map(lambda rows: "\n".join(["timestamp,value", *rows]).encode())
+
+
+@settings(FUZZ, max_examples=EXAMPLES or 40)
+@given(content=st.one_of(CSV, st.binary(max_size=200)), step=st.one_of(st.just("auto"), EDGES, DURATIONISH))
+@pytest.mark.usefixtures("logs_to_stderr")
+def test_detect_input_files_exit_0_1_2_without_traceback(
+        tmp_path_factory: pytest.TempPathFactory, capsys: pytest.CaptureFixture[str],
+        content: bytes, step: str) -> None:
+    path = tmp_path_factory.mktemp("detect") / "series.csv"
+    path.write_bytes(content)
+    try:
+        code = main(["detect", "--input", str(path), f"--step={step}".replace("\x00", "")])
+    except SystemExit as exc:
+        code = exc.code if isinstance(exc.code, int) else 2
+    err = capsys.readouterr().err
+    assert code in (0, 1, 2) and "Traceback" not in err, (content[:80], step, err)

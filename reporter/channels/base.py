@@ -300,6 +300,10 @@ class Channel:
             reply = self.post(body)
             if not reply.ok:
                 outcome = Outcome.RETRY if reply.retryable else Outcome.FAILED
+                if reply.code == "http 429" and reply.retry_after_s is not None:
+                    # The service said when to come back: throttling, not a failed try. (Without
+                    # Retry-After it counts, so a receiver that only ever says 429 still gives up.)
+                    outcome = Outcome.THROTTLED
                 return DeliveryResult(outcome, sent, len(bodies), reply.retry_after_s, reply.code,
                                       f"{reply.code}: {reply.detail}".strip(": "))
             sent += 1

@@ -42,14 +42,14 @@ REPLY_TABLE: dict[tuple[str, str], tuple[Outcome, str, float | None]] = {
     ("dingtalk", "throttled"): (Outcome.RETRY, "130101", 600.0),
     ("dingtalk", "permanent"): (Outcome.FAILED, "310000", None),
     ("slack", "ok"): (Outcome.SENT, "", None),
-    ("slack", "throttled"): (Outcome.RETRY, "http 429", 7.0),
+    ("slack", "throttled"): (Outcome.THROTTLED, "http 429", 7.0),
     ("slack", "permanent"): (Outcome.FAILED, "http 404", None),
     ("slack", "archived"): (Outcome.FAILED, "http 410", None),
     ("slack", "bad_payload"): (Outcome.FAILED, "http 400", None),
     ("webhook", "ok"): (Outcome.SENT, "", None),
-    ("webhook", "throttled"): (Outcome.RETRY, "http 429", 7.0),
+    ("webhook", "throttled"): (Outcome.THROTTLED, "http 429", 7.0),
     ("webhook", "permanent"): (Outcome.FAILED, "http 410", None),
-    **{(service, "http_429"): (Outcome.RETRY, "http 429", 7.0) for service in SERVICES},
+    **{(service, "http_429"): (Outcome.THROTTLED, "http 429", 7.0) for service in SERVICES},
     **{(service, "http_503"): (Outcome.RETRY, "http 503", None) for service in SERVICES},
 }
 

@@ -84,6 +84,7 @@ def test_retry_after_is_honoured_and_permanent_errors_fail_at_once(tmp_path: Pat
     outbox.deliver_due(T0)
     by_channel = {r.channel: r for r in outbox.rows()}
     assert (by_channel["slack"].state, by_channel["slack"].next_attempt_at) == ("pending", T0 + 7.0)
+    assert by_channel["slack"].attempts == 0  # a 429 with Retry-After is throttling, not a failed try
     assert (by_channel["wecom"].state, by_channel["wecom"].attempts) == ("failed", 1)
     assert by_channel["wecom"].last_error == "93000: invalid webhook url"
 

@@ -134,7 +134,9 @@ def test_thermal_throttle_couples_gpu_and_engine_on_one_node_only() -> None:
             ),
         ),
         ("xid", {"strength": 94}, lambda g: g["xid_events"] == [{"xid": 94, "timestamp_seconds": 1000.0}]),
-        ("gpu_lost", {}, lambda g: g["lost"] is True and g["temperature_celsius"] is None),
+        # Readings are gone, the Xid log is not: Xid 79 explains the loss (as the exporter promises).
+        ("gpu_lost", {}, lambda g: g["lost"] is True and g["temperature_celsius"] is None
+         and g["xid_events"] == [{"xid": 79, "timestamp_seconds": 1000.0}]),
     ],
 )
 def test_gpu_faults_show_in_the_fleet_api(kind: str, extra: dict[str, Any], check: Any) -> None:
