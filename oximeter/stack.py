@@ -12,7 +12,6 @@ Missing binaries are reported before anything starts, pointing at ``make doctor`
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import functools
 import os
@@ -33,7 +32,7 @@ from alert_rules import rule_files
 from alert_rules.scale import format_duration, write_scaled_rules
 from oximeter.backfill import BackfillResult, BackfillSpec, build_backfill
 from oximeter.errors import OximeterError
-from oximeter.ports import refusing_port, start_reserved, wait_port, wait_ports
+from oximeter.ports import start_reserved, wait_port, wait_ports
 from oximeter.procs import ManagedProcess, http_ok, oximeter_argv, wait_until
 from oximeter.stack_config import (
     ANALYZER_JOB,
@@ -91,10 +90,6 @@ class Stack:
         self.backfill: BackfillResult | None = None
         self.prometheus_started_s: float | None = None
         self.timings_s: dict[str, float] = {}
-        # Until an add-on listens, Prometheus scrapes a port held bound and refusing in its place: the
-        # job exists, down, from the first scrape (as a target not started yet), so no rule finds it absent.
-        self._placeholders: dict[str, str] = {}
-        self._held = contextlib.ExitStack()
 
     # -- lifecycle --------------------------------------------------------------------------
     def __enter__(self) -> Stack:
@@ -125,7 +120,6 @@ class Stack:
         for proc in reversed(self.processes):
             proc.stop()
         self.processes.clear()
-        self._held.close()
 
     # -- start steps ------------------------------------------------------------------------
     def _timed(self, name: str, detail: str, fn: Callable[[], Any]) -> Any:
@@ -172,8 +166,6 @@ class Stack:
             am_url = self._timed("alertmanager", "alertmanager",
                                  lambda: self._start_alertmanager(bins["alertmanager"]))
             self.endpoints = dataclasses.replace(self.endpoints, alertmanager=am_url)
-        self._placeholders = {a.name: f"127.0.0.1:{self._held.enter_context(refusing_port())}"
-                              for a in opts.addons if a.scrape_job}
         prom_url = self._timed("prometheus", "prometheus",
                                lambda: self._start_prometheus(bins["prometheus"], prom_dir))
         self.endpoints = dataclasses.replace(self.endpoints, prometheus=prom_url)
@@ -225,7 +217,6 @@ class Stack:
             reply = requests.post(f"{url}/-/reload", timeout=30)
             if not reply.ok:
                 raise StackError(f"reloading {url} failed: {reply.status_code} {reply.text.strip()}")
-        self._held.close()  # the placeholders: nothing scrapes them any more
 
     def _start_traffic(self) -> None:
         opts, ep = self.options, self.endpoints
@@ -309,16 +300,17 @@ class Stack:
                     for n in self.nodes]
         targets += [Target(EXPORTER_JOB, _hostport(ep.exporters[n]), stable_instance(EXPORTER_JOB, n))
                     for n in self.nodes]
-        targets += [Target(a.scrape_job, _hostport(ep.addons[a.name]) if a.name in ep.addons
-                           else self._placeholders[a.name], f"{a.name}:{a.scrape_job}")
-                    for a in opts.addons if a.scrape_job]
+        targets += [Target(a.scrape_job, _hostport(ep.addons[a.name]), f"{a.name}:{a.scrape_job}")
+                    for a in opts.addons if a.scrape_job and a.name in ep.addons]
         return write_yaml(self.workspace / "prometheus.yml", prometheus_config(
             targets, rules, scrape_interval_s=opts.scrape_interval_s, eval_interval_s=opts.eval_interval_s,
             alertmanager=_hostport(ep.alertmanager) if ep.alertmanager else None))
 
     def _start_prometheus(self, binary: str, prom_dir: Path) -> str:
         opts = self.options
-        config = self._write_prometheus_config()  # the add-ons' targets follow once they listen
+        # The add-ons' targets follow once they listen. Until then their job is absent (ScrapeJobMissing
+        # waits 5 minutes, scaled) rather than down (TargetDown waits 2): more room for a slow start.
+        config = self._write_prometheus_config()
 
         def argv(port: int) -> list[str]:
             # The lifecycle API (loopback only) is how the add-ons' targets are loaded later.
