@@ -157,11 +157,13 @@ StartGateway = Callable[..., str]
 def start_gateway(start_process: Callable[..., ManagedProcess], tmp_path: Path) -> StartGateway:
     """Start ``oximeter gateway`` in front of ``upstream_url``; returns its base URL once ready."""
 
-    def start(upstream_url: str, *flags: str, name: str = "gateway") -> str:
+    def start(upstream_url: str, *flags: str, name: str = "gateway", log_format: str = "text") -> str:
         port_file = tmp_path / f"{name}.port"
         proc = start_process(
             name,
             oximeter_argv(
+                "--log-format",
+                log_format,
                 "gateway",
                 "--upstream",
                 upstream_url,

@@ -244,8 +244,8 @@ def test_overload_gives_only_200_and_429_with_retry_after(
 def test_four_json_log_points_per_request(
     upstream: Upstream, start_gateway: StartGateway, tmp_path: Path
 ) -> None:
-    """Seed 000 §3.1: received (body size), enqueued (queue length), started (wait), finished."""
-    gw = start_gateway(upstream.url)
+    """Four points per request: received (body size), enqueued (queue length), started (wait), finished."""
+    gw = start_gateway(upstream.url, log_format="json")
     message = {"role": "user", "content": "x"}
     body = json.dumps({"model": MODEL, "messages": [message], "stream": True}).encode()
     headers = {"X-Request-ID": "log-1", "Content-Type": "application/json"}
