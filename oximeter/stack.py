@@ -116,9 +116,9 @@ class Stack:
         return self.endpoints
 
     def stop(self) -> None:
-        """Stop every process in reverse start order; safe to call more than once."""
-        for proc in reversed(self.processes):
-            proc.stop()
+        """Stop every process (signalled in reverse start order, then awaited together); safe to
+        call more than once."""
+        ManagedProcess.stop_all(list(reversed(self.processes)))
         self.processes.clear()
 
     # -- start steps ------------------------------------------------------------------------

@@ -31,8 +31,7 @@ def start_process(tmp_path: Path) -> Iterator[StartProcess]:
         return proc
 
     yield start
-    for proc in reversed(started):
-        proc.stop()
+    ManagedProcess.stop_all(list(reversed(started)))
 
 
 # Soaks that need the shared stack fault-free since it started run before any test injects a fault.

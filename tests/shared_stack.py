@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from oximeter.backfill import BackfillSpec
-from oximeter.demo_stack import ALERT_GROUP_WAIT_S, BACKFILL_GAP_S, analyzer_addon
+from oximeter.demo_stack import ALERT_GROUP_WAIT_S, BACKFILL_GAP_S, analyzer_addon, analyzer_config
 from oximeter.stack import Stack, StackOptions
 
 SCALE = 10.0
@@ -49,6 +49,38 @@ def shared_options(workspace: Path, backfill_dir: Path, chat_url: str) -> StackO
                            interval_s=1.0)
     return live_options(backfill_dir=backfill_dir, relay_token_file=token_file, addons=(addon,),
                         alert_group_wait_s=ALERT_GROUP_WAIT_S)
+
+
+def _analyzer_settings() -> dict[str, Any]:
+    """The shared analyzer's configuration as the stack writes it (persistence already scaled)."""
+    return analyzer_config(Path("."), "http://127.0.0.1:1", scale=SCALE, step_s=ANALYZER_STEP_S,
+                           interval_s=1.0)
+
+
+def open_deadline_s(*signals: str) -> float:
+    """How long a live fault may take to open (and be named by) an incident of ``signals``.
+
+    What the configuration makes it take: the slowest signal's window plus its persistence, and a
+    stronger cause's dwell before it takes over, all scaled. Three times that, plus thirty analyzer
+    cycles, leaves room for a loaded machine without depending on how fast this one is.
+    """
+    config = _analyzer_settings()
+    catalogue = config["analyzer"]["signals"]
+    from analyzer.signals import CATALOGUE
+
+    need = max(CATALOGUE[s].window_s / SCALE + catalogue[s]["for_s"] for s in signals)
+    need += config["incidents"]["root_cause_dwell_s"]
+    return 3 * need + 30 * ANALYZER_STEP_S
+
+
+def resolve_deadline_s(fault_s: float, *signals: str) -> float:
+    """How long an incident of ``signals`` may take to resolve once a ``fault_s`` fault started:
+    the fault, its anomalies clearing (a window), the quiet time before resolving; as above."""
+    config = _analyzer_settings()
+    from analyzer.signals import CATALOGUE
+
+    clear = max(CATALOGUE[s].window_s / SCALE for s in signals) + config["incidents"]["resolve_after_s"]
+    return fault_s + 3 * clear + 30 * ANALYZER_STEP_S
 
 
 def setup_summary() -> list[str]:

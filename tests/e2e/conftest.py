@@ -1,31 +1,96 @@
-"""The end-to-end faults: a thermal throttle on n1 and an engine stall on n2, injected together.
+"""The end-to-end faults: a thermal throttle on n1 and an engine stall on n2, injected together,
+watched by the shared stack's analyzer and by a second analyzer reading VictoriaMetrics.
 
 Two faults at once on different nodes are what a fleet sees on a bad night, and the suite's time
 budget cannot afford them one after the other (each waits out real, scaled persistence). Each test
-asserts its own node's incident, and that the other fault did not merge into it.
+asserts its own node's incident, and that the other fault did not merge into it. VictoriaMetrics
+scrapes the same targets from before the faults start, so its analyzer judges the same faults at
+the same time instead of waiting for them to end and injecting its own.
 """
 
 from __future__ import annotations
 
 import contextlib
+import shutil
 import time
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
-from e2e_helpers import Faults, analyzer_url, incidents
+import requests
+import yaml
+from e2e_helpers import THERMAL_S, Faults, Victoria, analyzer_url, incidents
+from shared_stack import ANALYZER_STEP_S, SCALE
 
+from oximeter.demo_stack import CHAT_URL_ENV, analyzer_config
+from oximeter.ports import start_reserved, wait_port
+from oximeter.procs import ManagedProcess, http_ok, oximeter_argv, wait_until
 from oximeter.stack import Stack, StackError
+from oximeter.stack_config import ANALYZER_JOB
+from reporter.sink import ChatSink
 
-THERMAL_S = 60.0  # the latency rise thermal_throttle needs persists for a scaled 5 minutes (30 s)
+VICTORIA = shutil.which("victoria-metrics") or "/usr/bin/victoria-metrics"
+
+
+def _scrape_config(stack: Stack, path: Path) -> Path:
+    """The stack's Prometheus jobs (same targets, same stable ``instance`` labels), the analyzer's
+    own job left out."""
+    prometheus = yaml.safe_load((stack.workspace / "prometheus.yml").read_text(encoding="utf-8"))
+    jobs = [job for job in prometheus["scrape_configs"] if job["job_name"] != ANALYZER_JOB]
+    path.write_text(yaml.safe_dump({"global": {"scrape_interval": "1s"}, "scrape_configs": jobs}),
+                    encoding="utf-8")
+    return path
+
+
+def vm_metrics(vm_url: str) -> str:
+    """Metric names VictoriaMetrics holds (its label-values API, as Prometheus has it)."""
+    reply = requests.get(f"{vm_url}/api/v1/label/__name__/values", timeout=10)
+    return reply.text if reply.ok else ""
 
 
 @pytest.fixture(scope="session")
-def faults(live_stack: Stack) -> Iterator[Faults]:
+def victoria(live_stack: Stack, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Victoria]:
+    """VictoriaMetrics scraping the shared stack, and an analyzer on it telling its own chat sink."""
+    work = tmp_path_factory.mktemp("victoria")
+    started: list[ManagedProcess] = []
+
+    def launch(name: str, argv: list[str], env: dict[str, str] | None = None) -> ManagedProcess:
+        proc = ManagedProcess(name, argv, work / "logs", env=env).start()
+        started.append(proc)
+        return proc
+
+    scrape = _scrape_config(live_stack, work / "scrape.yml")
+    try:
+        with ChatSink() as sink:
+            _, vm_port = start_reserved(lambda port: launch("victoria-metrics", [
+                VICTORIA, f"-httpListenAddr=127.0.0.1:{port}", f"-storageDataPath={work / 'vm'}",
+                f"-promscrape.config={scrape}", "-search.latencyOffset=1s", "-retentionPeriod=1d"]),
+                lambda port: http_ok(f"http://127.0.0.1:{port}/health"))
+            vm_url = f"http://127.0.0.1:{vm_port}"
+            config = analyzer_config(work, vm_url, scale=SCALE, step_s=ANALYZER_STEP_S, interval_s=1.0,
+                                     use_recording_rules=False)
+            (work / "oximeter.yaml").write_text(yaml.safe_dump(config), encoding="utf-8")
+            analyzer = launch("analyzer-vm", oximeter_argv(
+                "--config", str(work / "oximeter.yaml"), "analyze", "--port", "0",
+                "--port-file", str(work / "api.port")), env={CHAT_URL_ENV: sink.url})
+            api = f"http://127.0.0.1:{wait_port(analyzer, work / 'api.port')}"
+            analyzer.wait_ready(lambda: http_ok(f"{api}/metrics"), 60)
+            # Scraped series first: the analyzer's windows need some live samples before the faults.
+            wait_until(lambda: "oximeter_gpu_temperature_celsius" in vm_metrics(vm_url), 60,
+                       what="VictoriaMetrics has scraped the exporters")
+            yield Victoria(api, vm_url, sink)
+    finally:
+        ManagedProcess.stop_all(list(reversed(started)))
+
+
+@pytest.fixture(scope="session")
+def faults(live_stack: Stack, victoria: Victoria) -> Iterator[Faults]:
     api = analyzer_url(live_stack)
     before = {i["id"] for i in incidents(api)}
+    victoria_before = {i["id"] for i in incidents(victoria.api)}
     t0 = time.monotonic()
     live_stack.fault("thermal_throttle", "n1", gpu=1, strength=0.45, duration_s=THERMAL_S)  # ends by itself
     stall = live_stack.fault("engine_stall", "n2")  # the scheduling test ends it once diagnosed
-    yield Faults(api, before, t0, stall)
+    yield Faults(api, before, t0, stall, victoria_before)
     with contextlib.suppress(StackError):  # already deleted by the scheduling test
         live_stack.delete_fault(stall)

@@ -8,9 +8,10 @@ from typing import Any
 import requests
 
 from oximeter.stack import Stack
-from reporter.sink import SinkMessage
+from reporter.sink import ChatSink, SinkMessage
 
 THERMAL_ALERT = "GpuTemperatureHigh"
+THERMAL_S = 60.0  # the latency rise thermal_throttle needs persists for a scaled 5 minutes (30 s)
 
 
 @dataclass(frozen=True)
@@ -21,6 +22,16 @@ class Faults:
     before: set[str]
     t0: float
     stall_id: str
+    victoria_before: set[str]
+
+
+@dataclass(frozen=True)
+class Victoria:
+    """The second analyzer, reading VictoriaMetrics: its API, the store's URL, its chat sink."""
+
+    api: str
+    url: str
+    sink: ChatSink
 
 
 def analyzer_url(stack: Stack) -> str:

@@ -1,4 +1,4 @@
-"""Issue 8: a scheduling stall on n2 → an incident attributed to the scheduling layer on n2.
+"""A scheduling stall on n2 → an incident attributed to the scheduling layer on n2.
 
 The diagnosis table's ``scheduling_bottleneck`` (queue wait up while GPU utilisation is low) needs
 a gateway that admits too little, and the live simulator cannot do that: ``admission_limit`` is
@@ -16,6 +16,7 @@ import time
 
 import pytest
 from e2e_helpers import Faults, new_incidents
+from shared_stack import open_deadline_s
 
 from oximeter.procs import wait_until
 from oximeter.stack import Stack
@@ -26,12 +27,13 @@ pytestmark = pytest.mark.e2e
 def test_scheduling_stall_is_a_scheduling_incident(live_stack: Stack, faults: Faults) -> None:
     api, before = faults.api, faults.before
     try:
-        wait_until(lambda: new_incidents(api, before, layer="scheduling", node="n2"), 150,
-                   interval_s=1.0, what="a scheduling incident on n2")
+        wait_until(lambda: new_incidents(api, before, layer="scheduling", node="n2"),
+                   open_deadline_s("queue_wait_p99"), interval_s=1.0, what="a scheduling incident on n2")
         detect_s = time.monotonic() - faults.t0
         # It may open on its first member (429s) and be diagnosed once queue wait and utilisation agree.
         wait_until(lambda: [i for i in new_incidents(api, before, node="n2") if i["rule"] != "unclassified"],
-                   90, interval_s=1.0, what="the scheduling incident diagnosed")
+                   open_deadline_s("queue_wait_p99", "gpu_utilization_p95"), interval_s=1.0,
+                   what="the scheduling incident diagnosed")
     finally:
         live_stack.delete_fault(faults.stall_id)
     (got,) = new_incidents(api, before, node="n2")
