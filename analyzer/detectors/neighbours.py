@@ -39,11 +39,15 @@ class NeighbourSurprise(Detector):
     of the last ``memory`` was (and at least ``min_surprise`` robust scales away)."""
 
     window: int = 12
-    neighbours: int = 5
-    reference: int = 600
+    neighbours: int = 10
+    # Two weeks of 5-minute samples: a daily shape then has a dozen copies of each hour to match.
+    reference: int = 4032
     block: int = 48
-    memory: int = 700
+    memory: int = 600
     warmup: int = 100
+    # A record means something only among enough past surprises (on noise, the first few after
+    # the warm-up would each be one).
+    min_prior: int = 100
     min_surprise: float = 3.0
     quiet: int = 100
     direction: Literal["up", "down", "both"] = "both"
@@ -92,9 +96,10 @@ class NeighbourSurprise(Detector):
         return out, centre
 
     def flags_of(self, surprise: np.ndarray, oriented: np.ndarray) -> np.ndarray:
-        """Where a surprise beats the last ``memory`` ones and the floor, pointing the watched
-        way, and no flag was raised in the ``quiet`` samples before."""
-        previous = pd.Series(surprise).shift(1).rolling(self.memory, min_periods=1).max().to_numpy()
+        """Where a surprise beats the last ``memory`` ones (at least ``min_prior`` of them) and the
+        floor, pointing the watched way, and no flag was raised in the ``quiet`` samples before."""
+        past = pd.Series(surprise).shift(1).rolling(self.memory, min_periods=min(self.min_prior, self.memory))
+        previous = past.max().to_numpy()
         with np.errstate(invalid="ignore"):
             candidate = (surprise > previous) & (surprise >= self.min_surprise) & (oriented >= 0)
         flags = np.zeros(len(surprise), dtype=bool)

@@ -18,6 +18,7 @@ from analyzer.detectors import (
     CounterGrowth,
     Detector,
     Drop,
+    NeighbourSurprise,
     PeerOutlier,
     RobustDeviation,
     Trend,
@@ -73,6 +74,7 @@ class Case:
     noise: float  # standard deviation of noise the quiet case must tolerate
     expected: tuple[int, int, int | None]  # onset, detected_at, cleared_at rows
     baseline: Callable[[pd.DataFrame], Baseline] | None = None
+    persistence: Persistence = PERSIST
 
 
 CASES = [
@@ -93,6 +95,11 @@ CASES = [
     Case("peer_outlier", PeerOutlier(z=5.0), lambda on: _peers(2.0 if on else None), 0.005, (20, 22, 31)),
     Case("vanished", Vanished(), lambda on: {"a": _level(1.0, np.nan if on else None, range(20, ROWS))},
          0.1, (20, 22, None)),
+    # Flags once per anomaly (then quiet), so it opens on one flag and clears the row after.
+    Case("neighbour_surprise", NeighbourSurprise(window=3, neighbours=2, reference=40, block=4, memory=40,
+                                                 warmup=10, min_prior=5, quiet=100),
+         lambda on: {"a": _level(10.0, 20.0 if on else None)}, 0.01, (20, 20, 21),
+         persistence=Persistence(k=1, n=1, clear_n=1)),
 ]
 IDS = [c.name for c in CASES]
 
@@ -100,7 +107,7 @@ IDS = [c.name for c in CASES]
 def _run(case: Case, values: pd.DataFrame) -> list[tuple[int, int, int | None]]:
     baseline = case.baseline(values) if case.baseline else None
     detection = case.detector.detect(values, baseline)
-    events = to_events(detection, case.detector, PERSIST, signal=case.name, layer="engine")
+    events = to_events(detection, case.detector, case.persistence, signal=case.name, layer="engine")
     rows = {ts: i for i, ts in enumerate(values.index)}
     return [(rows[pd.Timestamp(e.onset)], rows[pd.Timestamp(e.detected_at)],
              None if e.cleared_at is None else rows[pd.Timestamp(e.cleared_at)])
@@ -202,3 +209,12 @@ def test_vanished_by_sample_age_beats_the_lookback() -> None:
     ages[36:] = np.nan  # past the store's 5-minute lookback the series is gone altogether
     flags = Vanished(max_age_s=60).detect(frame({"a": ages}, 15.0)).flags["a"].to_numpy()
     assert np.flatnonzero(flags).tolist() == list(range(24, 40))  # age 75 s at row 24
+
+
+def test_neighbour_surprise_tells_a_recurring_shape_once_and_a_new_one_again() -> None:
+    rng = np.random.default_rng(4)
+    v = 50.0 + rng.normal(0, 1.0, 1500)
+    v[300:] += 30.0  # a level shift: surprising once, then the new level is the usual
+    v[1200] += 40.0  # a spike on the new level, once the shift has left the detector's memory
+    flags = NeighbourSurprise().detect(frame({"a": v})).flags["a"].to_numpy()
+    assert np.flatnonzero(flags).tolist() == [300, 1200]
