@@ -20,8 +20,9 @@ import pytest
 import requests
 import yaml
 from e2e_helpers import THERMAL_S, Faults, Victoria, analyzer_url, incidents
-from shared_stack import ANALYZER_STEP_S, SCALE
+from shared_stack import ANALYZER_STEP_S, SCALE, open_deadline_s
 
+from analyzer.signals import CATALOGUE
 from oximeter.demo_stack import CHAT_URL_ENV, analyzer_config
 from oximeter.ports import start_reserved, wait_port
 from oximeter.procs import ManagedProcess, http_ok, oximeter_argv, wait_until
@@ -83,8 +84,22 @@ def victoria(live_stack: Stack, tmp_path_factory: pytest.TempPathFactory) -> Ite
         ManagedProcess.stop_all(list(reversed(started)))
 
 
+def judged(stack: Stack, signal: str) -> bool:
+    """Whether every node's ``signal`` can be judged: its minimum-traffic guard (the requests its
+    window must hold, as the analyzer requires) is met on every node."""
+    guard = CATALOGUE[signal].min_traffic
+    assert guard is not None
+    met = stack.query(f"count(({guard.promql}) >= {guard.minimum:g})")
+    return bool(met) and float(met[0]["value"][1]) >= len(stack.nodes)
+
+
 @pytest.fixture(scope="session")
 def faults(live_stack: Stack, victoria: Victoria) -> Iterator[Faults]:
+    # A fresh stack's windows hold only the minutes since it started (the backfill ends before a
+    # gap): the queue's p99 is not judged until they hold enough requests, so the stall would be
+    # seen late for a reason that has nothing to do with it. Traffic decides when that is.
+    wait_until(lambda: judged(live_stack, "queue_wait_p99"), open_deadline_s("queue_wait_p99"),
+               interval_s=1.0, what="enough requests in every node's queue-wait window")
     api = analyzer_url(live_stack)
     before = {i["id"] for i in incidents(api)}
     victoria_before = {i["id"] for i in incidents(victoria.api)}
