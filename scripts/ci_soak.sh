@@ -51,7 +51,9 @@ for i in $(seq 1 "$runs"); do
 	rc=$?
 	wall=$(( $(date +%s) - start ))
 	(( wall > slowest )) && slowest=$wall
-	summary=$(grep -E '^=+ .*(passed|failed|error).* in ' "$log" | tail -n 1 | tr -d '=' | sed 's/^ *//')
+	# pytest's closing line, with or without its ===== frame ("1364 passed in 384.01s (0:06:24)").
+	summary=$(grep -E '^[= ]*[0-9]+ (passed|failed|errors?)\b.* in [0-9.]+s' "$log" | tail -n 1 | tr -d '=' \
+		| sed 's/^ *//; s/ *$//')
 	printf 'run %d: exit %d, wall %d:%02d, %s\n' "$i" "$rc" $((wall / 60)) $((wall % 60)) "${summary:-no pytest summary}"
 	if [[ $rc == 0 ]]; then
 		green=$((green + 1))

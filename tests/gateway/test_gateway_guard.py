@@ -53,12 +53,14 @@ def test_slow_clients_are_cut_off_while_normal_requests_succeed(
     upstream: Upstream, start_gateway: StartGateway, sockets: list[socket.socket]
 ) -> None:
     gw = start_gateway(upstream.url, "--header-timeout", "1", "--body-timeout", "1",
-                       "--max-connections-per-client", "200")
+                       "--max-connections-per-client", "1000")
     port = _port(gw)
-    slow = [_open(port, sockets, f"POST {CHAT} HTTP/1.1\r\nHost: x\r\n".encode()) for _ in range(40)]
-    slow += [_open(port, sockets, b"") for _ in range(5)]  # connect and say nothing
+    # 400 slow clients, as a careless or hostile one opens them: partial headers, silence, and a
+    # body that never completes.
+    slow = [_open(port, sockets, f"POST {CHAT} HTTP/1.1\r\nHost: x\r\n".encode()) for _ in range(360)]
+    slow += [_open(port, sockets, b"") for _ in range(20)]  # connect and say nothing
     slow += [_open(port, sockets, f"POST {CHAT} HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
-                                  f"Content-Length: 500\r\n\r\n{{\"model\"".encode()) for _ in range(5)]
+                                  f"Content-Length: 500\r\n\r\n{{\"model\"".encode()) for _ in range(20)]
     answer = requests.post(f"{gw}{CHAT}", json=BODY, timeout=30)
     assert answer.status_code == 200
     wait_until(lambda: all(_closed_by_peer(s) for s in slow), 60, what="every slow connection closed")
