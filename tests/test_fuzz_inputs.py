@@ -7,17 +7,14 @@ file is a ``ConfigError`` naming it. The default budget keeps the suite fast; se
 
 from __future__ import annotations
 
-import asyncio
 import os
-import threading
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-import requests
 import yaml
-from aiohttp import web
+from api_server import ApiServer
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from pydantic import SecretStr
@@ -50,34 +47,6 @@ JSON = st.recursive(st.none() | st.booleans() | st.integers() | FINITE | TEXT | 
 
 
 KEY = st.sampled_from(["since", "from", "to", "limit", "layer", "state", "service", "node", "rule"])
-
-
-class ApiServer:
-    """The analyzer API on an OS-assigned loopback port, served from its own loop thread."""
-
-    def __init__(self, app: web.Application) -> None:
-        self.loop = asyncio.new_event_loop()
-        self.thread = threading.Thread(target=self.loop.run_forever, daemon=True)
-        self.thread.start()
-        self.runner = web.AppRunner(app, access_log=None)
-
-        async def start() -> int:
-            await self.runner.setup()
-            site = web.TCPSite(self.runner, "127.0.0.1", 0)
-            await site.start()
-            return int(self.runner.addresses[0][1])
-
-        self.port = asyncio.run_coroutine_threadsafe(start(), self.loop).result(30)
-        self.session = requests.Session()
-
-    def url(self, path: str) -> str:
-        return f"http://127.0.0.1:{self.port}{path}"
-
-    def stop(self) -> None:
-        asyncio.run_coroutine_threadsafe(self.runner.cleanup(), self.loop).result(30)
-        self.loop.call_soon_threadsafe(self.loop.stop)
-        self.thread.join(30)
-        self.loop.close()
 
 
 @pytest.fixture(scope="module")

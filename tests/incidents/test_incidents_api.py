@@ -2,19 +2,17 @@
 
 from __future__ import annotations
 
-import asyncio
-import threading
 from collections.abc import Iterator
 from dataclasses import replace
 from typing import Any
 
 import pytest
 import requests
-from aiohttp import web
+from api_server import ApiServer
 from incident_cases import at, ev, gpu
 from pydantic import SecretStr
 
-from analyzer.api import build_app, start_api
+from analyzer.api import build_app
 from analyzer.incident_store import IncidentStore
 from analyzer.incidents import IncidentSettings, IncidentTracker, findings
 from analyzer.topology import Topology, TopologySettings
@@ -23,26 +21,6 @@ from oximeter.store import connect
 TOKEN = "s3cret-token"
 NOW = at(20)
 TOPO = Topology.from_settings(TopologySettings(services={"chat": ["node-0"], "embed": ["node-1"]}))
-
-
-class Server:
-    """An aiohttp app served from its own event-loop thread on 127.0.0.1 (a port the kernel picks)."""
-
-    def __init__(self, app: web.Application) -> None:
-        self.loop = asyncio.new_event_loop()
-        self.thread = threading.Thread(target=self.loop.run_forever, daemon=True)
-        self.thread.start()
-        self.runner = asyncio.run_coroutine_threadsafe(start_api(app, "127.0.0.1", 0), self.loop).result(30)
-        self.port = self.runner.addresses[0][1]
-
-    def url(self, path: str) -> str:
-        return f"http://127.0.0.1:{self.port}{path}"
-
-    def stop(self) -> None:
-        asyncio.run_coroutine_threadsafe(self.runner.cleanup(), self.loop).result(30)
-        self.loop.call_soon_threadsafe(self.loop.stop)
-        self.thread.join(30)
-        self.loop.close()
 
 
 def fill(store: IncidentStore) -> None:
@@ -64,24 +42,24 @@ def store(tmp_path_factory: pytest.TempPathFactory) -> IncidentStore:
 
 
 @pytest.fixture(scope="module")
-def api(store: IncidentStore) -> Iterator[Server]:
-    server = Server(build_app(store, SecretStr(TOKEN), clock=lambda: NOW))
+def api(store: IncidentStore) -> Iterator[ApiServer]:
+    server = ApiServer(build_app(store, SecretStr(TOKEN), clock=lambda: NOW))
     yield server
     server.stop()
 
 
 @pytest.fixture(scope="module")
-def api_without_token(store: IncidentStore) -> Iterator[Server]:
-    server = Server(build_app(store, None, clock=lambda: NOW))
+def api_without_token(store: IncidentStore) -> Iterator[ApiServer]:
+    server = ApiServer(build_app(store, None, clock=lambda: NOW))
     yield server
     server.stop()
 
 
-def get(server: Server, path: str, **params: str) -> requests.Response:
+def get(server: ApiServer, path: str, **params: str) -> requests.Response:
     return requests.get(server.url(path), params=params, timeout=30)
 
 
-def post(server: Server, path: str, body: Any, token: str | None = TOKEN, raw: bytes | None = None
+def post(server: ApiServer, path: str, body: Any, token: str | None = TOKEN, raw: bytes | None = None
          ) -> requests.Response:
     headers = {"Authorization": f"Bearer {token}"} if token is not None else {}
     if raw is not None:
@@ -104,7 +82,7 @@ FILTERS = [
 
 
 @pytest.mark.parametrize(("params", "rules"), FILTERS, ids=[str(p) for p, _ in FILTERS])
-def test_list_filters(api: Server, params: dict[str, str], rules: list[str]) -> None:
+def test_list_filters(api: ApiServer, params: dict[str, str], rules: list[str]) -> None:
     response = get(api, "/api/incidents", **params)
     assert response.status_code == 200
     assert [i["rule"] for i in response.json()["incidents"]] == rules
@@ -124,16 +102,16 @@ MALFORMED = [
 
 
 @pytest.mark.parametrize(("params", "reason"), MALFORMED, ids=[str(p) for p, _ in MALFORMED])
-def test_malformed_filters_are_400_with_a_reason(api: Server, params: dict[str, str], reason: str) -> None:
+def test_malformed_filters_are_400_with_a_reason(api: ApiServer, params: dict[str, str], reason: str) -> None:
     response = get(api, "/api/incidents", **params)
     assert (response.status_code, response.json()) == (400, {"error": reason})
 
 
-def _id(api: Server, rule: str) -> str:
+def _id(api: ApiServer, rule: str) -> str:
     return str(get(api, "/api/incidents", rule=rule).json()["incidents"][0]["id"])
 
 
-def test_get_one(api: Server) -> None:
+def test_get_one(api: ApiServer) -> None:
     inc_id = _id(api, "scheduling_bottleneck")
     body = get(api, f"/api/incidents/{inc_id}").json()
     assert body["diagnosis"]["sentence"] == "queue_wait p99 4.8 s = 6.1 × baseline while GPU util 30 %"
@@ -150,7 +128,7 @@ WRITES = [
 
 
 @pytest.mark.parametrize(("path", "body"), WRITES, ids=[w[0] for w in WRITES])
-def test_writes_refuse_without_the_right_token(api: Server, api_without_token: Server, path: str,
+def test_writes_refuse_without_the_right_token(api: ApiServer, api_without_token: ApiServer, path: str,
                                                body: dict[str, Any]) -> None:
     path = path.format(id=_id(api, "xid_critical"))
     for token in (None, "wrong", ""):
@@ -163,7 +141,7 @@ def test_writes_refuse_without_the_right_token(api: Server, api_without_token: S
     assert TOKEN not in disabled.text
 
 
-def test_ack_and_silence(api: Server, store: IncidentStore) -> None:
+def test_ack_and_silence(api: ApiServer, store: IncidentStore) -> None:
     inc_id = _id(api, "xid_critical")
     assert post(api, f"/api/incidents/{inc_id}/ack", {"by": "alice", "note": "on it"}).json() == {"ok": True}
     silenced = post(api, f"/api/incidents/{inc_id}/silence", {"by": "bob", "for": "2h"})
@@ -200,12 +178,13 @@ BAD_BODIES = [
 
 
 @pytest.mark.parametrize(("path", "body", "raw", "reason"), BAD_BODIES, ids=[b[3] for b in BAD_BODIES])
-def test_malformed_bodies_are_400(api: Server, path: str, body: Any, raw: bytes | None, reason: str) -> None:
+def test_malformed_bodies_are_400(api: ApiServer, path: str, body: Any, raw: bytes | None,
+                                  reason: str) -> None:
     response = post(api, path.format(id=_id(api, "xid_critical")), body, raw=raw)
     assert (response.status_code, response.json()) == (400, {"error": reason})
 
 
-def test_record_change(api: Server, store: IncidentStore) -> None:
+def test_record_change(api: ApiServer, store: IncidentStore) -> None:
     response = post(api, "/api/changes", {"kind": "deploy", "description": "engine 0.6.3",
                                           "labels": {"node": "node-0"}, "at": "2026-03-02T10:01:00Z"})
     assert response.status_code == 201
@@ -215,7 +194,7 @@ def test_record_change(api: Server, store: IncidentStore) -> None:
     assert [c.description for c in store.change_events(at(1), at(1))] == ["engine 0.6.3"]
 
 
-def test_annotations_for_grafana(api: Server) -> None:
+def test_annotations_for_grafana(api: ApiServer) -> None:
     ms = int(at(0).timestamp() * 1000)
     found = get(api, "/api/annotations", **{"from": str(ms), "to": str(ms + 3_600_000)}).json()
     by_rule = {a["tags"][1]: a for a in found}
@@ -236,7 +215,7 @@ def test_annotations_for_grafana(api: Server) -> None:
                                     "got '99999999999999999999'"}
 
 
-def test_openapi(api: Server) -> None:
+def test_openapi(api: ApiServer) -> None:
     doc = get(api, "/openapi.json").json()
     assert doc["openapi"] == "3.0.3"
     assert sorted(doc["paths"]) == [
