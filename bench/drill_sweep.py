@@ -3,7 +3,7 @@
 ``python bench/drill_sweep.py --n 200 --seed 1 [--jobs 2]`` generates ``--n`` scenarios in the
 library's format, each with its truth: every fault kind alone, pairs of unrelated faults on
 different nodes, and fault-free stretches; with a random fleet (2-8 nodes, 4-8 GPUs, part of them
-with four or more same-model nodes), traffic from light to busy at the daily peak (weekend factors
+with four or more same-model nodes), traffic from light to near capacity at the daily peak (weekend factors
 included), strength from near its detection limit to severe, onset at any hour, and durations from
 10 minutes to 6 hours. Each is replayed through the same pipeline as ``oximeter drill --replay``
 (histories in the shared per-user cache, so a re-run only replays).
@@ -97,10 +97,10 @@ KINDS: dict[str, Kind] = {k.name: k for k in (
          entity_extra={"dependency": "vectordb"}, scenario=FLAT),
     Kind("engine_leak", "engine", _one("rss_leak"), (16.0, 256.0), entity_extra={"process": "vllm"},
          open_ended=True),
-    Kind("kv_pressure", "engine", _one("kv_shrink"), (0.3, 0.05), scenario={"base_rps": 3.0}),
+    Kind("kv_pressure", "engine", _one("kv_shrink"), (0.3, 0.05)),
     Kind("prefix_cache_collapse", "engine", _one("prefix_cache_drop"), (0.15, 0.0),
          scenario={"engine": {"prefill_s_per_token": 0.001}}),
-    Kind("capacity_exhausted", "scheduling", _one("traffic_spike"), (3.0, 8.0), scenario={"base_rps": 2.0}),
+    Kind("capacity_exhausted", "scheduling", _one("traffic_spike"), (3.0, 8.0)),
     Kind("scheduling_bottleneck", "scheduling", _one("admission_limit"), (3.0, 1.0)),
     Kind("ingress_errors", "ingress", _one("ingress_errors"), (0.02, 0.3)),
 )}
@@ -142,8 +142,10 @@ def generate(rng: random.Random, index: int) -> dict[str, Any]:
     picked = [] if roll < 0.15 else rng.sample(sorted(KINDS), 2 if roll > 0.85 else 1)
     doc: dict[str, Any] = {"name": f"sweep_{index:04d}", "nodes": nodes, "gpus_per_node": gpus,
                            "seed": rng.randrange(10_000), "weekend_factor": round(rng.uniform(0.6, 1.0), 2)}
-    # Light to busy: the library's own rates are 1-3 requests/s per node at the daily mean.
-    doc["base_rps"] = round(math.exp(rng.uniform(math.log(0.3), math.log(2.5))), 2)
+    # Light to busy, but within capacity at the daily peak (about twice the mean) for the default
+    # engine and gateway: a fleet overloaded every evening is a true capacity incident on every
+    # node, not a fault-free stretch. Patterns that need load get it from their fault's strength.
+    doc["base_rps"] = round(math.exp(rng.uniform(math.log(0.3), math.log(1.4))), 2)
     for name in picked:  # a pattern that needs its fleet settings keeps them
         for key, value in KINDS[name].scenario.items():
             doc[key] = value
