@@ -76,18 +76,19 @@ def _entity(labels: Mapping[str, Any]) -> str:
                                                                            "dependency", "process", "job"))
 
 
-def _when(text: str | None) -> datetime | None:
+def parse_when(text: str | None) -> datetime | None:
+    """An ISO timestamp from the API's JSON (``Z`` or an offset), or None."""
     return None if not text else datetime.fromisoformat(text.replace("Z", "+00:00"))
 
 
 def _detected(incident: Mapping[str, Any], fault_start: datetime | None) -> datetime | None:
     """When the analyzer showed it: the opening, or for an incident open before the fault, its
     first evidence detected after the fault started."""
-    opened = _when(incident.get("opened_at"))
+    opened = parse_when(incident.get("opened_at"))
     if fault_start is None or opened is None or opened >= fault_start:
         return opened
     later = [w for e in incident.get("evidence", [])
-             if (w := _when(e.get("detected_at"))) is not None and w >= fault_start]
+             if (w := parse_when(e.get("detected_at"))) is not None and w >= fault_start]
     return min(later) if later else opened
 
 
@@ -141,31 +142,49 @@ def score(scenario: str, mode: str, expected: list[dict[str, Any]], incidents: S
 
 
 # -- replay -----------------------------------------------------------------------------------------
-def replay_drill(path: Path, cache_dir: Path, step_s: float, interval_s: float) -> DrillScore:
-    """The scenario's windows replayed through the analyzer, scored."""
+@dataclass(frozen=True)
+class Replayed:
+    """A scenario's drill windows replayed: what the analyzer opened and told, and the truth."""
+
+    incidents: list[dict[str, Any]]  # the API's JSON shape
+    told: list[Any]  # the notify-worthy changes (analyzer.incidents.Change), in order
+    faults: list[dict[str, Any]]  # truth.json's faults, with absolute start/end epochs
+    days: float  # simulated time replayed, all windows together
+
+
+def replay_windows(sc: Any, cache_dir: Path, step_s: float, interval_s: float) -> Replayed:
+    """Every drill window of scenario ``sc`` (generated or cached) through the daemon's cycles."""
     from analyzer.incidents import NOTIFY_KINDS
     from analyzer.replay import DAY_S, drill_windows, history_dir, replay_history, same_time_window
+
+    incidents: list[dict[str, Any]] = []
+    told: list[Any] = []
+    faults: list[dict[str, Any]] = []
+    days = 0.0
+    for window in drill_windows(sc, step_s=step_s):
+        directory = history_dir(window, cache_dir, step_s)
+        yesterday = history_dir(same_time_window(window), cache_dir, step_s)
+        faults += json.loads((directory / "truth.json").read_text(encoding="utf-8"))["faults"]
+        outcome = replay_history(directory, interval_s, same_time={DAY_S: yesterday})
+        incidents += [i.to_dict() for i in outcome.incidents]
+        # Replay has no Alertmanager: chat's messages are the incidents' told changes.
+        told += [c for c in outcome.changes if c.kind in NOTIFY_KINDS]
+        days += window.days
+    return Replayed(incidents, told, faults, days)
+
+
+def replay_drill(path: Path, cache_dir: Path, step_s: float, interval_s: float) -> DrillScore:
+    """The scenario's windows replayed through the analyzer, scored."""
     from analyzer.stability import message_budget
     from simulator.scenario import load_scenario
 
     sc = load_scenario(path)
-    incidents: list[dict[str, Any]] = []
-    messages, budget, starts = 0, 0, []
-    for window in drill_windows(sc, step_s=step_s):
-        directory = history_dir(window, cache_dir, step_s)
-        yesterday = history_dir(same_time_window(window), cache_dir, step_s)
-        truth = json.loads((directory / "truth.json").read_text(encoding="utf-8"))
-        starts += [f["start_epoch_s"] for f in truth["faults"]]
-        outcome = replay_history(directory, interval_s, same_time={DAY_S: yesterday})
-        incidents += [i.to_dict() for i in outcome.incidents]
-        # Replay has no Alertmanager: chat's messages are the incidents' told changes.
-        told = [c for c in outcome.changes if c.kind in NOTIFY_KINDS]
-        messages += len(told)
-        budget += sum(message_budget(c.kind for c in told if c.incident_id == i.id)
-                      for i in outcome.incidents)
+    run = replay_windows(sc, cache_dir, step_s, interval_s)
+    budget = sum(message_budget(c.kind for c in run.told if c.incident_id == i["id"]) for i in run.incidents)
+    starts = [f["start_epoch_s"] for f in run.faults]
     start = datetime.fromtimestamp(min(starts), tz=UTC) if starts else None
     expected = expected_truths(sc.truth.model_dump(), [a.model_dump() for a in sc.also])
-    return score(sc.name, "replay", expected, incidents, start, messages, budget)
+    return score(sc.name, "replay", expected, run.incidents, start, len(run.told), budget)
 
 
 def prepare_drill_windows(paths: Sequence[Path], cache_dir: Path, step_s: float, jobs: int) -> None:
@@ -239,7 +258,7 @@ def live_drill(path: Path, target: LiveTarget) -> DrillScore:
         for fault_id in injected:
             requests.delete(f"{sim}/admin/faults/{fault_id}", headers=headers, timeout=10)
     told = {i["id"]: [c["kind"] for c in _notifications(api, i["id"])
-                      if c["kind"] in NOTIFY_KINDS and (_when(c.get("at")) or started) >= started]
+                      if c["kind"] in NOTIFY_KINDS and (parse_when(c.get("at")) or started) >= started]
             for i in new}
     # Everything chat got meanwhile (forwarded Alertmanager alerts too), once the outbox drained.
     sent = _chat_sent(api, settle_s=target.quiet_s)
@@ -291,7 +310,7 @@ def _touched(incidents: list[dict[str, Any]], before: Mapping[str, Mapping[str, 
     """Incidents opened since the injection, or older ones that took evidence detected since then
     (an open incident on the same node absorbs the drill's anomalies and changes its root cause)."""
     def fresh(inc: Mapping[str, Any]) -> bool:
-        return any((when := _when(e.get("detected_at"))) is not None and when >= since
+        return any((when := parse_when(e.get("detected_at"))) is not None and when >= since
                    for e in inc.get("evidence", []))
 
     return [i for i in incidents if i["id"] not in before or fresh(i)]

@@ -21,7 +21,6 @@ false_per_node_day=F paging_false=P``.
 from __future__ import annotations
 
 import argparse
-import json
 import math
 import random
 import sys
@@ -39,16 +38,8 @@ import yaml
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from analyzer.drill import DEFAULT_CACHE, expected_truths  # noqa: E402
-from analyzer.incidents import NOTIFY_KINDS  # noqa: E402
-from analyzer.replay import (  # noqa: E402
-    DAY_S,
-    drill_windows,
-    history_dir,
-    replay_history,
-    same_time_window,
-    truth_matches,
-)
+from analyzer.drill import DEFAULT_CACHE, expected_truths, parse_when, replay_windows  # noqa: E402
+from analyzer.replay import truth_matches  # noqa: E402
 from exporter.backends.base import PAGING_XIDS  # noqa: E402
 from simulator.scenario import load_scenario  # noqa: E402
 
@@ -166,30 +157,20 @@ def generate(rng: random.Random, index: int) -> dict[str, Any]:
     return doc
 
 
-def _t(text: str | None) -> float | None:
-    return None if not text else datetime.fromisoformat(text.replace("Z", "+00:00")).timestamp()
+def _epoch(text: str | None) -> float | None:
+    moment = parse_when(text)
+    return None if moment is None else moment.timestamp()
 
 
 def replay_one(path: Path, cache_dir: Path, step_s: float, interval_s: float) -> dict[str, Any]:
     """Replay one generated scenario and measure what chat would have seen."""
     sc = load_scenario(path)
     expected = expected_truths(sc.truth.model_dump(), [a.model_dump() for a in sc.also])
-    incidents: list[dict[str, Any]] = []
-    faults: list[dict[str, Any]] = []
-    node_days, messages = 0.0, 0
+    run = replay_windows(sc, cache_dir, step_s, interval_s)
+    incidents, faults = run.incidents, run.faults
     per_incident: dict[str, int] = {}
-    for window in drill_windows(sc, step_s=step_s):
-        directory = history_dir(window, cache_dir, step_s)
-        yesterday = history_dir(same_time_window(window), cache_dir, step_s)
-        truth = json.loads((directory / "truth.json").read_text(encoding="utf-8"))
-        faults += truth["faults"]
-        outcome = replay_history(directory, interval_s, same_time={DAY_S: yesterday})
-        incidents += [i.to_dict() for i in outcome.incidents]
-        for change in outcome.changes:
-            if change.kind in NOTIFY_KINDS:
-                messages += 1
-                per_incident[change.incident_id] = per_incident.get(change.incident_id, 0) + 1
-        node_days += window.days * sc.nodes
+    for change in run.told:
+        per_incident[change.incident_id] = per_incident.get(change.incident_id, 0) + 1
     rows, unused = [], list(incidents)
     for exp in expected:
         hit = next((i for i in unused if truth_matches(i, exp)), None)
@@ -202,15 +183,16 @@ def replay_one(path: Path, cache_dir: Path, step_s: float, interval_s: float) ->
         row: dict[str, Any] = {"rule": exp["rule"], "right": hit is not None, "ttd_s": None, "coverage": None,
                                "messages": per_incident.get(hit["id"], 0) if hit else None}
         if hit is not None and start is not None:
-            opened = _t(hit.get("opened_at"))
+            opened = _epoch(hit.get("opened_at"))
             row["ttd_s"] = None if opened is None else max(0.0, opened - start)
             if end is not None and end > start and opened is not None:
-                closed = _t(hit.get("resolved_at")) or math.inf
+                closed = _epoch(hit.get("resolved_at")) or math.inf
                 row["coverage"] = max(0.0, min(end, closed) - max(start, opened)) / (end - start)
         rows.append(row)
     false = [{"severity": i["severity"], "rule": i["rule"], "node": i["root_cause"]["labels"].get("node")}
              for i in unused]
-    return {"name": sc.name, "rows": rows, "false": false, "node_days": node_days, "messages": messages,
+    return {"name": sc.name, "rows": rows, "false": false, "node_days": run.days * sc.nodes,
+            "messages": len(run.told),
             "incidents": len(incidents), "per_incident": list(per_incident.values())}
 
 
