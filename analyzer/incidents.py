@@ -45,6 +45,20 @@ __all__ = ["NOTIFY_KINDS", "NOT_DECLARED", "Change", "ChangeEvent", "ChangeKind"
            "Incident", "IncidentSettings", "IncidentTracker", "TimelineEntry", "findings"]
 
 
+
+def _concerns(incident: Incident, labels: Mapping[str, str]) -> bool:
+    """Whether a change event belongs beside ``incident``: the incident it names (an alert the relay
+    attached), else its node, else its service; an event without labels concerns every incident.
+    The narrowest label decides: a change on node n2 of a service that also runs on n1 is n2's."""
+    if "incident" in labels:
+        return labels["incident"] == incident.id
+    if "node" in labels:
+        return labels["node"] in incident.nodes
+    if "service" in labels:
+        return labels["service"] in incident.services
+    return True
+
+
 @dataclass(frozen=True)
 class Finding:
     """A correlated group with its diagnosis and the services it touches."""
@@ -344,9 +358,7 @@ class IncidentTracker:
     def _attach_changes(self, incident: Incident, change_events: Sequence[ChangeEvent]) -> Incident:
         start = incident.first_onset - timedelta(seconds=self.settings.lookback_s)
         end = incident.resolved_at or incident.updated_at
-        nodes, services = set(incident.nodes), set(incident.services)
-        relevant = [c for c in change_events if start <= c.at <= end and (
-            not c.labels or dict(c.labels).get("node") in nodes or dict(c.labels).get("service") in services)]
+        relevant = [c for c in change_events if start <= c.at <= end and _concerns(incident, dict(c.labels))]
         known = {(c.at, c.kind, c.description) for c in incident.changes}
         fresh = tuple(c for c in relevant if (c.at, c.kind, c.description) not in known)
         if not fresh:

@@ -201,8 +201,9 @@ class Relay:
             self.outbox.enqueue(message, self.router.channels_for(
                 severity=message.severity.value, layer=layer, services=services), now=now)
         for alert, incident in attached:
-            labels = tuple(sorted((k, alert.labels[k]) for k in ("node", "service", "layer")
-                                  if k in alert.labels))
+            # The incident it was matched to: the alert's service may run on other incidents' nodes.
+            scope = [(k, alert.labels[k]) for k in ("node", "service", "layer") if k in alert.labels]
+            labels = tuple(sorted([*scope, ("incident", incident.id)]))
             summary = alert.annotations.get("summary", "")
             self.store.record_change_event(ChangeEvent(
                 moment_of(alert.starts_at) or moment if alert.status == "firing" else moment, "alert",

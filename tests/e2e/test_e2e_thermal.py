@@ -45,7 +45,7 @@ def test_thermal_throttle_is_one_infrastructure_incident(live_stack: Stack, faul
     assert final["rule"] == "thermal_throttle", final
     sent = chat_sink.messages
     heads = incident_messages([m for m in sent if opened["id"] in m.text])
-    assert len(heads) == 2 and "OPENED" in heads[0] and "RESOLVED" in heads[1], heads
+    assert len(heads) == 2 and "OPENED" in heads[0] and "RESOLVED" in heads[1], "\n".join(heads)
     # Other layers' alerts (TTFT above yesterday: ingress) are forwarded; the temperature alert is not.
     forwarded = [headline(m) for m in sent if kind_of(m) == "alert"]
     assert not any(THERMAL_ALERT in head for head in forwarded), forwarded

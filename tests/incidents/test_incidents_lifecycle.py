@@ -163,6 +163,25 @@ def test_seed_001_compound_impact_and_change_events() -> None:
     assert inc.runbook == "docs/runbook.md#dependency_degraded"
 
 
+def test_a_change_goes_beside_the_incident_it_names_else_its_node_else_its_service() -> None:
+    """Two incidents on two nodes of one service: an alert the relay matched to one of them, or a
+    change on one node, must not show up in the other's story (and its chat messages)."""
+    tracker = IncidentTracker(SETTINGS)
+    events = [ev("gpu_temperature", 91, 70, node="node-0", gpu="0"),
+              ev("ecc_corrected_increase", 300, 1, onset=1, node="node-1", gpu="3")]
+    _step(tracker, events, 3)
+    by_node = {inc.nodes[0]: inc for inc in tracker.incidents}
+    assert sorted(by_node) == ["node-0", "node-1"]
+    named = ChangeEvent(at(2), "alert", "relayed alert", (("incident", by_node["node-0"].id), ("node", "node-1"),
+                                                           ("service", "chat")), "alertmanager")
+    on_node = ChangeEvent(at(2), "restart", "engine restart", (("node", "node-1"), ("service", "chat")))
+    service_wide = ChangeEvent(at(2), "deploy", "chat 1.2", (("service", "chat"),))
+    _step(tracker, events, 4, changes=(named, on_node, service_wide))
+    by_node = {inc.nodes[0]: inc for inc in tracker.incidents}
+    assert by_node["node-0"].changes == (named, service_wide)
+    assert by_node["node-1"].changes == (on_node, service_wide)
+
+
 def test_incident_round_trips_through_json() -> None:
     tracker = IncidentTracker(SETTINGS)
     _step(tracker, [Q, TEMP], 5, changes=(ChangeEvent(at(1), "restart", "engine restart"),))

@@ -77,6 +77,6 @@ def test_daemon_notifies_and_relays(tmp_path: Path, receiver: ChatReceiver,
 
     wait_until(attached, 60, what="the alert attached to the incident")
     assert [(c["source"], c["labels"]) for c in attached()] == [
-        ("alertmanager", {"layer": "infrastructure", "node": "n1"})]
+        ("alertmanager", {"incident": incident_id, "layer": "infrastructure", "node": "n1"})]
     assert daemon.stop() == 0
     assert len(receiver.accepted("webhook")) == 2 and receiver.problems == []
