@@ -44,6 +44,7 @@ class BackfillSpec:
     days: float = 1.0
     step_s: float = 15.0
     dependency_latency_s: float = 0.03
+    daily_shape: bool = True  # False: traffic at base_rps at every hour
     faults: tuple[dict[str, Any], ...] = ()
 
     def scenario(self) -> dict[str, Any]:
@@ -51,7 +52,7 @@ class BackfillSpec:
         return {
             "name": "backfill", "description": "stack backfill", "nodes": self.nodes,
             "gpus_per_node": self.gpus_per_node, "model": self.model, "service": self.service,
-            "seed": self.seed, "base_rps": self.base_rps,
+            "seed": self.seed, "base_rps": self.base_rps, "daily_shape": self.daily_shape,
             "engine": {"dependency_latency_s": self.dependency_latency_s},
             "faults": [dict(f) for f in self.faults], "truth": {"layer": "none", "rule": "none"},
         }

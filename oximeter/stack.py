@@ -227,6 +227,7 @@ class Stack:
             "traffic", *[a for url in ep.gateways.values() for a in ("--target", url)],
             "--base-rps", str(opts.traffic_rps_per_node * opts.nodes), "--day-seconds", str(opts.day_seconds),
             "--start-hour", f"{now.hour + now.minute / 60:.3f}", "--stream-ratio", str(opts.stream_ratio),
+            "--daily-shape" if opts.daily_shape else "--no-daily-shape",
             "--duration", str(10 * 365 * 86400), "--seed", str(opts.seed)), None)
 
     def _start_node_services(self, engines: dict[str, str],

@@ -56,6 +56,7 @@ class StackOptions:
     traffic_rps_per_node: float = 1.0  # the history's base_rps, so baselines compare like with like
     stream_ratio: float = 1.0  # history models streaming requests: TTFT is the first chunk
     day_seconds: float = 86400.0
+    daily_shape: bool = True  # the history's daily_shape: False keeps traffic at its base rate all day
     max_concurrency: int = 12  # the scenario gateway's limits
     max_queue: int = 64
     max_queue_wait_s: float = 10.0

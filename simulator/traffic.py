@@ -274,6 +274,11 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--concurrency-cap", type=int, default=64, help="most requests in flight at once")
     parser.add_argument("--day-seconds", type=float, default=600.0, help="one simulated day lasts this long")
     parser.add_argument("--start-hour", type=float, default=9.0, help="simulated hour at start (0-24)")
+    parser.add_argument(
+        "--daily-shape", action=argparse.BooleanOptionalAction, default=True,
+        help="follow the daily shape around --base-rps (--no-daily-shape: a constant --base-rps, for runs "
+        "that must not depend on the hour they start at)",
+    )
     parser.add_argument("--duration", type=float, default=3600.0, help="stop after this many seconds")
     parser.add_argument("--max-requests", type=int, default=1_000_000, help="stop after this many requests")
     parser.add_argument("--stream-ratio", type=float, default=0.7, help="share of streaming requests")
@@ -299,7 +304,8 @@ def run(args: argparse.Namespace) -> int:
         return await open_loop(
             targets,
             builder,
-            lambda t: daily_rate(t, args.day_seconds, args.base_rps, args.start_hour),
+            (lambda t: daily_rate(t, args.day_seconds, args.base_rps, args.start_hour))
+            if args.daily_shape else (lambda t: args.base_rps),
             concurrency_cap=args.concurrency_cap,
             duration_s=args.duration,
             max_requests=args.max_requests,

@@ -1,18 +1,13 @@
-"""The live tests run on the session's shared stack (``tests/conftest.py``, ``tests/shared_stack.py``).
-
-``BACKFILL``, ``SCALE`` and ``LOOKBACK_S`` are re-exported for ``from conftest import ...``.
-"""
+"""The live tests run on the session's shared stack (``tests/conftest.py``, ``tests/shared_stack.py``)."""
 
 from __future__ import annotations
 
 import time
 
 import pytest
-from shared_stack import BACKFILL, LOOKBACK_S, SCALE, live_options
+from shared_stack import LOOKBACK_S
 
 from oximeter.stack import Stack
-
-__all__ = ["BACKFILL", "LOOKBACK_S", "SCALE", "live_options"]
 
 
 @pytest.fixture
