@@ -1,8 +1,10 @@
 """The named signal catalogue: what to query, which layer it speaks for, and how to judge it.
 
-Each signal prefers a recording rule (``alert_rules/*.rules.yml``, named ``level:metric:operation``)
-and carries a raw-PromQL fallback for stores without a rule engine. Thresholds default to the
-alerting rules' values; the config's ``analyzer.signals`` overrides fields of a known signal or adds new ones.
+Each signal's PromQL is written here once. A signal that names a recording rule
+(``level:metric:operation``) has it generated into ``alert_rules/signals.rules.yml`` (``oximeter
+rules build``) and prefers it; the PromQL itself is the fallback for stores without a rule engine.
+Thresholds default to the alerting rules' values; the config's ``analyzer.signals`` overrides fields
+of a known signal or adds new ones, and the diagnosis rules read their limits from the result.
 """
 
 from __future__ import annotations
@@ -28,11 +30,11 @@ from analyzer.detectors import (
 from analyzer.detectors.base import Direction
 from analyzer.persistence import Persistence
 from oximeter.errors import ConfigError
+from oximeter.xids import xid_pattern
 
 Layer = Literal["infrastructure", "platform", "engine", "dependency", "scheduling", "ingress"]
 Kind = Literal["latency", "ratio", "counter_growth", "gauge", "hit_rate", "trend", "peer", "presence"]
 
-PAGING_XIDS = "48|63|64|74|79|92|94|95|119|120"
 # A latency p99 must clear its baseline by this many robust scales (the recent IQR as σ) as well
 # as by ``ratio`` and ``min_delta``: 3 σ, the usual "outside the noise" margin.
 LATENCY_NOISE_Z = 3.0
@@ -179,6 +181,7 @@ CATALOGUE: dict[str, SignalSpec] = {s.name: s for s in (
                    "5-min window; healthy < 200 ms"),
     _s(name="queue_length", layer="scheduling", kind="gauge", unit="requests",
        record="service_node:oximeter_queue_length:max_1m",
+       # max_over_time so a burst between two scrapes of the 1m window still counts.
        promql="max without (instance, job) (max_over_time(oximeter_queue_length[1m]))",
        entity_labels=("service", "node"), threshold=20, for_s=60,
        description="queue length > 20 for 1 min"),
@@ -266,7 +269,7 @@ CATALOGUE: dict[str, SignalSpec] = {s.name: s for s in (
        description="any uncorrectable ECC error: isolate now"),
     _s(name="xid_paging", layer="infrastructure", kind="counter_growth",
        promql="sum without (instance, job) "
-              f'(increase(oximeter_gpu_xid_errors_total{{xid=~"{PAGING_XIDS}"}}[5m]))',
+              f'(increase(oximeter_gpu_xid_errors_total{{xid=~"{xid_pattern()}"}}[5m]))',
        entity_labels=("node", "gpu", "xid"), increase=0.5, for_s=0, min_samples=1,
        description="a paging Xid (the GPU needs isolating)"),
     _s(name="pcie_replay_increase", layer="infrastructure", kind="counter_growth",
@@ -275,8 +278,10 @@ CATALOGUE: dict[str, SignalSpec] = {s.name: s for s in (
        description="PCIe replays +100 in 5 min"),
     _s(name="engine_itl_peer", layer="infrastructure", kind="peer", unit="s",
        record="node_model:vllm_inter_token_latency_seconds:p99_5m",
+       # Older vLLM names the same histogram time_per_output_token: the `or` fallback.
        promql='label_replace(histogram_quantile(0.99, sum without (instance, job) '
-              '(rate(vllm:inter_token_latency_seconds_bucket[5m]))), "model", "$1", "model_name", "(.*)")',
+              '(rate(vllm:inter_token_latency_seconds_bucket[5m])) or sum without (instance, job) '
+              '(rate(vllm:time_per_output_token_seconds_bucket[5m]))), "model", "$1", "model_name", "(.*)")',
        entity_labels=("node", "model"), peer_labels=("model",), for_s=300,
        # Counted in requests (one first token each), not tokens: a request's tokens stall together.
        min_traffic=_observations("vllm:time_to_first_token_seconds", PEER_MIN_COUNT, model=True),
@@ -308,6 +313,7 @@ CATALOGUE: dict[str, SignalSpec] = {s.name: s for s in (
        description="KV-cache usage ≥ 0.95"),
     _s(name="preemption_rate", layer="engine", kind="gauge", unit="1/s",
        record="node_model:vllm_num_preemptions:rate5m",
+       # The series is `..._total`: vLLM's own example rule on `vllm:num_preemptions` never fires.
        promql='label_replace(sum without (instance, job) (rate(vllm:num_preemptions_total[5m])), '
               '"model", "$1", "model_name", "(.*)")',
        entity_labels=("node", "model"), threshold=0.1, for_s=120,

@@ -16,11 +16,6 @@ from oximeter.errors import OximeterError
 CLOCK_EVENT_REASONS: tuple[str, ...] = ("hw_thermal", "sw_thermal", "hw_slowdown", "power_cap",
                                         "power_brake", "idle")
 
-# These Xids page; their counters start at 0 so that the first
-# event is visible to increase() and changes().
-PAGING_XIDS: tuple[int, ...] = (48, 63, 64, 74, 79, 92, 94, 95, 119, 120)
-
-
 @dataclass(frozen=True)
 class GpuIdentity:
     """What names a GPU in every series: index on the node, UUID, model and PCI bus id."""
