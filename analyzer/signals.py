@@ -10,24 +10,12 @@ of a known signal or adds new ones, and the diagnosis rules read their limits fr
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-from analyzer.detectors import (
-    AbsoluteThreshold,
-    BaselineRatio,
-    CounterGrowth,
-    Detector,
-    Drop,
-    NeighbourSurprise,
-    PeerOutlier,
-    RobustDeviation,
-    Trend,
-    Vanished,
-)
-from analyzer.detectors.base import Direction
+from analyzer.detectors import Detector, build_detector
 from analyzer.persistence import Persistence
 from oximeter.errors import ConfigError
 from oximeter.xids import xid_pattern
@@ -62,6 +50,33 @@ class TrafficGuard(BaseModel):
     minimum: float = Field(ge=0)
 
 
+class DetectorSpec(BaseModel):
+    """One detector a signal runs: a registered ``type`` (``analyzer/detectors/__init__.py``) and
+    its parameters beside it, e.g. ``{type: threshold, threshold: 85, direction: up}``."""
+
+    model_config = ConfigDict(extra="allow", frozen=True)
+
+    type: str
+
+    @property
+    def params(self) -> dict[str, Any]:
+        """Everything but ``type``: the detector's fields."""
+        return dict(self.model_extra or {})
+
+    def build(self) -> Detector:
+        """The detector itself, from the registry."""
+        return build_detector(self.type, self.params)
+
+    @model_validator(mode="after")
+    def _buildable(self) -> DetectorSpec:
+        self.build()  # a ValueError names an unknown type or parameter
+        return self
+
+
+def _d(type_name: str, **params: Any) -> DetectorSpec:
+    return DetectorSpec.model_validate({"type": type_name, **params})
+
+
 class SignalSpec(BaseModel):
     """One named signal and how it is judged."""
 
@@ -94,6 +109,9 @@ class SignalSpec(BaseModel):
     generic: Literal["robust_deviation", "neighbour_surprise"] = "robust_deviation"
     unit: str = ""
     description: str = ""
+    # The detectors it runs (any of them opening an event opens one); empty: its kind's defaults,
+    # formed from the fields above (KIND_DETECTORS).
+    detectors: tuple[DetectorSpec, ...] = ()
 
     def traffic_spec(self) -> SignalSpec | None:
         """The minimum-traffic guard as a signal of its own (``<name>:traffic``), so any source
@@ -122,37 +140,46 @@ class SignalSpec(BaseModel):
         return Persistence.for_step(n * step_s, step_s, clear_s=self.clear_s, cooldown_s=self.cooldown_s,
                                     min_n=self.min_samples)
 
-    def detectors(self, *, cumulative: bool = False) -> list[Detector]:
-        """The detectors this signal runs (any of them opening an event opens one).
+    def detector_specs(self) -> tuple[DetectorSpec, ...]:
+        """The detectors listed, else the kind's defaults."""
+        return self.detectors or tuple(KIND_DETECTORS[self.kind](self))
+
+    def build_detectors(self, *, cumulative: bool = False) -> list[Detector]:
+        """The detectors this signal runs, built from the registry.
 
         ``cumulative``: the values are raw counters (a CSV export), not already increases.
         """
-        out: list[Detector] = []
-        if self.kind in ("latency", "ratio", "gauge"):
-            one_sided: Direction = "down" if self.direction == "down" else "up"
-            if self.threshold is not None:
-                out.append(AbsoluteThreshold(self.threshold, one_sided))
-            if self.ratio is not None:
-                # A latency quantile swings by itself: judged against its own recent spread too.
-                noise_z = LATENCY_NOISE_Z if self.kind == "latency" else 0.0
-                out.append(BaselineRatio(self.ratio, one_sided, self.min_delta, noise_z=noise_z))
-            if not out and self.generic == "neighbour_surprise":
-                out.append(NeighbourSurprise(direction=self.direction))
-            elif not out:
-                out.append(RobustDeviation(direction=self.direction))
-        elif self.kind == "counter_growth":
-            out.append(CounterGrowth(self.window_s, self.increase, self.ratio, cumulative=cumulative))
-        elif self.kind == "hit_rate":
-            out.append(Drop(min_drop=self.min_delta or 0.15, expected=self.threshold))
-        elif self.kind == "trend":
-            out.append(Trend(window_s=self.window_s, capacity=self.capacity))
-        elif self.kind == "peer":
-            out.append(PeerOutlier(direction=self.direction, min_delta=self.min_delta))
-        elif self.kind == "presence":
-            # threshold: the values are sample ages in seconds, and this is the oldest acceptable.
-            out.append(Vanished(max_age_s=self.threshold))
-        return out
+        return [spec.build().for_input(cumulative=cumulative) for spec in self.detector_specs()]
 
+
+def _level_detectors(spec: SignalSpec) -> list[DetectorSpec]:
+    """A level (latency, ratio, gauge): its static threshold and/or its ratio to its baseline;
+    with neither, the ``generic`` judge of a series of unknown meaning."""
+    one_sided = "down" if spec.direction == "down" else "up"
+    out = []
+    if spec.threshold is not None:
+        out.append(_d("threshold", threshold=spec.threshold, direction=one_sided))
+    if spec.ratio is not None:
+        # A latency quantile swings by itself: judged against its own recent spread too.
+        noise_z = LATENCY_NOISE_Z if spec.kind == "latency" else 0.0
+        out.append(_d("baseline_ratio", ratio=spec.ratio, direction=one_sided, min_delta=spec.min_delta,
+                      noise_z=noise_z))
+    return out or [_d(spec.generic, direction=spec.direction)]
+
+
+# Each kind's default detectors, from the signal's fields (a signal's ``detectors`` replace them).
+KIND_DETECTORS: dict[str, Callable[[SignalSpec], list[DetectorSpec]]] = {
+    "latency": _level_detectors,
+    "ratio": _level_detectors,
+    "gauge": _level_detectors,
+    "counter_growth": lambda s: [_d("counter_growth", window_s=s.window_s, min_increase=s.increase,
+                                    ratio=s.ratio)],
+    "hit_rate": lambda s: [_d("drop", min_drop=s.min_delta or 0.15, expected=s.threshold)],
+    "trend": lambda s: [_d("trend", window_s=s.window_s, capacity=s.capacity)],
+    "peer": lambda s: [_d("peer_outlier", direction=s.direction, min_delta=s.min_delta)],
+    # threshold: the values are sample ages in seconds, and this is the oldest acceptable.
+    "presence": lambda s: [_d("vanished", max_age_s=s.threshold)],
+}
 
 def _s(**fields: Any) -> SignalSpec:
     return SignalSpec(**fields)
