@@ -11,18 +11,15 @@ import math
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from statistics import fmean, median
-from typing import Literal
 
 from analyzer.events import AnomalyEvent
 from analyzer.opening import distinct, opens_incident
 from analyzer.signals import CATALOGUE, SignalSpec, traffic_name
 from oximeter.runbook import runbook_ref
+from oximeter.vocabulary import LAYERS, SEVERITY_RANK, Severity
 
 Labels = tuple[tuple[str, str], ...]
-Severity = Literal["critical", "warning", "info"]
-SEVERITY_RANK: dict[str, int] = {"info": 0, "warning": 1, "critical": 2}
-LAYER_ORDER: tuple[str, ...] = ("infrastructure", "platform", "engine", "dependency", "scheduling", "ingress")
-LOWER_LAYERS = frozenset(LAYER_ORDER[:4])
+LOWER_LAYERS = frozenset(LAYERS[:4])
 
 # signal -> entity labels -> current value. Catalogue signal names, plus the context-only series
 # below that the daemon derives from oximeter_gpu_clock_event_active{reason}.
@@ -465,7 +462,7 @@ def unclassified(case: Case) -> Diagnosis:
     # So are anomalies at about their baseline (``distinct``).
     candidates = [x for x in case.events if opens_incident(x.signal, case.catalogue) and distinct(x)] \
         or [x for x in case.events if distinct(x)] or list(case.events)
-    e = min(candidates, key=lambda x: (LAYER_ORDER.index(x.layer) if x.layer in LAYER_ORDER else 99,
+    e = min(candidates, key=lambda x: (LAYERS.index(x.layer) if x.layer in LAYERS else 99,
                                         x.onset, order.get(x.signal, len(order)), x.signal))
     sev: Severity = "warning" if len(case.events) > 1 else "info"
     return _verdict(case, "unclassified", e.layer, RootCause(e.signal, e.labels),

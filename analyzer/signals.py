@@ -18,9 +18,9 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 from analyzer.detectors import Detector, build_detector
 from analyzer.persistence import Persistence
 from oximeter.errors import ConfigError
+from oximeter.vocabulary import Layer
 from oximeter.xids import xid_pattern
 
-Layer = Literal["infrastructure", "platform", "engine", "dependency", "scheduling", "ingress"]
 Kind = Literal["latency", "ratio", "counter_growth", "gauge", "hit_rate", "trend", "peer", "presence"]
 
 # A latency p99 must clear its baseline by this many robust scales (the recent IQR as σ) as well

@@ -11,11 +11,10 @@ import pytest
 
 from alert_rules import alerting_rules, recording_rules, rule_files
 from dashboards.promql import metric_names
+from oximeter.vocabulary import LAYERS, SEVERITIES
 from oximeter.xids import xid_pattern
 
 RUNBOOK = Path(__file__).resolve().parents[2] / "docs" / "runbook.md"
-SEVERITIES = {"critical", "warning", "info"}
-LAYERS = {"infrastructure", "platform", "engine", "dependency", "scheduling", "ingress"}
 ALERTS = alerting_rules()
 
 
