@@ -10,8 +10,8 @@ from simulator.scenario import LAYERS as SCENARIO_LAYERS
 
 def test_layers_run_bottom_up() -> None:
     assert LAYERS[0] == "infrastructure" and LAYERS[-1] == "ingress"
-    assert LOWER_LAYERS == {"infrastructure", "platform", "engine", "dependency"}
-    assert SCENARIO_LAYERS == (*LAYERS, "none")
+    assert {"infrastructure", "platform", "engine", "dependency"} == LOWER_LAYERS
+    assert (*LAYERS, "none") == SCENARIO_LAYERS
 
 
 def test_severities_rank_least_first_and_the_reporter_speaks_them() -> None:
