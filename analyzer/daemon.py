@@ -25,7 +25,7 @@ import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import TYPE_CHECKING, Protocol, get_args
+from typing import TYPE_CHECKING, Protocol
 
 import requests
 from aiohttp import web
@@ -34,7 +34,6 @@ from prometheus_client import CollectorRegistry, Gauge, Histogram, generate_late
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
 from analyzer.api import build_app, start_api
-from analyzer.diagnosis import LAYER_ORDER, Severity
 from analyzer.events import AnomalyEvent, parse_iso
 from analyzer.incident_store import IncidentStore
 from analyzer.incidents import Change, Incident, IncidentSettings, IncidentTracker, findings
@@ -57,6 +56,7 @@ from oximeter.errors import ConfigError, OximeterError
 from oximeter.ports import write_port_file
 from oximeter.secrets import read_secret
 from oximeter.store import connect
+from oximeter.vocabulary import LAYERS, SEVERITIES
 from reporter.settings import ReporterSettings
 
 if TYPE_CHECKING:
@@ -67,8 +67,6 @@ __all__ = ["CONTEXT", "CONTEXT_RECIPES", "TARGET_INFO", "Analyzer", "CyclePipeli
            "LogNotifier", "Notifier", "Pipeline", "configure", "run", "serve", "snapshot_from_frames",
            "topology_from_frames"]
 SOURCE_ERRORS = (OximeterError, OSError, requests.RequestException)
-# Every layer × severity the open-incidents gauge starts at 0 for (dashboards show 0, not "No data").
-SEVERITIES: tuple[str, ...] = get_args(Severity)
 
 
 class Notifier(Protocol):
@@ -108,7 +106,8 @@ class DaemonMetrics:
                                registry=self.registry)
         self.anomalies = Gauge("oximeter_anomalies_active", "Active anomaly events.", ("signal", "layer"),
                                registry=self.registry)
-        self._open_labels = {(layer, sev) for layer in LAYER_ORDER for sev in SEVERITIES}
+        # Every layer × severity the open-incidents gauge starts at 0 for (dashboards show 0, not "No data").
+        self._open_labels: set[tuple[str, str]] = {(layer, sev) for layer in LAYERS for sev in SEVERITIES}
         for layer, sev in self._open_labels:
             self.open.labels(layer, sev).set(0)
 

@@ -11,18 +11,15 @@ import math
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from statistics import fmean, median
-from typing import Literal
 
 from analyzer.events import AnomalyEvent
 from analyzer.opening import distinct, opens_incident
 from analyzer.signals import CATALOGUE, SignalSpec, traffic_name
 from oximeter.runbook import runbook_ref
+from oximeter.vocabulary import LAYERS, SEVERITY_RANK, Severity
 
 Labels = tuple[tuple[str, str], ...]
-Severity = Literal["critical", "warning", "info"]
-SEVERITY_RANK: dict[str, int] = {"info": 0, "warning": 1, "critical": 2}
-LAYER_ORDER: tuple[str, ...] = ("infrastructure", "platform", "engine", "dependency", "scheduling", "ingress")
-LOWER_LAYERS = frozenset(LAYER_ORDER[:4])
+LOWER_LAYERS = frozenset(LAYERS[:4])
 
 # signal -> entity labels -> current value. Catalogue signal names, plus the context-only series
 # below that the daemon derives from oximeter_gpu_clock_event_active{reason}.
@@ -39,13 +36,11 @@ DESCRIPTIVE_LABELS = frozenset({"uuid", "pci_bus_id", "gpu_model"})
 
 @dataclass(frozen=True)
 class Thresholds:
-    """Context limits the rules use."""
+    """The rules' own limits, which no signal defines (a signal's limit is its catalogue threshold:
+    :meth:`Case.limit`)."""
 
-    temperature_c: float = 85.0
     gpu_util_low: float = 0.5
     gpu_util_high: float = 0.85
-    kv_full: float = 0.95
-    queue_wait_p0_s: float = 1.0
 
 
 @dataclass(frozen=True)
@@ -58,6 +53,17 @@ class Case:
     thresholds: Thresholds = Thresholds()
     # The catalogue in use (config overrides applied): it says which signals are context only.
     catalogue: Mapping[str, SignalSpec] = field(default_factory=lambda: CATALOGUE)
+
+    def limit(self, signal: str) -> float:
+        """``signal``'s static threshold in the catalogue in use, so a configured override reaches
+        the rules too; the shipped one where the override has none (or disabled the signal)."""
+        spec = self.catalogue.get(signal)
+        threshold = spec.threshold if spec is not None else None
+        if threshold is None:
+            threshold = CATALOGUE[signal].threshold
+        if threshold is None:
+            raise ValueError(f"signal {signal!r} has no threshold to serve as a limit")
+        return threshold
 
     def of(self, *signals: str) -> list[AnomalyEvent]:
         """Events of any of ``signals``, by onset."""
@@ -142,7 +148,7 @@ def symptom_severity(case: Case) -> Severity:
     """P0 symptoms (504s, a full queue, queue wait p99 over 1 s) make any diagnosis critical."""
     if case.of("error_504_ratio", "queue_limit_ratio"):
         return "critical"
-    if any(e.value >= case.thresholds.queue_wait_p0_s for e in case.of("queue_wait_p99")):
+    if any(e.value >= case.limit("queue_wait_p99") for e in case.of("queue_wait_p99")):
         return "critical"
     return "info"
 
@@ -216,7 +222,8 @@ def ecc_slow_burn(case: Case) -> Diagnosis | None:
 
 
 def thermal_throttle(case: Case) -> Diagnosis | None:
-    """Latency up, a GPU past its temperature limit (> 85 °C) with a thermal clock reason active.
+    """Latency up, a GPU past its temperature limit (``gpu_temperature``'s threshold, 85 °C as
+    shipped) with a thermal clock reason active.
 
     Whatever the clock ratio: the thermal reason says the clock is held down for heat, and a
     mild throttle (SM clock at 80 %) is still a throttle. Utilisation is deliberately not
@@ -228,10 +235,10 @@ def thermal_throttle(case: Case) -> Diagnosis | None:
     # its detector's margin while the GPU is plainly cooking.
     if not latency and not throttle:
         return None
-    t = case.thresholds
+    limit = case.limit("gpu_temperature")
     temps, clocks, thermal = case.per_gpu("gpu_temperature"), case.per_gpu("gpu_sm_clock_ratio"), \
         case.per_gpu(THERMAL_REASON)
-    hot = sorted(g for g, temp in temps.items() if temp > t.temperature_c and thermal.get(g, 0.0) >= 1)
+    hot = sorted(g for g, temp in temps.items() if temp > limit and thermal.get(g, 0.0) >= 1)
     if not hot:
         return None
     node, gpu = hot[0]
@@ -378,7 +385,7 @@ def kv_pressure(case: Case) -> Diagnosis | None:
     queue = case.of(*QUEUE_UP)
     if not queue:
         return None
-    kv = {k: v for k, v in case.context("kv_cache_usage").items() if v >= case.thresholds.kv_full}
+    kv = {k: v for k, v in case.context("kv_cache_usage").items() if v >= case.limit("kv_cache_usage")}
     preempt = case.of("preemption_rate")
     if kv:
         labels = sorted(kv)[0]
@@ -421,7 +428,7 @@ def scheduling_bottleneck(case: Case) -> Diagnosis | None:
         return None
     if any(e.layer in LOWER_LAYERS for e in case.events):
         return None
-    if any(v >= case.thresholds.kv_full for v in case.context("kv_cache_usage").values()):
+    if any(v >= case.limit("kv_cache_usage") for v in case.context("kv_cache_usage").values()):
         return None
     return _verdict(case, "scheduling_bottleneck", "scheduling", RootCause(q.signal, q.labels),
                     f"{describe(q)} while GPU util {fmean(util.values()) * 100:.0f} %", "warning",
@@ -455,7 +462,7 @@ def unclassified(case: Case) -> Diagnosis:
     # So are anomalies at about their baseline (``distinct``).
     candidates = [x for x in case.events if opens_incident(x.signal, case.catalogue) and distinct(x)] \
         or [x for x in case.events if distinct(x)] or list(case.events)
-    e = min(candidates, key=lambda x: (LAYER_ORDER.index(x.layer) if x.layer in LAYER_ORDER else 99,
+    e = min(candidates, key=lambda x: (LAYERS.index(x.layer) if x.layer in LAYERS else 99,
                                         x.onset, order.get(x.signal, len(order)), x.signal))
     sev: Severity = "warning" if len(case.events) > 1 else "info"
     return _verdict(case, "unclassified", e.layer, RootCause(e.signal, e.labels),

@@ -13,24 +13,13 @@ import pandas as pd
 
 from analyzer.baseline_tracker import BaselineTracker
 from analyzer.baselines import BaselinePolicy, ChangeWindow, History, compute_baseline
-from analyzer.detectors import (
-    BaselineRatio,
-    CounterGrowth,
-    Detection,
-    Detector,
-    Drop,
-    PeerOutlier,
-    RobustDeviation,
-)
+from analyzer.detectors import Detection, Detector
 from analyzer.detectors.counter import step_seconds
 from analyzer.events import AnomalyEvent
 from analyzer.frame import Baseline, FrameError, SeriesFrame, validate_frame
 from analyzer.persistence import Persistence, to_events
 from analyzer.signals import SignalSpec
 from analyzer.windowstats import same_time_quantiles
-
-# Detectors that compare with a baseline when one can be formed.
-_USES_BASELINE = (BaselineRatio, RobustDeviation, Drop, CounterGrowth)
 
 
 def evaluate_signal(spec: SignalSpec, frame: SeriesFrame, *, history: History | None = None,
@@ -65,14 +54,14 @@ def evaluate_signal(spec: SignalSpec, frame: SeriesFrame, *, history: History | 
         aligned = traffic.reindex(index=values.index, columns=values.columns)
         guard = (aligned.to_numpy() >= spec.min_traffic.minimum)
     events: list[AnomalyEvent] = []
-    for detector in spec.detectors(cumulative=cumulative):
-        if isinstance(detector, PeerOutlier) and spec.peer_labels:
+    for detector in spec.build_detectors(cumulative=cumulative):
+        if spec.peer_labels:
             # Peers share these labels (e.g. the same model): one group per combination.
-            detector = replace(detector, groups={
+            detector = detector.with_peer_groups({
                 str(c): "|".join(frame.labels_of(str(c)).get(k, "") for k in spec.peer_labels)
                 for c in values.columns})
         baseline, tracker = None, None
-        if isinstance(detector, _USES_BASELINE):
+        if detector.uses_baseline:
             if trackers is not None:
                 tracker = trackers.get(detector.name)
                 if tracker is None:
@@ -89,7 +78,7 @@ def evaluate_signal(spec: SignalSpec, frame: SeriesFrame, *, history: History | 
 
 def needs_history(spec: SignalSpec) -> bool:
     """Whether any of the signal's detectors compares with a baseline (so history is worth fetching)."""
-    return any(isinstance(d, _USES_BASELINE) for d in spec.detectors())
+    return any(d.uses_baseline for d in spec.build_detectors())
 
 
 def _baseline(detector: Detector, values: pd.DataFrame, history: History | None,
@@ -107,7 +96,7 @@ def _baseline(detector: Detector, values: pd.DataFrame, history: History | None,
         baseline = tracker.update(transformed, older or {}, anomalous=anomalous, changes=changes)
     else:
         baseline = compute_baseline(transformed, older, anomalous=anomalous, changes=changes, policy=policy)
-    if isinstance(detector, BaselineRatio) and detector.noise_z > 0 and isinstance(older, Mapping):
+    if detector.uses_hour_scale and isinstance(older, Mapping):
         baseline = replace(baseline, hour_scale=_hour_scale(transformed, older, policy))
     return baseline
 

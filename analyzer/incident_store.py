@@ -16,10 +16,11 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from analyzer.diagnosis import LAYER_ORDER, RULE_IDS
+from analyzer.diagnosis import RULE_IDS
 from analyzer.incidents import Change, ChangeEvent, Incident
 from oximeter.inputs import InputValueError, parse_duration_s, parse_int, parse_label_value
 from oximeter.store import lock_for, migrate
+from oximeter.vocabulary import LAYERS
 
 COMPONENT = "analyzer"
 MIGRATIONS = [
@@ -92,8 +93,8 @@ class IncidentQuery:
     limit: int = 500
 
     def __post_init__(self) -> None:
-        if self.layer is not None and self.layer not in LAYER_ORDER:
-            raise QueryError(f"layer: expected one of {', '.join(LAYER_ORDER)}, got {self.layer!r}")
+        if self.layer is not None and self.layer not in LAYERS:
+            raise QueryError(f"layer: expected one of {', '.join(LAYERS)}, got {self.layer!r}")
         if self.state is not None and self.state not in STATES:
             raise QueryError(f"state: expected open or resolved, got {self.state!r}")
         if self.rule is not None and self.rule not in RULE_IDS:

@@ -17,7 +17,6 @@ from datetime import datetime, timedelta
 
 from analyzer.correlate import Group, correlate
 from analyzer.diagnosis import (
-    SEVERITY_RANK,
     Case,
     Diagnosis,
     RootCause,
@@ -40,6 +39,7 @@ from analyzer.settings import IncidentSettings
 from analyzer.signals import CATALOGUE, SignalSpec
 from analyzer.stability import Pending, announced, choose, held
 from analyzer.topology import Labels, Topology
+from oximeter.vocabulary import SEVERITY_RANK
 
 __all__ = ["NOTIFY_KINDS", "NOT_DECLARED", "Change", "ChangeEvent", "ChangeKind", "Evidence", "Finding",
            "Incident", "IncidentSettings", "IncidentTracker", "TimelineEntry", "findings"]

@@ -8,13 +8,14 @@ import sys
 from datetime import UTC, datetime
 from typing import Any
 
-from analyzer.diagnosis import LAYER_ORDER, RULE_IDS
+from analyzer.diagnosis import RULE_IDS
 from analyzer.incident_store import IncidentQuery, IncidentStore, QueryError, parse_duration
 from analyzer.incidents import Incident
 from analyzer.settings import IncidentSettings
 from oximeter.config import load_section
 from oximeter.errors import OximeterError
 from oximeter.store import connect
+from oximeter.vocabulary import LAYERS
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
@@ -23,7 +24,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
     sub = parser.add_subparsers(dest="incidents_command", metavar="SUBCOMMAND")
     listing = sub.add_parser("list", help="incidents, newest first")
     listing.add_argument("--since", default="24h", help="active at any time in this window (default 24h)")
-    listing.add_argument("--layer", choices=LAYER_ORDER)
+    listing.add_argument("--layer", choices=LAYERS)
     listing.add_argument("--state", choices=("open", "resolved"))
     listing.add_argument("--service")
     listing.add_argument("--node")

@@ -8,6 +8,7 @@ import math
 from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
+from analyzer.detectors import DETECTORS
 from analyzer.events import AnomalyEvent
 from analyzer.signals import SignalSpec
 
@@ -26,13 +27,13 @@ def opens_incident(signal: str, catalogue: Mapping[str, SignalSpec]) -> bool:
 # baseline") is the normal level at that moment, not a fault: impact at most, never the reason an
 # incident opens nor its root cause. Static limits and counters are absolute and exempt.
 MIN_STRENGTH = 1.05
-RELATIVE_DETECTORS = frozenset({"baseline_ratio", "robust_deviation", "drop", "peer_outlier"})
 
 
 def distinct(event: AnomalyEvent) -> bool:
     """Whether ``event`` stands clear of its reference (always, unless judged relative to one)."""
     value, reference = event.value, event.baseline
-    if event.detector not in RELATIVE_DETECTORS or reference is None:
+    detector = DETECTORS.get(event.detector)
+    if detector is None or not detector.relative or reference is None:
         return True
     if not (math.isfinite(value) and math.isfinite(reference)) or value <= 0 or reference <= 0:
         return True

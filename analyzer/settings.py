@@ -108,13 +108,13 @@ class IncidentSettings(BaseModel):
     root_cause_dwell_s: float = Field(300.0, ge=0)
     api_host: str = "127.0.0.1"
     api_port: int = Field(9471, ge=0, le=65535)
+    # The diagnosis rules' GPU-utilisation limits: below gpu_util_low the GPUs idle while requests
+    # queue (a scheduling bottleneck), above gpu_util_high the fleet is full (capacity exhausted).
     gpu_util_low: float = Field(0.5, ge=0, le=1)
     gpu_util_high: float = Field(0.85, ge=0, le=1)
-    kv_full: float = Field(0.95, ge=0, le=1)
 
     def thresholds(self) -> Thresholds:
-        """The rule thresholds this section overrides."""
+        """The diagnosis rules' own limits (the others are signal thresholds: ``analyzer.signals``)."""
         from analyzer.diagnosis import Thresholds
 
-        return Thresholds(gpu_util_low=self.gpu_util_low, gpu_util_high=self.gpu_util_high,
-                          kv_full=self.kv_full)
+        return Thresholds(gpu_util_low=self.gpu_util_low, gpu_util_high=self.gpu_util_high)

@@ -1,38 +1,28 @@
 """The named signal catalogue: what to query, which layer it speaks for, and how to judge it.
 
-Each signal prefers a recording rule (``alert_rules/*.rules.yml``, named ``level:metric:operation``)
-and carries a raw-PromQL fallback for stores without a rule engine. Thresholds default to the
-alerting rules' values; the config's ``analyzer.signals`` overrides fields of a known signal or adds new ones.
+Each signal's PromQL is written here once. A signal that names a recording rule
+(``level:metric:operation``) has it generated into ``alert_rules/signals.rules.yml`` (``oximeter
+rules build``) and prefers it; the PromQL itself is the fallback for stores without a rule engine.
+Thresholds default to the alerting rules' values; the config's ``analyzer.signals`` overrides fields
+of a known signal or adds new ones, and the diagnosis rules read their limits from the result.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-from analyzer.detectors import (
-    AbsoluteThreshold,
-    BaselineRatio,
-    CounterGrowth,
-    Detector,
-    Drop,
-    NeighbourSurprise,
-    PeerOutlier,
-    RobustDeviation,
-    Trend,
-    Vanished,
-)
-from analyzer.detectors.base import Direction
+from analyzer.detectors import Detector, build_detector
 from analyzer.persistence import Persistence
 from oximeter.errors import ConfigError
+from oximeter.vocabulary import Layer
+from oximeter.xids import xid_pattern
 
-Layer = Literal["infrastructure", "platform", "engine", "dependency", "scheduling", "ingress"]
 Kind = Literal["latency", "ratio", "counter_growth", "gauge", "hit_rate", "trend", "peer", "presence"]
 
-PAGING_XIDS = "48|63|64|74|79|92|94|95|119|120"
 # A latency p99 must clear its baseline by this many robust scales (the recent IQR as σ) as well
 # as by ``ratio`` and ``min_delta``: 3 σ, the usual "outside the noise" margin.
 LATENCY_NOISE_Z = 3.0
@@ -58,6 +48,33 @@ class TrafficGuard(BaseModel):
 
     promql: str
     minimum: float = Field(ge=0)
+
+
+class DetectorSpec(BaseModel):
+    """One detector a signal runs: a registered ``type`` (``analyzer/detectors/__init__.py``) and
+    its parameters beside it, e.g. ``{type: threshold, threshold: 85, direction: up}``."""
+
+    model_config = ConfigDict(extra="allow", frozen=True)
+
+    type: str
+
+    @property
+    def params(self) -> dict[str, Any]:
+        """Everything but ``type``: the detector's fields."""
+        return dict(self.model_extra or {})
+
+    def build(self) -> Detector:
+        """The detector itself, from the registry."""
+        return build_detector(self.type, self.params)
+
+    @model_validator(mode="after")
+    def _buildable(self) -> DetectorSpec:
+        self.build()  # a ValueError names an unknown type or parameter
+        return self
+
+
+def _d(type_name: str, **params: Any) -> DetectorSpec:
+    return DetectorSpec.model_validate({"type": type_name, **params})
 
 
 class SignalSpec(BaseModel):
@@ -92,6 +109,9 @@ class SignalSpec(BaseModel):
     generic: Literal["robust_deviation", "neighbour_surprise"] = "robust_deviation"
     unit: str = ""
     description: str = ""
+    # The detectors it runs (any of them opening an event opens one); empty: its kind's defaults,
+    # formed from the fields above (KIND_DETECTORS).
+    detectors: tuple[DetectorSpec, ...] = ()
 
     def traffic_spec(self) -> SignalSpec | None:
         """The minimum-traffic guard as a signal of its own (``<name>:traffic``), so any source
@@ -120,37 +140,46 @@ class SignalSpec(BaseModel):
         return Persistence.for_step(n * step_s, step_s, clear_s=self.clear_s, cooldown_s=self.cooldown_s,
                                     min_n=self.min_samples)
 
-    def detectors(self, *, cumulative: bool = False) -> list[Detector]:
-        """The detectors this signal runs (any of them opening an event opens one).
+    def detector_specs(self) -> tuple[DetectorSpec, ...]:
+        """The detectors listed, else the kind's defaults."""
+        return self.detectors or tuple(KIND_DETECTORS[self.kind](self))
+
+    def build_detectors(self, *, cumulative: bool = False) -> list[Detector]:
+        """The detectors this signal runs, built from the registry.
 
         ``cumulative``: the values are raw counters (a CSV export), not already increases.
         """
-        out: list[Detector] = []
-        if self.kind in ("latency", "ratio", "gauge"):
-            one_sided: Direction = "down" if self.direction == "down" else "up"
-            if self.threshold is not None:
-                out.append(AbsoluteThreshold(self.threshold, one_sided))
-            if self.ratio is not None:
-                # A latency quantile swings by itself: judged against its own recent spread too.
-                noise_z = LATENCY_NOISE_Z if self.kind == "latency" else 0.0
-                out.append(BaselineRatio(self.ratio, one_sided, self.min_delta, noise_z=noise_z))
-            if not out and self.generic == "neighbour_surprise":
-                out.append(NeighbourSurprise(direction=self.direction))
-            elif not out:
-                out.append(RobustDeviation(direction=self.direction))
-        elif self.kind == "counter_growth":
-            out.append(CounterGrowth(self.window_s, self.increase, self.ratio, cumulative=cumulative))
-        elif self.kind == "hit_rate":
-            out.append(Drop(min_drop=self.min_delta or 0.15, expected=self.threshold))
-        elif self.kind == "trend":
-            out.append(Trend(window_s=self.window_s, capacity=self.capacity))
-        elif self.kind == "peer":
-            out.append(PeerOutlier(direction=self.direction, min_delta=self.min_delta))
-        elif self.kind == "presence":
-            # threshold: the values are sample ages in seconds, and this is the oldest acceptable.
-            out.append(Vanished(max_age_s=self.threshold))
-        return out
+        return [spec.build().for_input(cumulative=cumulative) for spec in self.detector_specs()]
 
+
+def _level_detectors(spec: SignalSpec) -> list[DetectorSpec]:
+    """A level (latency, ratio, gauge): its static threshold and/or its ratio to its baseline;
+    with neither, the ``generic`` judge of a series of unknown meaning."""
+    one_sided = "down" if spec.direction == "down" else "up"
+    out = []
+    if spec.threshold is not None:
+        out.append(_d("threshold", threshold=spec.threshold, direction=one_sided))
+    if spec.ratio is not None:
+        # A latency quantile swings by itself: judged against its own recent spread too.
+        noise_z = LATENCY_NOISE_Z if spec.kind == "latency" else 0.0
+        out.append(_d("baseline_ratio", ratio=spec.ratio, direction=one_sided, min_delta=spec.min_delta,
+                      noise_z=noise_z))
+    return out or [_d(spec.generic, direction=spec.direction)]
+
+
+# Each kind's default detectors, from the signal's fields (a signal's ``detectors`` replace them).
+KIND_DETECTORS: dict[str, Callable[[SignalSpec], list[DetectorSpec]]] = {
+    "latency": _level_detectors,
+    "ratio": _level_detectors,
+    "gauge": _level_detectors,
+    "counter_growth": lambda s: [_d("counter_growth", window_s=s.window_s, min_increase=s.increase,
+                                    ratio=s.ratio)],
+    "hit_rate": lambda s: [_d("drop", min_drop=s.min_delta or 0.15, expected=s.threshold)],
+    "trend": lambda s: [_d("trend", window_s=s.window_s, capacity=s.capacity)],
+    "peer": lambda s: [_d("peer_outlier", direction=s.direction, min_delta=s.min_delta)],
+    # threshold: the values are sample ages in seconds, and this is the oldest acceptable.
+    "presence": lambda s: [_d("vanished", max_age_s=s.threshold)],
+}
 
 def _s(**fields: Any) -> SignalSpec:
     return SignalSpec(**fields)
@@ -179,6 +208,7 @@ CATALOGUE: dict[str, SignalSpec] = {s.name: s for s in (
                    "5-min window; healthy < 200 ms"),
     _s(name="queue_length", layer="scheduling", kind="gauge", unit="requests",
        record="service_node:oximeter_queue_length:max_1m",
+       # max_over_time so a burst between two scrapes of the 1m window still counts.
        promql="max without (instance, job) (max_over_time(oximeter_queue_length[1m]))",
        entity_labels=("service", "node"), threshold=20, for_s=60,
        description="queue length > 20 for 1 min"),
@@ -266,7 +296,7 @@ CATALOGUE: dict[str, SignalSpec] = {s.name: s for s in (
        description="any uncorrectable ECC error: isolate now"),
     _s(name="xid_paging", layer="infrastructure", kind="counter_growth",
        promql="sum without (instance, job) "
-              f'(increase(oximeter_gpu_xid_errors_total{{xid=~"{PAGING_XIDS}"}}[5m]))',
+              f'(increase(oximeter_gpu_xid_errors_total{{xid=~"{xid_pattern()}"}}[5m]))',
        entity_labels=("node", "gpu", "xid"), increase=0.5, for_s=0, min_samples=1,
        description="a paging Xid (the GPU needs isolating)"),
     _s(name="pcie_replay_increase", layer="infrastructure", kind="counter_growth",
@@ -275,8 +305,10 @@ CATALOGUE: dict[str, SignalSpec] = {s.name: s for s in (
        description="PCIe replays +100 in 5 min"),
     _s(name="engine_itl_peer", layer="infrastructure", kind="peer", unit="s",
        record="node_model:vllm_inter_token_latency_seconds:p99_5m",
+       # Older vLLM names the same histogram time_per_output_token: the `or` fallback.
        promql='label_replace(histogram_quantile(0.99, sum without (instance, job) '
-              '(rate(vllm:inter_token_latency_seconds_bucket[5m]))), "model", "$1", "model_name", "(.*)")',
+              '(rate(vllm:inter_token_latency_seconds_bucket[5m])) or sum without (instance, job) '
+              '(rate(vllm:time_per_output_token_seconds_bucket[5m]))), "model", "$1", "model_name", "(.*)")',
        entity_labels=("node", "model"), peer_labels=("model",), for_s=300,
        # Counted in requests (one first token each), not tokens: a request's tokens stall together.
        min_traffic=_observations("vllm:time_to_first_token_seconds", PEER_MIN_COUNT, model=True),
@@ -308,6 +340,7 @@ CATALOGUE: dict[str, SignalSpec] = {s.name: s for s in (
        description="KV-cache usage ≥ 0.95"),
     _s(name="preemption_rate", layer="engine", kind="gauge", unit="1/s",
        record="node_model:vllm_num_preemptions:rate5m",
+       # The series is `..._total`: vLLM's own example rule on `vllm:num_preemptions` never fires.
        promql='label_replace(sum without (instance, job) (rate(vllm:num_preemptions_total[5m])), '
               '"model", "$1", "model_name", "(.*)")',
        entity_labels=("node", "model"), threshold=0.1, for_s=120,

@@ -19,8 +19,9 @@ from collections.abc import Iterable
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 
-from analyzer.diagnosis import LAYER_ORDER, Diagnosis, RootCause
+from analyzer.diagnosis import Diagnosis, RootCause
 from analyzer.incident_model import Incident
+from oximeter.vocabulary import LAYERS
 
 # Changes that may each be announced once per incident; the rest of the budget is open/resolve.
 ONCE_PER_INCIDENT = ("root_cause_changed", "severity_up")
@@ -35,7 +36,7 @@ def specificity(labels: tuple[tuple[str, str], ...]) -> int:
 
 def strength(rule: str, layer: str, root: RootCause) -> tuple[int, int, int]:
     """How strongly a verdict explains an incident (larger is stronger)."""
-    depth = LAYER_ORDER.index(layer) if layer in LAYER_ORDER else len(LAYER_ORDER)
+    depth = LAYERS.index(layer) if layer in LAYERS else len(LAYERS)
     return int(rule != "unclassified"), -depth, specificity(root.labels)
 
 

@@ -40,7 +40,7 @@ sys.path.insert(0, str(ROOT))
 
 from analyzer.drill import DEFAULT_CACHE, expected_truths, parse_when, replay_windows  # noqa: E402
 from analyzer.replay import truth_matches  # noqa: E402
-from exporter.backends.base import PAGING_XIDS  # noqa: E402
+from oximeter.xids import PAGING_XIDS  # noqa: E402
 from simulator.scenario import load_scenario  # noqa: E402
 
 HOUR_S = 3600.0

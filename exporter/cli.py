@@ -20,11 +20,11 @@ from typing import Any
 from prometheus_client import CollectorRegistry, start_http_server
 
 from exporter.backends import BACKENDS
-from exporter.backends.base import BackendStartError, GpuBackend
+from exporter.backends.base import BackendClass, BackendStartError, GpuBackend
 from exporter.collector import GpuCollector
 from exporter.host import ProcessMemory
 from exporter.queues import RedisQueues, read_password
-from exporter.settings import BACKEND_NAMES, NAMINGS, ExporterSettings, QueueSpec
+from exporter.settings import NAMINGS, ExporterSettings, QueueSpec
 from oximeter.config import read_config
 from oximeter.errors import ConfigError
 from oximeter.logs import add_logging_arguments, setup_stdlib_logging
@@ -35,7 +35,7 @@ log = logging.getLogger("exporter")
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """The exporter's flags; each overrides the config file only when given."""
-    parser.add_argument("--backend", choices=BACKEND_NAMES, help="nvml (real GPUs) or sim (default: nvml)")
+    parser.add_argument("--backend", choices=sorted(BACKENDS), help="nvml (real GPUs) or sim (default: nvml)")
     parser.add_argument("--sim-url", help="simulator base URL (default: http://127.0.0.1:8100)")
     parser.add_argument("--node", help="node label (default: this host's name)")
     parser.add_argument("--host", help="address to listen on (default: 127.0.0.1)")
@@ -94,12 +94,8 @@ def _queue_specs(values: Sequence[str] | None, kind: str) -> list[QueueSpec]:
 def make_backend(settings: ExporterSettings, node: str) -> GpuBackend:
     """The configured backend, from the registry in ``exporter/backends/__init__.py``."""
     module_name, _, class_name = BACKENDS[settings.backend].partition(":")
-    cls = getattr(importlib.import_module(module_name), class_name)
-    if settings.backend == "sim":
-        backend: GpuBackend = cls(settings.sim_url, node, timeout_s=settings.sim_timeout_s)
-    else:
-        backend = cls(timeout_s=settings.gpu_timeout_s)
-    return backend
+    cls: BackendClass = getattr(importlib.import_module(module_name), class_name)
+    return cls.from_settings(settings, node)
 
 
 def run(args: argparse.Namespace) -> int:

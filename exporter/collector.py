@@ -19,7 +19,6 @@ from prometheus_client.registry import Collector
 from exporter.backends.base import (
     CLOCK_EVENT_REASONS,
     NVLINK_ERROR_KINDS,
-    PAGING_XIDS,
     GpuBackend,
     GpuReading,
     HostProcess,
@@ -27,6 +26,7 @@ from exporter.backends.base import (
 )
 from exporter.dcgm import dcgm_families
 from exporter.error_counter import ErrorCounter
+from oximeter.xids import PAGING_XIDS
 
 log = logging.getLogger(__name__)
 

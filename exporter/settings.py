@@ -12,7 +12,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
-BACKEND_NAMES = ("nvml", "sim")
+from exporter.backends import BACKENDS
+
 NAMINGS = ("oximeter", "dcgm")
 QUEUE_KINDS = ("list", "stream")
 
@@ -72,8 +73,8 @@ class ExporterSettings:
     def __post_init__(self) -> None:
         for key in ("backend", "node", "host", "naming", "sim_url", "redis_url", "redis_password_env"):
             _check_type(key, getattr(self, key), str)
-        if self.backend not in BACKEND_NAMES:
-            raise ValueError(f"backend: must be one of {', '.join(BACKEND_NAMES)}, got {self.backend!r}")
+        if self.backend not in BACKENDS:
+            raise ValueError(f"backend: must be one of {', '.join(sorted(BACKENDS))}, got {self.backend!r}")
         if self.naming not in NAMINGS:
             raise ValueError(f"naming: must be one of {', '.join(NAMINGS)}, got {self.naming!r}")
         _check_type("port", self.port, int)

@@ -23,6 +23,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "traffic": ("simulator.traffic", "generate OpenAI-API traffic with a compressed daily shape"),
     "config": ("oximeter.config_cli", "check a configuration file"),
     "dashboards": ("dashboards.cli", "build the Grafana dashboards JSON from grafanalib sources"),
+    "rules": ("analyzer.recording_rules", "generate the signal recording rules from the analyzer's signals"),
     "detect": ("analyzer.detect_cli", "detect anomalies in a CSV or Parquet series offline"),
     "exporter": ("exporter.cli", "export GPU (NVML or simulated) and external queue metrics"),
     "outbox": ("reporter.outbox_cli", "list pending or failed chat notifications"),

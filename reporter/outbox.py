@@ -30,6 +30,7 @@ from loguru import logger
 from prometheus_client import CollectorRegistry, Counter, Gauge
 
 from oximeter.store import lock_for, migrate
+from oximeter.vocabulary import SEVERITY_RANK
 from reporter.channels.base import Channel, DeliveryResult, Outcome
 from reporter.message import Message, Section, Severity
 from reporter.settings import ReporterSettings
@@ -61,7 +62,6 @@ MIGRATIONS = [
     """,
 ]
 RESULTS = ("sent", "retry", "failed", "suppressed")
-_SEVERITY_RANK = {Severity.INFO: 0, Severity.WARNING: 1, Severity.CRITICAL: 2}
 
 
 class State(StrEnum):
@@ -254,7 +254,7 @@ class Outbox:
                 " AND created_at >= ? AND created_at < ? ORDER BY id",
                 (row["channel"], start, start + window)).fetchall()
         severities = [Severity(r["severity"]) for r in suppressed] or [Severity.INFO]
-        worst = max(severities, key=_SEVERITY_RANK.__getitem__)
+        worst = max(severities, key=SEVERITY_RANK.__getitem__)
         lines = [f"- [{Severity(r['severity']).priority}] {r['title']}" for r in suppressed]
         simulation = bool(suppressed) and all(Message.from_json(r["payload"]).simulation for r in suppressed)
         return Message(

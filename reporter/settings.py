@@ -21,10 +21,20 @@ class ChannelSettings(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    type: Literal["wecom", "feishu", "dingtalk", "slack", "webhook"]
+    type: str  # a registered channel (reporter/channels/__init__.py): wecom, feishu, dingtalk, slack, webhook
     url_env: EnvName = Field(pattern=_ENV_PATTERN)  # env var holding the webhook URL
     secret_env: EnvName | None = Field(None, pattern=_ENV_PATTERN)  # env var holding the signing secret
     timeout_s: float = Field(10.0, gt=0)
+
+    @field_validator("type")
+    @classmethod
+    def _registered(cls, value: str) -> str:
+        # The registry imports the channels (and this module): read when a channel is configured.
+        from reporter.channels import CHANNELS
+
+        if value not in CHANNELS:
+            raise ValueError(f"unknown channel type {value!r} (known: {', '.join(sorted(CHANNELS))})")
+        return value
 
 
 class RouteSettings(BaseModel):

@@ -14,10 +14,10 @@ from typing import Any
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
-from oximeter import inputs
+from oximeter import inputs, vocabulary
 from oximeter.errors import ConfigError
 
-LAYERS = ("infrastructure", "platform", "engine", "dependency", "scheduling", "ingress", "none")
+LAYERS = (*vocabulary.LAYERS, "none")  # "none": a fault-free scenario
 RULES = (
     "xid_critical",
     "ecc_uncorrectable",

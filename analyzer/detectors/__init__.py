@@ -1,6 +1,13 @@
-"""Detectors, one per file, registered by name (explicit dict: no scanning, no import-time work)."""
+"""Detectors, one per file, registered by name (explicit dict: no scanning, no import-time work).
+
+A new detector is one file (a :class:`Detector` dataclass whose fields are its parameters) and one
+line in ``DETECTORS``; a signal then names it: ``detectors: [{type: <name>, <parameter>: ...}]``.
+"""
 
 from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
 
 from analyzer.detectors.base import Detection, Detector
 from analyzer.detectors.counter import CounterGrowth
@@ -25,6 +32,20 @@ DETECTORS: dict[str, type[Detector]] = {
     "vanished": Vanished,
 }
 
+
+
+def build_detector(type_name: str, params: Mapping[str, Any]) -> Detector:
+    """The registered detector ``type_name`` with ``params`` (its fields); a ValueError names an
+    unknown type or a parameter it does not take."""
+    cls = DETECTORS.get(type_name)
+    if cls is None:
+        raise ValueError(f"unknown detector type {type_name!r} (known: {', '.join(sorted(DETECTORS))})")
+    try:
+        return cls(**params)
+    except TypeError as exc:  # an unknown or missing field
+        raise ValueError(f"detector {type_name!r}: {exc}") from None
+
+
 __all__ = [
     "DETECTORS",
     "AbsoluteThreshold",
@@ -38,4 +59,5 @@ __all__ = [
     "RobustDeviation",
     "Trend",
     "Vanished",
+    "build_detector",
 ]

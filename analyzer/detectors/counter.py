@@ -3,8 +3,8 @@ the counter's own baseline rate (×100) — "not one cosmic ray"."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import ClassVar
+from dataclasses import dataclass, replace
+from typing import ClassVar, Self
 
 import numpy as np
 import pandas as pd
@@ -59,7 +59,11 @@ class CounterGrowth(Detector):
     cumulative: bool = True
 
     name: ClassVar[str] = "counter_growth"
+    uses_baseline: ClassVar[bool] = True
     reason_template: ClassVar[str] = "increase {value:.4g} in the window (baseline {reference:.4g})"
+
+    def for_input(self, *, cumulative: bool) -> Self:
+        return replace(self, cumulative=cumulative)
 
     def transform(self, values: pd.DataFrame) -> pd.DataFrame:
         """The reset-safe increase over ``window_s``; baselines are formed on it too."""

@@ -29,7 +29,9 @@ class RobustDeviation(Detector):
     clear_z: float = 3.0
 
     name: ClassVar[str] = "robust_deviation"
+    uses_baseline: ClassVar[bool] = True
     needs_baseline: ClassVar[bool] = True
+    relative: ClassVar[bool] = True
     reason_template: ClassVar[str] = "value {value:.4g} is {score:.1f} robust σ from baseline {reference:.4g}"
 
     def _detect(self, values: pd.DataFrame, baseline: Baseline | None) -> Detection:

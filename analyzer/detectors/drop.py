@@ -24,6 +24,8 @@ class Drop(Detector):
     clear_drop: float = 0.05
 
     name: ClassVar[str] = "drop"
+    uses_baseline: ClassVar[bool] = True
+    relative: ClassVar[bool] = True
     reason_template: ClassVar[str] = (
         "value {value:.3g} dropped from baseline {reference:.3g} ({score:.0%} lost)"
     )

@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import warnings
 from collections.abc import Mapping
-from dataclasses import dataclass, field
-from typing import ClassVar, Literal
+from dataclasses import dataclass, field, replace
+from typing import ClassVar, Literal, Self
 
 import numpy as np
 import pandas as pd
@@ -36,9 +36,13 @@ class PeerOutlier(Detector):
     groups: Mapping[str, str] = field(default_factory=dict)
 
     name: ClassVar[str] = "peer_outlier"
+    relative: ClassVar[bool] = True
     reason_template: ClassVar[str] = (
         "value {value:.4g} is {score:.1f} robust σ from the peer median {reference:.4g}"
     )
+
+    def with_peer_groups(self, groups: Mapping[str, str]) -> Self:
+        return replace(self, groups=groups)
 
     def _detect(self, values: pd.DataFrame, baseline: Baseline | None) -> Detection:
         v = values.to_numpy()

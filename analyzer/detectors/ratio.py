@@ -29,8 +29,15 @@ class BaselineRatio(Detector):
     noise_z: float = 0.0
 
     name: ClassVar[str] = "baseline_ratio"
+    uses_baseline: ClassVar[bool] = True
     needs_baseline: ClassVar[bool] = True
+    relative: ClassVar[bool] = True
     reason_template: ClassVar[str] = "value {value:.4g} = {score:.2f} × baseline {reference:.4g}"
+
+    @property
+    def uses_hour_scale(self) -> bool:
+        """A ratio with a noise margin judges against the hour's spread as well."""
+        return self.noise_z > 0
 
     def _detect(self, values: pd.DataFrame, baseline: Baseline | None) -> Detection:
         assert baseline is not None

@@ -15,8 +15,8 @@ import numpy as np
 import pandas as pd
 
 from analyzer.detectors.counter import counter_increase
-from analyzer.signals import PAGING_XIDS
 from analyzer.sources.raw import Labeled, RawStore
+from oximeter.xids import xid_pattern
 
 ALWAYS_DROPPED = ("instance", "job")
 
@@ -239,7 +239,7 @@ RECIPES: dict[str, Recipe] = {
     "ecc_corrected_burn": Increase("oximeter_gpu_ecc_errors_total", 3600, {"kind": "corrected"}, ("kind",)),
     "ecc_uncorrected_increase": Increase("oximeter_gpu_ecc_errors_total", 300, {"kind": "uncorrected"},
                                          ("kind",)),
-    "xid_paging": Increase("oximeter_gpu_xid_errors_total", 300, {"xid": f"~{PAGING_XIDS}"}),
+    "xid_paging": Increase("oximeter_gpu_xid_errors_total", 300, {"xid": f"~{xid_pattern()}"}),
     "pcie_replay_increase": Increase("oximeter_gpu_pcie_replay_total", 300),
     "engine_itl_peer": Relabel(HistogramQuantile(0.99, "vllm:inter_token_latency_seconds", 300)),
     "gpu_utilization_peer": OverTime(Gauge("oximeter_gpu_utilization_ratio"), 300, q=0.5),

@@ -8,18 +8,16 @@ a zero that means "unknown" hides a broken sensor: a reading is never invented.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 from oximeter.errors import OximeterError
+
+if TYPE_CHECKING:
+    from exporter.settings import ExporterSettings
 
 # Clock event reasons the collector exports, in NVML's vocabulary translated to ours.
 CLOCK_EVENT_REASONS: tuple[str, ...] = ("hw_thermal", "sw_thermal", "hw_slowdown", "power_cap",
                                         "power_brake", "idle")
-
-# These Xids page; their counters start at 0 so that the first
-# event is visible to increase() and changes().
-PAGING_XIDS: tuple[int, ...] = (48, 63, 64, 74, 79, 92, 94, 95, 119, 120)
-
 
 @dataclass(frozen=True)
 class GpuIdentity:
@@ -139,6 +137,14 @@ class GpuBackend(Protocol):
 
     def close(self) -> None:
         """Release resources; safe to call twice."""
+
+
+class BackendClass(Protocol):
+    """What ``BACKENDS`` names: a class that builds its backend from the exporter's settings."""
+
+    def from_settings(self, settings: ExporterSettings, node: str) -> GpuBackend:
+        """The backend the settings describe, reading ``node``'s GPUs."""
+        ...
 
 
 class BackendStartError(OximeterError):

@@ -16,7 +16,7 @@ import threading
 import time
 from dataclasses import dataclass
 from functools import partial
-from typing import Any
+from typing import TYPE_CHECKING, Any, Self
 
 from exporter.backends.base import (
     BackendStartError,
@@ -28,6 +28,9 @@ from exporter.backends.base import (
     XidStat,
 )
 from exporter.deadline import DeadlineReader
+
+if TYPE_CHECKING:
+    from exporter.settings import ExporterSettings
 
 log = logging.getLogger(__name__)
 
@@ -118,6 +121,11 @@ class NvmlBackend:
         self._thread: threading.Thread | None = None
         self._event_set: Any = None
         self._started = False
+
+    @classmethod
+    def from_settings(cls, settings: ExporterSettings, node: str) -> Self:
+        """This host's GPUs (``node`` only labels them, which the collector does)."""
+        return cls(timeout_s=settings.gpu_timeout_s)
 
     # -- life cycle --------------------------------------------------------------------------
     def start(self) -> None:

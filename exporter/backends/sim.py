@@ -14,7 +14,7 @@ import urllib.error
 import urllib.parse
 import urllib.request
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any, Self
 
 from exporter.backends.base import (
     CLOCK_EVENT_REASONS,
@@ -27,6 +27,9 @@ from exporter.backends.base import (
     NvLinkStat,
     XidStat,
 )
+
+if TYPE_CHECKING:
+    from exporter.settings import ExporterSettings
 
 log = logging.getLogger(__name__)
 
@@ -167,6 +170,11 @@ class SimBackend:
         # No proxy: the simulator is on this host, and an http_proxy in the environment must not
         # send fleet telemetry elsewhere.
         self._opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+
+    @classmethod
+    def from_settings(cls, settings: ExporterSettings, node: str) -> Self:
+        """``node`` of the simulator at ``sim_url``."""
+        return cls(settings.sim_url, node, timeout_s=settings.sim_timeout_s)
 
     def start(self) -> None:
         """Nothing to acquire: an unreachable simulator is a counted error at scrape time."""

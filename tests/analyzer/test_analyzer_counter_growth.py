@@ -82,7 +82,7 @@ BURN_ROWS = [
 @pytest.mark.parametrize(("per_minute", "fires"), BURN_ROWS)
 def test_burn_window_boundary(per_minute: float, fires: bool) -> None:
     spec = CATALOGUE["ecc_corrected_burn"]
-    [det] = spec.detectors(cumulative=True)
+    [det] = spec.build_detectors(cumulative=True)
     counter = 1000.0 + per_minute * np.arange(180.0)
     flags = det.detect(frame({"a": counter})).flags["a"]
     assert bool(flags.iloc[-1]) is fires

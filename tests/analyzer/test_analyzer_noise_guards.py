@@ -91,7 +91,7 @@ def test_baseline_ratio_judges_a_swinging_statistic_against_its_spread(value: fl
 
 
 def test_latency_signals_use_the_noise_margin() -> None:
-    ratios = {name: [d for d in spec.detectors() if isinstance(d, BaselineRatio)]
+    ratios = {name: [d for d in spec.build_detectors() if isinstance(d, BaselineRatio)]
               for name, spec in CATALOGUE.items()}
     assert {name for name, ds in ratios.items() if ds and ds[0].noise_z == LATENCY_NOISE_Z} == {
         name for name, spec in CATALOGUE.items() if spec.kind == "latency" and spec.ratio is not None}

@@ -51,7 +51,7 @@ def test_every_raw_fallback_is_valid_promql(tmp_path: Path) -> None:
 
 def test_every_signal_has_detectors_and_a_persistence() -> None:
     for spec in [*CATALOGUE.values(), *KIND_DEFAULTS.values()]:
-        assert spec.detectors(), spec.name
+        assert spec.build_detectors(), spec.name
         assert spec.persistence(15.0).n >= spec.min_samples
 
 

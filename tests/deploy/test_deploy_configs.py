@@ -16,7 +16,7 @@ import pytest
 import requests
 import yaml
 
-from alert_rules import alerting_rules
+from alert_rules import alerting_rules, rule_files
 from oximeter.ports import start_reserved
 from oximeter.procs import ManagedProcess, http_ok, wait_until
 
@@ -33,7 +33,7 @@ def test_promtool_check_config_loads_every_rule_file() -> None:
     result = subprocess.run([PROMTOOL, "check", "config", str(DEPLOY / "prometheus.yml")],
                             capture_output=True, text=True, timeout=60)
     assert result.returncode == 0, result.stdout + result.stderr
-    assert "SUCCESS: 5 rule files found" in result.stdout
+    assert f"SUCCESS: {len(rule_files())} rule files found" in result.stdout
 
 
 def test_scrape_jobs_are_the_ones_the_platform_alerts_watch() -> None:

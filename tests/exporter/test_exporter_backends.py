@@ -21,10 +21,11 @@ from exporter_harness import (
 )
 from fake_pynvml import FakeNvml
 
-from exporter.backends.base import PAGING_XIDS, GpuBackend
+from exporter.backends.base import GpuBackend
 from exporter.backends.nvml import NvmlBackend
 from exporter.backends.sim import SimBackend
 from exporter.collector import GpuCollector
+from oximeter.xids import PAGING_XIDS
 
 GOLDEN = Path(__file__).parent / "golden" / "dcgm.prom"
 

@@ -11,7 +11,7 @@ import exporter
 
 ALLOWED = {"prometheus_client", "pynvml", "psutil", "yaml", "redis", "exporter"}
 # stdlib and PyYAML only
-ALLOWED_OXIMETER = {"oximeter.errors", "oximeter.config", "oximeter.logs", "oximeter.ports"}
+ALLOWED_OXIMETER = {"oximeter.errors", "oximeter.config", "oximeter.logs", "oximeter.ports", "oximeter.xids"}
 PACKAGE = Path(exporter.__file__).parent
 
 

@@ -3,6 +3,7 @@ whole ordered table (which rule wins), with the root cause, severity and sentenc
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 
 import pytest
@@ -11,6 +12,8 @@ from incident_cases import ev, gpu
 from analyzer import diagnosis as dx
 from analyzer.diagnosis import Case, Snapshot, diagnose
 from analyzer.events import AnomalyEvent
+from analyzer.signals import SignalSpec
+from oximeter.config import parse_config
 
 N0 = {"service": "chat", "node": "node-0"}
 Q = ev("queue_wait_p99", 4.8, 0.787, on=N0)  # 6.1 × baseline
@@ -270,3 +273,36 @@ def test_snapshot_from_other_nodes_is_ignored() -> None:
 def test_empty_case_is_refused() -> None:
     with pytest.raises(ValueError):
         diagnose(Case(()))
+
+
+def _configured(signals: dict[str, dict[str, float]]) -> Mapping[str, SignalSpec]:
+    return parse_config({"analyzer": {"signals": signals}}).analyzer.catalogue()
+
+
+@pytest.mark.parametrize(("threshold", "snapshot", "rule"), [
+    (85, WARM, "capacity_exhausted"),  # as shipped: 80 °C is warm, not a throttle
+    (75, WARM, "thermal_throttle"),  # a cooler-rated card: the same 80 °C is past its limit
+    (85, THERMAL, "thermal_throttle"),
+    (95, THERMAL, "capacity_exhausted"),  # a hotter-rated card: 91 °C is within its limit
+])
+def test_a_configured_temperature_threshold_reaches_the_thermal_rule(threshold: float, snapshot: Snapshot,
+                                                                     rule: str) -> None:
+    catalogue = _configured({"gpu_temperature": {"threshold": threshold}})
+    case = Case((Q_SOFT,), frozenset({"node-0"}), merge(UTIL_HIGH, snapshot), catalogue=catalogue)
+    assert diagnose(case).rule == rule
+
+
+def test_a_configured_kv_threshold_reaches_the_kv_rules() -> None:
+    """0.80 is not full as shipped (0.95); with the signal's threshold at 0.75 it is."""
+    shipped = Case((Q,), frozenset({"node-0"}), merge(UTIL_LOW, KV_OK))
+    assert diagnose(shipped).rule == "scheduling_bottleneck"
+    lowered = replace(shipped, catalogue=_configured({"kv_cache_usage": {"threshold": 0.75}}))
+    assert diagnose(lowered).rule == "kv_pressure"
+
+
+def test_a_configured_queue_wait_threshold_sets_the_p0_line() -> None:
+    """A 0.6 s queue-wait p99 is under the shipped 1 s P0 line, over a configured 0.5 s one."""
+    case = Case((Q_SOFT,), frozenset({"node-0"}), UTIL_LOW)
+    assert dx.symptom_severity(case) == "info"
+    lowered = replace(case, catalogue=_configured({"queue_wait_p99": {"threshold": 0.5}}))
+    assert dx.symptom_severity(lowered) == "critical"

@@ -1,0 +1,83 @@
+"""The analyzer's recording rules are generated from its signal catalogue: the committed file is
+current, ``--check`` says so, and a catalogue change shows up in the rendered rules."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+from pathlib import Path
+
+import pytest
+import yaml
+
+from alert_rules import alerting_rules, recording_rules
+from analyzer.recording_rules import SIGNALS_RULES, render
+from analyzer.signals import CATALOGUE, build_catalogue
+from oximeter.procs import oximeter_argv
+
+
+def test_committed_signal_rules_are_current() -> None:
+    """Fails when the catalogue changed without `oximeter rules build`."""
+    assert SIGNALS_RULES.read_text(encoding="utf-8") == render(), "run `oximeter rules build` and commit it"
+
+
+def test_every_record_a_signal_names_is_written_once_with_its_query() -> None:
+    by_name: dict[str, list[str]] = {}
+    for rule in recording_rules():
+        by_name.setdefault(rule["record"], []).append(rule["expr"])
+    for spec in CATALOGUE.values():
+        if spec.record is not None:
+            assert by_name[spec.record] == [spec.promql], spec.name
+
+
+def test_rendering_follows_the_catalogue() -> None:
+    query = "max without (instance, job) (oximeter_queue_length)"
+    changed = build_catalogue({"queue_length": {"promql": query}})
+    rules = yaml.safe_load(render(changed))["groups"][0]["rules"]
+    assert {r["record"]: r["expr"] for r in rules}["service_node:oximeter_queue_length:max_1m"] == query
+    assert render(changed) != render()
+
+
+def test_check_flags_a_stale_file(tmp_path: Path) -> None:
+    stale = tmp_path / "signals.rules.yml"
+    stale.write_text(render().replace("max_over_time", "min_over_time"), encoding="utf-8")
+    check = _rules_build("--check", "--out", str(stale))
+    assert check.returncode == 1 and "stale" in check.stderr
+    build = _rules_build("--out", str(stale))
+    assert build.returncode == 0, build.stderr
+    assert stale.read_text(encoding="utf-8") == SIGNALS_RULES.read_text(encoding="utf-8")
+    again = _rules_build("--check", "--out", str(stale))
+    assert again.returncode == 0, again.stderr
+
+
+# Hand-written alerts that judge a catalogue signal's own limit: (alert, signal, field, comparison).
+ALERT_LIMITS = [
+    ("GpuTemperatureHigh", "gpu_temperature", "threshold", ">"),
+    ("GpuSaturated", "gpu_utilization_p95", "threshold", ">"),
+    ("GpuEccCorrectedStorm", "ecc_corrected_increase", "increase", ">"),
+    ("EngineKvCacheFull", "kv_cache_usage", "threshold", ">="),
+    ("EnginePreemptionStorm", "preemption_rate", "threshold", ">"),
+    ("GatewayQueueBacklog", "queue_length", "threshold", ">"),
+    ("GatewayQueueNearLimit", "queue_limit_ratio", "threshold", ">="),
+    ("GatewayQueueWaitHigh", "queue_wait_p99", "threshold", ">"),
+    ("Gateway504RatioHigh", "error_504_ratio", "threshold", ">"),
+]
+
+
+@pytest.mark.parametrize(("alert", "signal", "field", "op"), ALERT_LIMITS, ids=[a[0] for a in ALERT_LIMITS])
+def test_alerts_compare_with_the_catalogues_limits(alert: str, signal: str, field: str, op: str) -> None:
+    """An alert and the analyzer judge a signal at the same limit: a catalogue default changed
+    without its alert (or the reverse) fails here."""
+    expr = " ".join(next(r for r in alerting_rules() if r["alert"] == alert)["expr"].split())
+    limit = getattr(CATALOGUE[signal], field)
+    assert re.search(rf"{re.escape(op)} {limit:g}(?![\d.])", expr), (expr, limit)
+
+
+def test_the_504_alert_and_signal_share_their_traffic_guard() -> None:
+    expr = next(r for r in alerting_rules() if r["alert"] == "Gateway504RatioHigh")["expr"]
+    guard = CATALOGUE["error_504_ratio"].min_traffic
+    assert guard is not None and f"increase1m >= {guard.minimum:g}" in " ".join(expr.split())
+
+
+def _rules_build(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(oximeter_argv("rules", "build", *args), capture_output=True, text=True, timeout=120)
