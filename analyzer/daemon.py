@@ -17,6 +17,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import dataclasses
 import importlib
 import signal
 import sqlite3
@@ -47,7 +48,7 @@ from analyzer.pipeline import (
     snapshot_from_frames,
     topology_from_frames,
 )
-from analyzer.settings import AnalyzerSettings
+from analyzer.settings import AnalyzerSettings, InputProfile
 from analyzer.signals import CATALOGUE, SignalSpec
 from analyzer.sources import recipes
 from analyzer.sources.base import ReplayClock, Source
@@ -257,6 +258,9 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--replay-start", metavar="ISO",
                         help="replayed time to start at (default: the data's start)")
     parser.add_argument("--store", default=None, help="store file (default: incidents.store_path)")
+    parser.add_argument("--inputs", choices=get_args(InputProfile), default=None,
+                        help="whose telemetry to read (default: analyzer.inputs): Oximeter's exporter and "
+                        "gateway, stock dcgm-exporter/vLLM/kube-state-metrics, or both")
     parser.add_argument("--port", type=int, default=None, help="API port (default: incidents.api_port)")
     parser.add_argument("--port-file", metavar="PATH",
                         help="write the API port there once listening (with --port 0 the kernel picks it, "
@@ -313,7 +317,13 @@ def run(args: argparse.Namespace) -> int:
     """Entry point of ``oximeter analyze``."""
     try:
         config = AnalyzeConfig.load(args.config)
+        if getattr(args, "inputs", None):
+            inputs = config.analyzer.model_copy(update={"inputs": args.inputs})
+            config = dataclasses.replace(config, analyzer=inputs)
         settings = config.incidents
+        # Said before anything else can fail: the signals these inputs cannot feed are left out.
+        for line in config.analyzer.missing_inputs():
+            logger.warning("{}", line)
         store = IncidentStore(connect(args.store or settings.store_path))
     except OximeterError as exc:
         print(f"oximeter analyze: {exc}", file=sys.stderr)

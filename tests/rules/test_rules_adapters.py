@@ -82,3 +82,26 @@ def test_a_wrong_unit_fails(tmp_path: Path) -> None:
     result = _promtool("test", "rules", "dcgm.test.yml", cwd=tmp_path / "tests")
     assert result.returncode == 1
     assert "oximeter_gpu_memory_used_bytes" in result.stdout + result.stderr
+
+
+def test_signals_read_the_translated_series(tmp_path: Path) -> None:
+    """The catalogue's own queries, unchanged, find a DCGM GPU's temperature and a paging Xid."""
+    from analyzer.signals import CATALOGUE
+
+    shutil.copy(ADAPTERS_DIR / "dcgm.rules.yml", tmp_path / "dcgm.rules.yml")
+    labels = ('gpu="0",UUID="GPU-0",pci_bus_id="00000000:8D:00.0",device="nvidia0",modelName="NVIDIA H100",'
+              'Hostname="gpu-node-1",instance="10.0.0.5:9400",job="dcgm-exporter"')
+    out = 'node="gpu-node-1",gpu="0",uuid="GPU-0",pci_bus_id="00000000:8D:00.0",gpu_model="NVIDIA H100"'
+    test = {"rule_files": ["dcgm.rules.yml"], "evaluation_interval": "15s", "tests": [{
+        "interval": "30s",
+        "input_series": [{"series": f"DCGM_FI_DEV_GPU_TEMP{{{labels}}}", "values": "88x10"},
+                         {"series": f"DCGM_FI_DEV_XID_ERRORS{{{labels}}}", "values": "0x3 79x7"}],
+        "promql_expr_test": [
+            {"expr": CATALOGUE["gpu_temperature"].promql, "eval_time": "4m",
+             "exp_samples": [{"labels": f"{{{out}}}", "value": 88}]},
+            {"expr": CATALOGUE["xid_paging"].promql, "eval_time": "4m",
+             "exp_samples": [{"labels": f'{{{out},xid="79"}}', "value": 1}]},
+        ]}]}
+    (tmp_path / "signals.test.yml").write_text(yaml.safe_dump(test))
+    result = _promtool("test", "rules", "signals.test.yml", cwd=tmp_path)
+    assert result.returncode == 0, result.stdout + result.stderr
