@@ -3,6 +3,7 @@ in ``oximeter config check`` and at the analyzer's start-up; Oximeter's own inpu
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
@@ -122,3 +123,13 @@ def test_the_analyzer_says_the_same_at_start_up(tmp_path: Path, capsys: pytest.C
     assert code == 2
     expected = AnalyzerSettings(inputs="stock").missing_inputs()
     assert expected and all(line in err for line in expected)
+
+
+def test_the_guide_names_every_input_and_quotes_the_real_lines() -> None:
+    guide = (Path(__file__).resolve().parents[2] / "docs" / "stock-telemetry.md").read_text()
+    # Histograms by family name, selectors with their matchers.
+    inputs = {re.sub(r"_(bucket|sum|count)$", "", name) for rule in adapter_rules() for name in rule.inputs}
+    assert sorted(name for name in inputs if not re.search(rf"`{re.escape(name)}[`{{]", guide)) == []
+    quoted = [line.removeprefix("stock.yaml: ") for line in guide.splitlines()
+              if line.startswith("stock.yaml: analyzer.inputs")]
+    assert quoted and set(quoted) <= set(AnalyzerSettings(inputs="stock").missing_inputs())
