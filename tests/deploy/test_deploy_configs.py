@@ -158,3 +158,21 @@ def test_watchdog_reaches_the_relay_with_the_bearer_token(alertmanager: str,
     assert authorization == "Bearer s3cret-relay-token"
     assert [a["labels"]["alertname"] for a in body["alerts"]] == ["Watchdog"]
     assert body["receiver"] == "analyzer-relay"
+
+
+def test_the_stock_config_loads_the_adapters_and_checks(tmp_path: Path) -> None:
+    """deploy/prometheus-stock.yml: the Kubernetes discovery swapped for a static target (this
+    promtool is built without it), everything else as written must pass promtool."""
+    stock = yaml.safe_load((DEPLOY / "prometheus-stock.yml").read_text())
+    jobs = {job["job_name"] for job in stock["scrape_configs"]}
+    assert jobs == {"dcgm-exporter", "vllm", "kube-state-metrics"}
+    assert "../alert_rules/adapters/*.rules.yml" in stock["rule_files"]
+    for job in stock["scrape_configs"]:
+        assert job.pop("kubernetes_sd_configs")
+        job["static_configs"] = [{"targets": ["127.0.0.1:9400"]}]
+    stock["rule_files"] = [str((DEPLOY / f).resolve()) for f in stock["rule_files"]]
+    (tmp_path / "prometheus.yml").write_text(yaml.safe_dump(stock))
+    result = subprocess.run([PROMTOOL, "check", "config", str(tmp_path / "prometheus.yml")],
+                            capture_output=True, text=True, timeout=60)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "SUCCESS: 7 rule files found" in result.stdout
