@@ -39,6 +39,7 @@ from analyzer.diagnosis import LAYER_ORDER, Severity
 from analyzer.events import AnomalyEvent, parse_iso
 from analyzer.incident_store import IncidentStore
 from analyzer.incidents import Change, Incident, IncidentSettings, IncidentTracker, findings
+from analyzer.kube_changes import KubeChangePoller
 from analyzer.pipeline import (
     CONTEXT,
     CONTEXT_RECIPES,
@@ -140,8 +141,11 @@ class Analyzer:
     def __init__(self, pipeline: Pipeline, store: IncidentStore, settings: IncidentSettings,
                  topology: Topology, notifier: Notifier, clock: Callable[[], datetime],
                  metrics: DaemonMetrics | None = None,
-                 catalogue: Mapping[str, SignalSpec] = CATALOGUE) -> None:
+                 catalogue: Mapping[str, SignalSpec] = CATALOGUE,
+                 change_feed: Callable[[datetime], object] | None = None) -> None:
         self.pipeline, self.store, self.settings, self.catalogue = pipeline, store, settings, catalogue
+        # Records changes found in the telemetry itself (Kubernetes restarts and rollouts).
+        self.change_feed = change_feed
         self.topology, self.notifier, self.clock = topology, notifier, clock
         self.metrics = metrics or DaemonMetrics()
         self.tracker = IncidentTracker(settings, store.tracked(clock(), settings.reopen_window_s))
@@ -157,6 +161,11 @@ class Analyzer:
             self._source_down(now, exc)
             return False
         self._source_up(now)
+        if self.change_feed is not None:
+            try:
+                self.change_feed(now)
+            except SOURCE_ERRORS as exc:  # the signals were read: judge them, catch up next cycle
+                logger.warning("analyzer: cannot read platform changes: {}", exc)
         topology = topology_from_frames(frames, self.topology)
         found = findings(events, topology, now=now, snapshot=snapshot_from_frames(frames),
                          settings=self.settings, catalogue=self.catalogue)
@@ -351,8 +360,12 @@ def run(args: argparse.Namespace) -> int:
         store.conn.close()
         return 2
     notifier: Notifier = reporting.notifier if config.reporter.channels else LogNotifier()
+    # On stock telemetry kube-state-metrics tells of restarts and rollouts (replays hold none).
+    kube = (KubeChangePoller(source, store, config.analyzer.step_s)
+            if config.analyzer.inputs != "oximeter" and not (args.replay or args.signals) else None)
     analyzer = Analyzer(pipeline, store, settings, Topology.from_settings(config.topology), notifier,
-                        clock=source.now, metrics=metrics, catalogue=pipeline.catalogue)
+                        clock=source.now, metrics=metrics, catalogue=pipeline.catalogue,
+                        change_feed=kube.poll if kube is not None else None)
     # A restart into an ongoing fault: its evidence stays out of the first cycle's baselines.
     pipeline.remember(e for inc in analyzer.tracker.incidents if inc.state == "open" for e in inc.evidence)
     try:
