@@ -14,6 +14,9 @@ import yaml
 RULES_DIR = Path(__file__).resolve().parent
 TESTS_DIR = RULES_DIR / "tests"
 CATALOGUE_PATH = RULES_DIR / "metric_catalogue.yml"
+# Recording rules that translate stock exporters' series (dcgm-exporter, vLLM, kube-state-metrics)
+# onto the names above; loaded only where those exporters are the telemetry (see docs/stock-telemetry.md).
+ADAPTERS_DIR = RULES_DIR / "adapters"
 
 
 def rule_files(rules_dir: Path = RULES_DIR) -> list[Path]:

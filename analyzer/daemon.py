@@ -17,6 +17,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import dataclasses
 import importlib
 import signal
 import sqlite3
@@ -37,6 +38,7 @@ from analyzer.api import build_app, start_api
 from analyzer.events import AnomalyEvent, parse_iso
 from analyzer.incident_store import IncidentStore
 from analyzer.incidents import Change, Incident, IncidentSettings, IncidentTracker, findings
+from analyzer.kube_changes import KubeChangePoller
 from analyzer.pipeline import (
     CONTEXT,
     CONTEXT_RECIPES,
@@ -46,7 +48,7 @@ from analyzer.pipeline import (
     snapshot_from_frames,
     topology_from_frames,
 )
-from analyzer.settings import AnalyzerSettings
+from analyzer.settings import AnalyzerSettings, InputProfile
 from analyzer.signals import CATALOGUE, SignalSpec
 from analyzer.sources import recipes
 from analyzer.sources.base import ReplayClock, Source
@@ -138,8 +140,11 @@ class Analyzer:
     def __init__(self, pipeline: Pipeline, store: IncidentStore, settings: IncidentSettings,
                  topology: Topology, notifier: Notifier, clock: Callable[[], datetime],
                  metrics: DaemonMetrics | None = None,
-                 catalogue: Mapping[str, SignalSpec] = CATALOGUE) -> None:
+                 catalogue: Mapping[str, SignalSpec] = CATALOGUE,
+                 change_feed: Callable[[datetime], object] | None = None) -> None:
         self.pipeline, self.store, self.settings, self.catalogue = pipeline, store, settings, catalogue
+        # Records changes found in the telemetry itself (Kubernetes restarts and rollouts).
+        self.change_feed = change_feed
         self.topology, self.notifier, self.clock = topology, notifier, clock
         self.metrics = metrics or DaemonMetrics()
         self.tracker = IncidentTracker(settings, store.tracked(clock(), settings.reopen_window_s))
@@ -155,6 +160,11 @@ class Analyzer:
             self._source_down(now, exc)
             return False
         self._source_up(now)
+        if self.change_feed is not None:
+            try:
+                self.change_feed(now)
+            except SOURCE_ERRORS as exc:  # the signals were read: judge them, catch up next cycle
+                logger.warning("analyzer: cannot read platform changes: {}", exc)
         topology = topology_from_frames(frames, self.topology)
         found = findings(events, topology, now=now, snapshot=snapshot_from_frames(frames),
                          settings=self.settings, catalogue=self.catalogue)
@@ -256,6 +266,9 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--replay-start", metavar="ISO",
                         help="replayed time to start at (default: the data's start)")
     parser.add_argument("--store", default=None, help="store file (default: incidents.store_path)")
+    parser.add_argument("--inputs", choices=get_args(InputProfile), default=None,
+                        help="whose telemetry to read (default: analyzer.inputs): Oximeter's exporter and "
+                        "gateway, stock dcgm-exporter/vLLM/kube-state-metrics, or both")
     parser.add_argument("--port", type=int, default=None, help="API port (default: incidents.api_port)")
     parser.add_argument("--port-file", metavar="PATH",
                         help="write the API port there once listening (with --port 0 the kernel picks it, "
@@ -312,7 +325,13 @@ def run(args: argparse.Namespace) -> int:
     """Entry point of ``oximeter analyze``."""
     try:
         config = AnalyzeConfig.load(args.config)
+        if getattr(args, "inputs", None):
+            inputs = config.analyzer.model_copy(update={"inputs": args.inputs})
+            config = dataclasses.replace(config, analyzer=inputs)
         settings = config.incidents
+        # Said before anything else can fail: the signals these inputs cannot feed are left out.
+        for line in config.analyzer.missing_inputs():
+            logger.warning("{}", line)
         store = IncidentStore(connect(args.store or settings.store_path))
     except OximeterError as exc:
         print(f"oximeter analyze: {exc}", file=sys.stderr)
@@ -340,8 +359,12 @@ def run(args: argparse.Namespace) -> int:
         store.conn.close()
         return 2
     notifier: Notifier = reporting.notifier if config.reporter.channels else LogNotifier()
+    # On stock telemetry kube-state-metrics tells of restarts and rollouts (replays hold none).
+    kube = (KubeChangePoller(source, store, config.analyzer.step_s)
+            if config.analyzer.inputs != "oximeter" and not (args.replay or args.signals) else None)
     analyzer = Analyzer(pipeline, store, settings, Topology.from_settings(config.topology), notifier,
-                        clock=source.now, metrics=metrics, catalogue=pipeline.catalogue)
+                        clock=source.now, metrics=metrics, catalogue=pipeline.catalogue,
+                        change_feed=kube.poll if kube is not None else None)
     # A restart into an ongoing fault: its evidence stays out of the first cycle's baselines.
     pipeline.remember(e for inc in analyzer.tracker.incidents if inc.state == "open" for e in inc.evidence)
     try:

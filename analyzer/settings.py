@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
@@ -12,6 +12,10 @@ if TYPE_CHECKING:
     from analyzer.baselines import BaselinePolicy
     from analyzer.diagnosis import Thresholds
     from analyzer.signals import SignalSpec
+    from analyzer.stock_inputs import StockInputs
+
+# Whose telemetry the analyzer reads (``analyzer.inputs``, ``oximeter analyze --inputs``).
+InputProfile = Literal["oximeter", "stock", "mixed"]
 
 # The signal catalogue, baselines and diagnosis import pandas and numpy: they are imported inside
 # the methods that build them, so reading this section (``oximeter config check``) stays light.
@@ -75,6 +79,25 @@ class AnalyzerSettings(BaseModel):
     # name -> fields: overrides a catalogue signal, or defines a new one (layer, kind, promql).
     signals: dict[str, dict[str, Any]] = Field(default_factory=dict)
     disabled_signals: list[str] = Field(default_factory=list)
+    # Whose telemetry the signals read: Oximeter's exporter and gateway ("oximeter"), stock
+    # dcgm-exporter, vLLM and kube-state-metrics through the recording rules in
+    # alert_rules/adapters ("stock", see docs/stock-telemetry.md), or both ("mixed": Oximeter's own
+    # series win where a node has them). On "stock", signals that nothing feeds are left out and named.
+    inputs: InputProfile = "oximeter"
+    # The counters CSV dcgm-exporter runs with; unset: its shipped default list (ECC fields off).
+    dcgm_counters: str | None = None
+
+    @field_validator("dcgm_counters")
+    @classmethod
+    def _counters_readable(cls, path: str | None) -> str | None:
+        if path is not None:
+            from analyzer.stock_inputs import read_counters_csv
+
+            try:
+                read_counters_csv(path)
+            except (OSError, UnicodeDecodeError) as exc:
+                raise ValueError(f"cannot read the dcgm-exporter counters file {path!r}: {exc}") from None
+        return path
 
     @field_validator("signals")
     @classmethod
@@ -87,12 +110,36 @@ class AnalyzerSettings(BaseModel):
             raise ValueError("; ".join(exc.problems)) from None
         return signals
 
-    def catalogue(self) -> dict[str, SignalSpec]:
-        """The signals to evaluate: the catalogue with overrides, minus the disabled ones."""
+    def _configured(self) -> dict[str, SignalSpec]:
+        """The catalogue with overrides, minus the disabled signals."""
         from analyzer.signals import build_catalogue
 
         built = build_catalogue(self.signals)
         return {name: spec for name, spec in built.items() if name not in self.disabled_signals}
+
+    def catalogue(self) -> dict[str, SignalSpec]:
+        """The signals to evaluate: the catalogue with overrides, minus the disabled ones and, on
+        stock inputs, minus those no exporter feeds (said by ``missing_inputs``, never silently quiet)."""
+        catalogue = self._configured()
+        unavailable = self.stock_inputs().unavailable(catalogue) if self.inputs == "stock" else set()
+        return {name: spec for name, spec in catalogue.items() if name not in unavailable}
+
+    def stock_inputs(self) -> StockInputs:
+        """What the stock exporters collect: the dcgm-exporter counters file, or its default list."""
+        from analyzer.stock_inputs import DCGM_DEFAULT_FIELDS, StockInputs, read_counters_csv
+
+        fields = read_counters_csv(self.dcgm_counters) if self.dcgm_counters else DCGM_DEFAULT_FIELDS
+        return StockInputs(fields)
+
+    def missing_inputs(self) -> list[str]:
+        """On stock inputs, one line per series the signals need and the exporters lack, naming
+        what would produce it and the signals it disables; empty otherwise."""
+        if self.inputs != "stock":
+            return []
+        from analyzer.stock_inputs import describe
+
+        return [f"analyzer.inputs: stock: {line}" for line in
+                describe(self.stock_inputs().missing(self._configured()))]
 
 
 class IncidentSettings(BaseModel):

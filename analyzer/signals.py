@@ -295,8 +295,12 @@ CATALOGUE: dict[str, SignalSpec] = {s.name: s for s in (
        entity_labels=("node", "gpu"), increase=1, for_s=0, min_samples=1,
        description="any uncorrectable ECC error: isolate now"),
     _s(name="xid_paging", layer="infrastructure", kind="counter_growth",
+       # dcgm-exporter's Xid field is the last code, not a counter: its adapter records the events
+       # it counts from the code's changes instead (alert_rules/adapters/dcgm.rules.yml).
        promql="sum without (instance, job) "
-              f'(increase(oximeter_gpu_xid_errors_total{{xid=~"{xid_pattern()}"}}[5m]))',
+              f'(increase(oximeter_gpu_xid_errors_total{{xid=~"{xid_pattern()}"}}[5m])) '
+              "or sum without (instance, job) "
+              f'(node_gpu_xid:oximeter_gpu_xid_errors:increase5m{{xid=~"{xid_pattern()}"}})',
        entity_labels=("node", "gpu", "xid"), increase=0.5, for_s=0, min_samples=1,
        description="a paging Xid (the GPU needs isolating)"),
     _s(name="pcie_replay_increase", layer="infrastructure", kind="counter_growth",

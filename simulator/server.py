@@ -29,6 +29,7 @@ from simulator.dependency import DependencyCollector
 from simulator.engine import EngineModel, Seq, SeqState
 from simulator.exposition import EngineCollector
 from simulator.fleet import Fleet, Node
+from simulator.kube_state import KubeStateCollector
 from simulator.openai_api import (
     GenRequest,
     RequestError,
@@ -162,6 +163,13 @@ def engine_app(server: SimServer, rt: NodeRuntime) -> web.Application:
     async def metrics(_request: web.Request) -> web.Response:
         return web.Response(body=generate_latest(rt.registry), headers={"Content-Type": CONTENT_TYPE_LATEST})
 
+    # The whole fleet as kube-state-metrics shows a cluster (the same on every port: scrape one).
+    kube_state = CollectorRegistry(auto_describe=False)
+    kube_state.register(KubeStateCollector(fleet, server.now))
+
+    async def kube_state_metrics(_request: web.Request) -> web.Response:
+        return web.Response(body=generate_latest(kube_state), headers={"Content-Type": CONTENT_TYPE_LATEST})
+
     async def generate(request: web.Request, chat: bool) -> web.StreamResponse:
         try:
             body = await request.json()
@@ -253,6 +261,7 @@ def engine_app(server: SimServer, rt: NodeRuntime) -> web.Application:
     app.router.add_get("/health", health)
     app.router.add_get("/v1/models", models)
     app.router.add_get("/metrics", metrics)
+    app.router.add_get("/kube-state/metrics", kube_state_metrics)
     app.router.add_post("/v1/chat/completions", chat)
     app.router.add_post("/v1/completions", completions)
     admin.add_routes(app, server)

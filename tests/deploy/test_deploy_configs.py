@@ -16,7 +16,7 @@ import pytest
 import requests
 import yaml
 
-from alert_rules import alerting_rules, rule_files
+from alert_rules import ADAPTERS_DIR, alerting_rules, rule_files
 from oximeter.ports import start_reserved
 from oximeter.procs import ManagedProcess, http_ok, wait_until
 
@@ -158,3 +158,23 @@ def test_watchdog_reaches_the_relay_with_the_bearer_token(alertmanager: str,
     assert authorization == "Bearer s3cret-relay-token"
     assert [a["labels"]["alertname"] for a in body["alerts"]] == ["Watchdog"]
     assert body["receiver"] == "analyzer-relay"
+
+
+def test_the_stock_config_loads_the_adapters_and_checks(tmp_path: Path) -> None:
+    """deploy/prometheus-stock.yml: the Kubernetes discovery swapped for a static target (this
+    promtool is built without it), everything else as written must pass promtool."""
+    stock = yaml.safe_load((DEPLOY / "prometheus-stock.yml").read_text())
+    jobs = {job["job_name"] for job in stock["scrape_configs"]}
+    assert jobs == {"dcgm-exporter", "vllm", "kube-state-metrics"}
+    # Every area's rules but the platform's (its scrape-job checks name Oximeter's own producers).
+    areas = {f"../alert_rules/{p.name}" for p in rule_files() if p.name != "platform.rules.yml"}
+    assert set(stock["rule_files"]) == {"../alert_rules/adapters/*.rules.yml", *areas}
+    for job in stock["scrape_configs"]:
+        assert job.pop("kubernetes_sd_configs")
+        job["static_configs"] = [{"targets": ["127.0.0.1:9400"]}]
+    stock["rule_files"] = [str((DEPLOY / f).resolve()) for f in stock["rule_files"]]
+    (tmp_path / "prometheus.yml").write_text(yaml.safe_dump(stock))
+    result = subprocess.run([PROMTOOL, "check", "config", str(tmp_path / "prometheus.yml")],
+                            capture_output=True, text=True, timeout=60)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert f"SUCCESS: {len(areas) + len(rule_files(ADAPTERS_DIR))} rule files found" in result.stdout

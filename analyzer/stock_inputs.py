@@ -1,0 +1,153 @@
+"""Which signals a stock fleet can feed, and which it cannot for want of an input.
+
+With ``analyzer.inputs: stock`` the series the signals read come from the adapter recording rules
+(``alert_rules/adapters/``), which translate dcgm-exporter, vLLM and kube-state-metrics. This
+module reads those rules to learn which exporter inputs feed which translated series, so that the
+answer follows the rules as written: a signal is unavailable when a series it reads has no adapter
+rule whose inputs are exported (an ECC field dcgm-exporter was not told to collect), or when no
+stock exporter has such a series at all (what only Oximeter's gateway sees). ``oximeter config
+check`` and the analyzer's start-up both print this, so a missing input is never a silent quiet.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+from alert_rules import ADAPTERS_DIR, load_catalogue, load_groups, rule_files
+from analyzer.signals import SignalSpec
+from dashboards.promql import metric_names
+
+# The fields dcgm-exporter's etc/default-counters.csv enables (those the adapters read); ECC,
+# NVLink errors, the max SM clock, clock-event reasons and row-remap pending ship commented out.
+DCGM_DEFAULT_FIELDS: frozenset[str] = frozenset({
+    "DCGM_FI_DEV_SM_CLOCK", "DCGM_FI_DEV_GPU_TEMP", "DCGM_FI_DEV_POWER_USAGE",
+    "DCGM_FI_DEV_PCIE_REPLAY_COUNTER", "DCGM_FI_DEV_GPU_UTIL", "DCGM_FI_DEV_XID_ERRORS",
+    "DCGM_FI_DEV_FB_FREE", "DCGM_FI_DEV_FB_USED", "DCGM_FI_DEV_UNCORRECTABLE_REMAPPED_ROWS",
+    "DCGM_FI_DEV_CORRECTABLE_REMAPPED_ROWS", "DCGM_FI_DEV_ROW_REMAP_FAILURE",
+})
+_EXPORTER_NAME = re.compile(r"^(DCGM_|vllm:|kube_)")
+# `... unless on (labels) name`: a stand-down guard, not an input the rule needs.
+_GUARD = re.compile(r"\bunless\s+on\s*\([^)]*\)\s*[A-Za-z_:][\w:]*")
+_MATCHER = re.compile(r'([A-Za-z_]\w*)\s*=\s*"([^"]*)"')
+
+
+def read_counters_csv(path: str | Path) -> frozenset[str]:
+    """The fields a dcgm-exporter counters CSV enables (``FIELD, type, help``; ``#`` comments)."""
+    text = Path(path).read_text(encoding="utf-8")
+    fields = (line.split(",", 1)[0].strip() for line in text.splitlines())
+    return frozenset(f for f in fields if f and not f.startswith("#"))
+
+
+@dataclass(frozen=True)
+class AdapterRule:
+    """One adapter recording rule: what it records (name and fixed labels) from which inputs."""
+
+    record: str
+    labels: Mapping[str, str]
+    inputs: frozenset[str]
+
+
+def adapter_rules(adapters_dir: Path = ADAPTERS_DIR) -> list[AdapterRule]:
+    """Every adapter recording rule, its inputs being the exporter series its expression reads."""
+    out = []
+    for path in rule_files(adapters_dir):
+        for group in load_groups(path):
+            for rule in group["rules"]:
+                if "record" in rule:
+                    names = metric_names(_GUARD.sub(" ", rule["expr"]))
+                    labels = {k: str(v) for k, v in (rule.get("labels") or {}).items()}
+                    out.append(AdapterRule(rule["record"], labels,
+                                           frozenset(n for n in names if _EXPORTER_NAME.match(n))))
+    return out
+
+
+def _exported(name: str, dcgm_fields: frozenset[str]) -> bool:
+    # vLLM serves all its series and kube-state-metrics its default families; only dcgm-exporter
+    # collects just the fields its counters file lists.
+    return name in dcgm_fields if name.startswith("DCGM_") else True
+
+
+def _branches(promql: str) -> list[str]:
+    """The top-level ``or`` alternatives of a query (any one of them feeds the signal)."""
+    parts, depth, start = [], 0, 0
+    for m in re.finditer(r"[()]|\bor\b", promql):
+        token = m.group(0)
+        if token in "()":
+            depth += 1 if token == "(" else -1
+        elif depth == 0:
+            parts.append(promql[start:m.start()])
+            start = m.end()
+    return [*parts, promql[start:]]
+
+
+@dataclass(frozen=True)
+class MissingSeries:
+    """A series some signals read that the stock inputs do not produce."""
+
+    selector: str  # the name with the equality matchers the signals use, e.g. {kind="corrected"}
+    needs: tuple[str, ...]  # exporter fields that would produce it; empty: no stock exporter does
+    signals: tuple[str, ...]
+
+
+class StockInputs:
+    """What a stock fleet exports (``dcgm_fields``: the fields dcgm-exporter collects)."""
+
+    def __init__(self, dcgm_fields: Iterable[str] = DCGM_DEFAULT_FIELDS,
+                 rules: list[AdapterRule] | None = None) -> None:
+        self.dcgm_fields = frozenset(dcgm_fields)
+        self.rules = adapter_rules() if rules is None else rules
+
+    def _missing_in(self, expr: str) -> list[tuple[str, tuple[str, ...]]]:
+        """(selector, inputs that would make it) for each series of ``expr`` nothing produces."""
+        missing: list[tuple[str, tuple[str, ...]]] = []
+        for name in sorted(metric_names(expr)):
+            matchers: dict[str, str] = {}
+            for block in re.findall(rf"(?<![\w:]){re.escape(name)}\{{([^}}]*)\}}", expr):
+                matchers.update(_MATCHER.findall(block))
+            if _EXPORTER_NAME.match(name) or name == "up":  # read as exported, not translated
+                if not _exported(name, self.dcgm_fields):
+                    missing.append((name, (name,)))
+                continue
+            rules = [r for r in self.rules if r.record == name
+                     and all(r.labels.get(k, v) == v for k, v in matchers.items())]
+            if not any(_exported(i, self.dcgm_fields) for r in rules for i in r.inputs):
+                # Matchers tell apart the series of one name that different fields feed (ECC kinds).
+                selector = name + ("{" + ",".join(f'{k}="{v}"' for k, v in sorted(matchers.items())) + "}"
+                                   if matchers and rules else "")
+                missing.append((selector, tuple(sorted({i for r in rules for i in r.inputs}))))
+        return missing
+
+    def missing(self, catalogue: Mapping[str, SignalSpec]) -> list[MissingSeries]:
+        """The series the catalogue's signals need and the stock inputs lack, with those signals."""
+        found: dict[tuple[str, tuple[str, ...]], list[str]] = {}
+        for name, spec in catalogue.items():
+            for expr in filter(None, (spec.promql, spec.min_traffic.promql if spec.min_traffic else "")):
+                # A signal is fed when any one of its top-level alternatives is.
+                per_branch = [self._missing_in(b) for b in _branches(expr)]
+                if all(per_branch):
+                    for key in per_branch[0]:
+                        found.setdefault(key, []).append(name)
+        return [MissingSeries(sel, needs, tuple(dict.fromkeys(signals)))
+                for (sel, needs), signals in sorted(found.items())]
+
+    def unavailable(self, catalogue: Mapping[str, SignalSpec]) -> set[str]:
+        """The signals that cannot be judged on these inputs."""
+        return {s for m in self.missing(catalogue) for s in m.signals}
+
+
+def describe(missing: Iterable[MissingSeries]) -> list[str]:
+    """One line per missing series: what would produce it and which signals it disables."""
+    producers = {m["name"]: m["producer"] for m in load_catalogue()}
+    lines = []
+    for m in missing:
+        if m.needs:
+            source = f"needs {' or '.join(m.needs)}, which dcgm-exporter's counters do not enable"
+        else:
+            family = re.sub(r"_(bucket|sum|count)$", "", m.selector)
+            producer = producers.get(m.selector, producers.get(family, "own components"))
+            source = f"no stock exporter has it (only Oximeter's {producer})"
+        lines.append(f"{m.selector}: {source}; unavailable signals: {', '.join(m.signals)}")
+    return lines
