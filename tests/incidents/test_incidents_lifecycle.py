@@ -172,8 +172,9 @@ def test_a_change_goes_beside_the_incident_it_names_else_its_node_else_its_servi
     _step(tracker, events, 3)
     by_node = {inc.nodes[0]: inc for inc in tracker.incidents}
     assert sorted(by_node) == ["node-0", "node-1"]
-    named = ChangeEvent(at(2), "alert", "relayed alert", (("incident", by_node["node-0"].id), ("node", "node-1"),
-                                                           ("service", "chat")), "alertmanager")
+    named = ChangeEvent(at(2), "alert", "relayed alert",
+                        (("incident", by_node["node-0"].id), ("node", "node-1"), ("service", "chat")),
+                        "alertmanager")
     on_node = ChangeEvent(at(2), "restart", "engine restart", (("node", "node-1"), ("service", "chat")))
     service_wide = ChangeEvent(at(2), "deploy", "chat 1.2", (("service", "chat"),))
     _step(tracker, events, 4, changes=(named, on_node, service_wide))
