@@ -20,6 +20,7 @@ class SlackChannel(Channel):
     header_limit: ClassVar[int] = 150
     field_limit: ClassVar[int] = 2000
     fields_per_section: ClassVar[int] = 10
+    image_url_limit: ClassVar[int] = 3000  # image block: image_url, characters
 
     def bold(self, text: str) -> str:
         return f"*{text}*"
@@ -51,8 +52,15 @@ class SlackChannel(Channel):
         if message.links:
             links = " · ".join(self.link(link.label, link.url) for link in message.links)
             blocks.append(self._section(split_text(links, self.content_limit, "chars", 1)[0]))
-        if len(blocks) > self.max_blocks:
-            blocks = [*blocks[: self.max_blocks - 1], self._section(TRUNCATED)]
+        # A webhook cannot upload: the image block makes Slack fetch the chart from the analyzer API.
+        image = []
+        if message.image_url and len(message.image_url) <= self.image_url_limit:
+            alt_text = f"chart: {message.title}"[:2000]
+            image = [{"type": "image", "image_url": message.image_url, "alt_text": alt_text}]
+        room = self.max_blocks - len(image)
+        if len(blocks) > room:
+            blocks = [*blocks[: room - 1], self._section(TRUNCATED)]
+        blocks += image
         # ``text`` is what notifications and screen readers show when blocks are present.
         return [{"text": message.heading[: self.content_limit], "blocks": blocks}]
 
