@@ -27,6 +27,7 @@ class Severity(StrEnum):
 
 
 SIMULATION_MARKER = "SIMULATION"
+CHART_LABEL = "Chart (PNG)"  # the link to ``Message.image_url`` where a channel shows no image
 
 
 @dataclass(frozen=True)

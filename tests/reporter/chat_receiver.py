@@ -217,8 +217,11 @@ def delivered_chart(service: str, data: dict[str, Any]) -> bytes | str | None:
     if service == "webhook":
         assert data["image_url"]  # the link travels too, for receivers that prefer it
         return base64.b64decode(data["image_png_base64"])
-    if service == "slack":
-        return next((b["image_url"] for b in data["blocks"] if b["type"] == "image"), None)
+    if service == "slack":  # an image block, or a link where Slack could not fetch the image
+        found = [b["image_url"] for b in data["blocks"] if b["type"] == "image"] + [
+            m for b in data["blocks"] if b["type"] == "section" and "text" in b
+            for m in re.findall(r"<([^|>]+)\|Chart \(PNG\)>", b["text"]["text"])]
+        return found[0] if found else None
     if service == "dingtalk":
         text = data[data["msgtype"]]["text"]
         return text.split("![chart](", 1)[1].split(")", 1)[0] if "![chart](" in text else None

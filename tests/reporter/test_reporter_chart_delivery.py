@@ -1,13 +1,15 @@
 """The digest's chart reaches every channel, each in its service's own way, checked by the receiver.
 
 WeCom gets the PNG as an image message (base64 + md5) and the generic webhook in its JSON; Slack
-(image block), DingTalk (markdown image) and Feishu (a button: a card image needs an uploaded
-``img_key``) get the analyzer API's link, and the link is fetched here to prove it serves the PNG.
+(an image block, or a link where Slack could not fetch it, as this test's loopback API), DingTalk
+(markdown image) and Feishu (a button: a card image needs an uploaded ``img_key``) get the analyzer
+API's link, and the link is fetched here to prove it serves the PNG.
 """
 
 from __future__ import annotations
 
 import hashlib
+import json
 from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
@@ -23,9 +25,10 @@ from analyzer.incident_store import IncidentStore
 from oximeter.store import connect
 from reporter import chart_link
 from reporter.channels import CHANNELS, Outcome
+from reporter.channels.slack import fetchable_by_slack
 from reporter.channels.wecom import WeComChannel
 from reporter.chart import render_chart
-from reporter.message import Link, Message, Section, Severity
+from reporter.message import CHART_LABEL, Link, Message, Section, Severity
 from reporter.outbox import Outbox
 
 T0 = datetime(2025, 11, 30, tzinfo=UTC).timestamp()
@@ -96,3 +99,25 @@ def test_saving_a_chart_twice_keeps_one_row(tmp_path: Path) -> None:
     assert conn.execute("SELECT COUNT(*) FROM digest_charts").fetchone()[0] == 1
     assert chart_link.load_chart(conn, names.pop()) == PNG
     conn.close()
+
+
+def test_slack_shows_a_public_chart_as_an_image_block(receiver: ChatReceiver,
+                                                      make_channel: MakeChannel) -> None:
+    url = "https://oximeter.example.com/api/charts/" + chart_link.chart_name(PNG)
+    assert make_channel("slack").send(digest(url)).outcome is Outcome.SENT
+    assert receiver.problems == []
+    (sent,) = receiver.accepted("slack")
+    assert sent.data["blocks"][-1] == {"type": "image", "image_url": url,
+                                       "alt_text": "chart: Daily health digest 2025-11-30"}
+    assert CHART_LABEL not in json.dumps(sent.data)  # shown, so not linked as well
+
+
+@pytest.mark.parametrize(("url", "fetchable"), [
+    ("http://127.0.0.1:9471/api/charts/a.png", False), ("http://localhost:9471/a.png", False),
+    ("http://10.1.2.3/a.png", False), ("http://192.168.0.5/a.png", False), ("http://[::1]:9471/a.png", False),
+    ("http://169.254.1.1/a.png", False), ("https://8.8.8.8/a.png", True),
+    ("https://oximeter.example.com/a.png", True),
+])
+def test_slack_links_a_chart_it_could_not_fetch(url: str, fetchable: bool) -> None:
+    # Slack refuses a whole message whose image it cannot download, so such a chart is only linked.
+    assert fetchable_by_slack(url) is fetchable
