@@ -2,9 +2,11 @@
 
 Three numbers with their colours: the largest queue length
 (red over 50), the top-3 routes by 504, and the spread of GPU utilisation across the fleet,
-``avg_over_time(stddev(oximeter_gpu_utilization_ratio)[1d:1m])`` (yellow over 0.30). Then
-incidents by layer and rule with MTTD/MTTR from the store, SLO attainment and error budget left
-(TTFT p99 and availability), the most frequent anomalous signals, GPU health by node and a chart.
+``avg_over_time(stddev(oximeter_gpu_utilization_ratio)[1d:1m])`` (yellow over 0.30). Then each
+service's peak use of its limits and whether the fleet could lose a node at its peak
+(``reporter/digest_capacity.py``), incidents by layer and rule with MTTD/MTTR from the store, SLO
+attainment and error budget left (TTFT p99 and availability), the noisiest signals of the day,
+GPU health by node and a chart.
 
 Counter totals are exact: the day's samples are fetched at a one-minute step and their increase
 summed in Python (a reset counts from zero), rather than ``increase()``, which extrapolates to the
@@ -22,12 +24,15 @@ from zoneinfo import ZoneInfo
 
 from analyzer.incident_store import IncidentQuery, IncidentStore
 from analyzer.incidents import Incident
+from reporter.digest_capacity import Headroom, NMinusOne, headroom, n_minus_one, placement
 from reporter.prom import PromQuery, Series, counter_increase
 from reporter.settings import DigestSettings
 
 STEP_S = 60.0  # the contract's 1m resolution
 CHART_STEP_S = 300.0
 THROTTLE_REASONS = 'reason!="idle"'
+# The analyzer's own gauge (scraped from its /metrics): how many anomaly events each signal has open.
+ANOMALIES = "max by (signal, layer) (oximeter_anomalies_active)"
 
 
 def zone(name: str | None) -> tzinfo:
@@ -115,6 +120,18 @@ class GpuHealth:
 
 
 @dataclass(frozen=True)
+class NoisySignal:
+    """How much one signal spoke during the day: minutes with an anomaly open, and incidents it was in."""
+
+    signal: str
+    layer: str
+    anomalous_minutes: float
+    peak_events: float  # most anomaly events of this signal open at once
+    incidents: int
+    max_ratio: float | None  # largest value / baseline among its incident evidence
+
+
+@dataclass(frozen=True)
 class Digest:
     """Everything the digest shows, as numbers (rendered by ``to_markdown`` and ``to_message``)."""
 
@@ -133,8 +150,10 @@ class Digest:
     mttd_s: float | None
     mttr_s: float | None
     slo: tuple[SloRow, ...]
-    top_signals: tuple[tuple[str, int, float | None], ...]
     gpu_health: tuple[GpuHealth, ...]
+    headroom: tuple[Headroom, ...] = ()
+    n_minus_one: tuple[NMinusOne, ...] = ()
+    noisy_signals: tuple[NoisySignal, ...] = ()
     simulated_nodes: tuple[str, ...] = ()  # nodes whose exporter said ``oximeter_simulation_info``
     chart: dict[str, list[tuple[float, float]]] = field(default_factory=dict, compare=False)
 
@@ -198,6 +217,31 @@ def _gpu_health(prom: PromQuery, start: datetime, end: datetime) -> tuple[GpuHea
         minutes.get(node, 0.0)) for node in nodes)
 
 
+def _noisy(prom: PromQuery, start: datetime, end: datetime, incidents: list[Incident],
+           top: int) -> tuple[NoisySignal, ...]:
+    minutes: dict[tuple[str, str], float] = defaultdict(float)
+    peak: dict[tuple[str, str], float] = defaultdict(float)
+    for s in prom.range(ANOMALIES, start, end, STEP_S):
+        key = (s.label("signal"), s.label("layer"))
+        for _, v in s.points:
+            if math.isfinite(v) and v > 0:
+                minutes[key] += STEP_S / 60
+                peak[key] = max(peak[key], v)
+    counted: dict[tuple[str, str], int] = defaultdict(int)
+    ratios: dict[tuple[str, str], list[float]] = defaultdict(list)
+    for inc in incidents:
+        for key in {(e.signal, e.layer) for e in inc.evidence}:
+            counted[key] += 1
+        for e in inc.evidence:
+            if e.baseline:
+                ratios[(e.signal, e.layer)].append(e.value / e.baseline)
+    rows = [NoisySignal(signal, layer, minutes.get((signal, layer), 0.0), peak.get((signal, layer), 0.0),
+                        counted.get((signal, layer), 0), max(ratios[(signal, layer)], default=None))
+            for signal, layer in set(minutes) | set(counted)]
+    rows.sort(key=lambda r: (-r.anomalous_minutes, -r.incidents, r.signal, r.layer))
+    return tuple(rows[:top])
+
+
 def _chart(prom: PromQuery, start: datetime, end: datetime) -> dict[str, list[tuple[float, float]]]:
     exprs = {
         "queue_wait_p99_s": "histogram_quantile(0.99, sum by (le) "
@@ -233,12 +277,6 @@ def collect(prom: PromQuery, store: IncidentStore | None, day: date, settings: D
     by_rule = _sum_by((({"rule": i.rule}, 1.0) for i in incidents), "rule")
     detect = [(i.opened_at - i.first_onset).total_seconds() for i in incidents]
     repair = [(i.resolved_at - i.first_onset).total_seconds() for i in incidents if i.resolved_at]
-    signals: dict[str, list[float | None]] = defaultdict(list)
-    for inc in incidents:
-        for e in inc.evidence:
-            signals[e.signal].append(e.value / e.baseline if e.baseline else None)
-    top_signals = sorted(((name, len(r), max((x for x in r if x is not None), default=None))
-                          for name, r in signals.items()), key=lambda t: (-t[1], t[0]))[:settings.top_signals]
     return Digest(
         day=day, start=start, end=end, max_queue_length=max_queue, max_queue_where=where,
         queue_colour=colour(max_queue, settings.queue_length_red, "red"),
@@ -248,8 +286,11 @@ def collect(prom: PromQuery, store: IncidentStore | None, day: date, settings: D
         by_rule=tuple((k[0], int(v)) for k, v in sorted(by_rule.items())),
         mttd_s=sum(detect) / len(detect) if detect else None,
         mttr_s=sum(repair) / len(repair) if repair else None,
-        slo=_slo(requests, ttft, settings), top_signals=tuple(top_signals),
+        slo=_slo(requests, ttft, settings),
         gpu_health=_gpu_health(prom, start, end),
+        headroom=headroom(prom, start, end, STEP_S, placement(prom, start, end)),
+        n_minus_one=n_minus_one(prom, start, end, STEP_S),
+        noisy_signals=_noisy(prom, start, end, incidents, settings.top_signals),
         simulated_nodes=tuple(sorted({s.label("node") for s in prom.instant(
             f"max by (node) (max_over_time(oximeter_simulation_info[{span}]))", end) if s.last >= 1})),
         chart=_chart(prom, start, end) if with_chart else {})

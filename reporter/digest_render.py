@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+from datetime import datetime, tzinfo
+
+from reporter.chart_link import chart_url
 from reporter.digest import Digest, zone
+from reporter.digest_capacity import Peak
 from reporter.message import Link, Message, Section, Severity
 from reporter.render import OVERVIEW_UID, dashboard_url, fmt_number
 from reporter.settings import ReporterSettings
@@ -16,6 +20,37 @@ def _pct(value: float | None) -> str:
 
 def _dur(seconds: float | None) -> str:
     return "-" if seconds is None else f"{seconds / 60:.1f} min"
+
+
+def _peak(peak: Peak | None, tz: tzinfo) -> str:
+    if peak is None:
+        return "-"
+    mark = "🔴 " if peak.ratio >= 1.0 else ""  # no headroom left at the peak
+    return f"{mark}{peak.ratio * 100:.0f} % ({peak.node} {datetime.fromtimestamp(peak.at, tz):%H:%M})"
+
+
+def capacity_sections(d: Digest, tz: tzinfo) -> tuple[Section, Section]:
+    """Headroom per service, and the N-1 verdict for the fleet at the day's peak."""
+    rows: list[tuple[str, ...]] = [("service", "concurrency", "queue", "KV cache", "GPU")]
+    rows += [(h.service, *(_peak(p, tz) for p in (h.concurrency, h.queue, h.kv_cache, h.gpu)))
+             for h in d.headroom]
+    headroom = Section("Headroom at the peak (highest use of each limit: node, time)",
+                       table=tuple(rows) if d.headroom else (),
+                       body="" if d.headroom else "no gateway series")
+    failing = [n.service for n in d.n_minus_one if not n.holds]
+    if not d.n_minus_one:
+        verdict = "no gateway series: N-1 unknown"
+    elif failing:
+        verdict = ("**N-1 does not hold**: the fleet could not carry the day's peak with one node down "
+                   f"({', '.join(failing)})")
+    else:
+        verdict = "**N-1 holds**: the fleet could carry the day's peak with its largest node down"
+    n1_rows: list[tuple[str, ...]] = [("service", "nodes", "peak demand (in flight + queued)", "at",
+                                       "concurrency limit", "without largest node", "N-1")]
+    n1_rows += [(n.service, str(n.nodes), f"{n.peak_demand:.0f}", f"{datetime.fromtimestamp(n.at, tz):%H:%M}",
+                 f"{n.capacity:.0f}", f"{n.without_largest:.0f} (without {n.largest_node})",
+                 "🟢 holds" if n.holds else "🔴 does not hold") for n in d.n_minus_one]
+    return headroom, Section("N-1 at the day's peak", verdict, tuple(n1_rows) if d.n_minus_one else ())
 
 
 def sections(d: Digest, settings: ReporterSettings) -> tuple[Section, ...]:
@@ -45,17 +80,19 @@ def sections(d: Digest, settings: ReporterSettings) -> tuple[Section, ...]:
     objectives = f"TTFT p99 ≤ {ds.slo_ttft_p99_s:g} s, availability ≥ {ds.slo_availability * 100:g} %"
     slo = Section(f"SLOs ({objectives})",
                   table=tuple(slo_rows) if len(slo_rows) > 1 else (), body="" if d.slo else "no requests")
-    signal_rows = [("signal", "incidents", "max × baseline")] + [
-        (name, str(n), fmt_number(ratio)) for name, n, ratio in d.top_signals]
-    signals = Section("Top anomalous signals", table=tuple(signal_rows) if d.top_signals else (),
-                      body="" if d.top_signals else "none")
+    signal_rows = [("signal", "layer", "minutes anomalous", "most events at once", "incidents",
+                    "max × baseline")] + [
+        (s.signal, s.layer, f"{s.anomalous_minutes:.0f}", f"{s.peak_events:.0f}", str(s.incidents),
+         fmt_number(s.max_ratio)) for s in d.noisy_signals]
+    signals = Section("Noisiest signals", table=tuple(signal_rows) if d.noisy_signals else (),
+                      body="" if d.noisy_signals else "none")
     gpu_rows = [("node", "ECC corrected", "ECC uncorrected", "Xid", "throttled")] + [
         (g.node, f"{g.ecc_corrected:.0f}", f"{g.ecc_uncorrected:.0f}",
          ", ".join(f"{x}×{n:.0f}" for x, n in g.xid) or "-", f"{g.throttled_minutes:.0f} min")
         for g in d.gpu_health]
     gpus = Section("GPU health by node", table=tuple(gpu_rows) if d.gpu_health else (),
                    body="" if d.gpu_health else "no GPU series")
-    return seed, incidents, slo, signals, gpus
+    return (seed, *capacity_sections(d, zone(ds.timezone)), incidents, slo, signals, gpus)
 
 
 def overview_link(d: Digest, settings: ReporterSettings) -> Link | None:
@@ -67,13 +104,16 @@ def overview_link(d: Digest, settings: ReporterSettings) -> Link | None:
 
 def to_message(d: Digest, settings: ReporterSettings, png: bytes | None) -> Message:
     """The chat message (idempotency key ``digest:<date>``: one per day)."""
-    worst = Severity.WARNING if "red" in (d.queue_colour,) or d.spread_colour == "yellow" else Severity.INFO
+    at_risk = (d.queue_colour == "red" or d.spread_colour == "yellow"
+               or any(not n.holds for n in d.n_minus_one))
+    worst = Severity.WARNING if at_risk else Severity.INFO
     link = overview_link(d, settings)
     tz = zone(settings.digest.timezone)
     start, end = d.start.astimezone(tz), d.end.astimezone(tz)
     return Message(f"Daily health digest {d.day.isoformat()}", worst, sections(d, settings),
                    (("Day", f"{start:%Y-%m-%d %H:%M} – {end:%Y-%m-%d %H:%M} {start:%Z}"),),
                    (link,) if link else (), image_png=png,
+                   image_url=chart_url(settings.api_url, png) if png else None,
                    simulation=settings.simulated or bool(d.simulated_nodes),
                    idempotency_key=f"digest:{d.day.isoformat()}")
 

@@ -20,6 +20,7 @@ from analyzer.incident_store import IncidentStore
 from oximeter.errors import OximeterError
 from oximeter.store import lock_for
 from reporter.chart import render_chart
+from reporter.chart_link import save_chart
 from reporter.digest import Digest, collect, zone
 from reporter.digest_render import to_message
 from reporter.message import Message
@@ -48,6 +49,8 @@ def send(prom: PromQuery, store: IncidentStore | None, outbox: Outbox, day: date
          channels: Iterable[str] | None = None, now: float | None = None) -> Message:
     """Queue ``day``'s digest on ``channels`` (default: ``digest.channels``, else every channel)."""
     _, message = build(prom, store, day, settings)
+    if message.image_png:  # before it is queued: the link in the message must already resolve
+        save_chart(outbox.conn, message.image_png, day.isoformat())
     chosen = list(channels) if channels is not None else settings.digest.channels
     outbox.enqueue(message, chosen, now=_time.time() if now is None else now)
     return message

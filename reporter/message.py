@@ -27,6 +27,7 @@ class Severity(StrEnum):
 
 
 SIMULATION_MARKER = "SIMULATION"
+CHART_LABEL = "Chart (PNG)"  # the link to ``Message.image_url`` where a channel shows no image
 
 
 @dataclass(frozen=True)
@@ -60,6 +61,8 @@ class Message:
     fields: tuple[tuple[str, str], ...] = ()
     links: tuple[Link, ...] = ()
     image_png: bytes | None = field(default=None, repr=False)
+    # Where the analyzer API serves ``image_png``, for channels that show images only by URL.
+    image_url: str | None = None
     simulation: bool = False
     idempotency_key: str = ""
 
@@ -92,6 +95,7 @@ class Message:
             "fields": [[k, v] for k, v in self.fields],
             "links": [{"label": link.label, "url": link.url} for link in self.links],
             "image_png_base64": base64.b64encode(self.image_png).decode() if self.image_png else None,
+            "image_url": self.image_url,
             "simulation": self.simulation,
             "idempotency_key": self.idempotency_key,
         }
@@ -114,6 +118,7 @@ class Message:
             fields=tuple((str(k), str(v)) for k, v in data.get("fields", ())),
             links=tuple(Link(link["label"], link["url"]) for link in data.get("links", ())),
             image_png=base64.b64decode(image) if image else None,
+            image_url=data.get("image_url"),
             simulation=bool(data.get("simulation", False)),
             idempotency_key=data.get("idempotency_key", ""),
         )

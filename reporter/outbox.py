@@ -60,6 +60,16 @@ MIGRATIONS = [
     CREATE INDEX outbox_due ON outbox (state, next_attempt_at);
     CREATE INDEX outbox_window ON outbox (channel, kind, created_at);
     """,
+    # The digest's charts, served by the analyzer API to channels that show images by URL
+    # (reporter/chart_link.py).
+    """
+    CREATE TABLE digest_charts (
+        name TEXT PRIMARY KEY,
+        day TEXT NOT NULL,
+        png BLOB NOT NULL,
+        created_at REAL NOT NULL
+    );
+    """,
 ]
 RESULTS = ("sent", "retry", "failed", "suppressed")
 

@@ -23,7 +23,7 @@ from pydantic import SecretStr
 
 from analyzer.incident_store import IncidentStore
 from oximeter.errors import OximeterError
-from reporter import digest_schedule
+from reporter import chart_link, digest_schedule
 from reporter.channels import build_channels
 from reporter.outbox import Outbox, OutboxPolicy
 from reporter.prom import PrometheusClient
@@ -45,8 +45,9 @@ class Reporting:
     scheduler: digest_schedule.DigestScheduler
 
     def mount(self, app: web.Application) -> None:
-        """Add the relay's route to the analyzer API."""
+        """Add the relay's route and the digest's charts to the analyzer API."""
         mount(app, self.relay)
+        chart_link.mount(app, self.outbox.conn)
 
     async def run(self, stop: asyncio.Event) -> None:
         """Deliver the outbox and send the digest until ``stop`` is set (no channels: no digest)."""

@@ -34,6 +34,12 @@ class DingTalkChannel(Channel):
     code_pause_s: ClassVar[Mapping[int, float]] = MappingProxyType({130101: 600.0})
     links_in_body = False  # actionCard buttons instead
 
+    def render(self, message: Message) -> str:
+        text = super().render(message)
+        if message.image_url:  # a robot cannot upload: its markdown shows an image by URL
+            text += f"\n\n![chart]({message.image_url})"
+        return text
+
     def payload(self, text: str, message: Message, index: int, total: int) -> dict[str, Any]:
         if message.links and index == total - 1:
             return {"msgtype": "actionCard", "actionCard": {

@@ -8,7 +8,7 @@ import hmac
 from typing import Any, ClassVar
 
 from reporter.channels.base import Channel
-from reporter.message import Message, Severity
+from reporter.message import CHART_LABEL, Link, Message, Severity
 
 
 def feishu_sign(timestamp_s: int | str, secret: str) -> str:
@@ -39,10 +39,13 @@ class FeishuChannel(Channel):
 
     def payload(self, text: str, message: Message, index: int, total: int) -> dict[str, Any]:
         elements: list[dict[str, Any]] = [{"tag": "div", "text": {"tag": "lark_md", "content": text}}]
-        if message.links and index == total - 1:
+        # A card's image needs an image_key, which only an app (not a custom bot) can upload: the
+        # chart goes as a button opening the analyzer API's copy.
+        links = [*message.links, *([Link(CHART_LABEL, message.image_url)] if message.image_url else [])]
+        if links and index == total - 1:
             elements.append({"tag": "action", "actions": [
                 {"tag": "button", "text": {"tag": "plain_text", "content": link.label}, "url": link.url,
-                 "type": "default"} for link in message.links]})
+                 "type": "default"} for link in links]})
         body: dict[str, Any] = {"msg_type": "interactive", "card": {
             "config": {"wide_screen_mode": True},
             "header": {"template": self._template[message.severity],

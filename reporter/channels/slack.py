@@ -2,11 +2,28 @@
 
 from __future__ import annotations
 
+import ipaddress
 from collections.abc import Mapping
 from typing import Any, ClassVar
+from urllib.parse import urlsplit
 
 from reporter.channels.base import TRUNCATED, Channel, Reply, retry_after_s, split_text
-from reporter.message import SIMULATION_MARKER, Message
+from reporter.message import CHART_LABEL, SIMULATION_MARKER, Link, Message
+
+
+def fetchable_by_slack(url: str) -> bool:
+    """Whether Slack's servers could fetch ``url``: not a loopback, private or link-local address.
+
+    Slack refuses the whole message (``invalid_blocks``: downloading image failed) when it cannot
+    fetch an image block's URL, so a chart on such an address goes as a plain link instead.
+    """
+    host = urlsplit(url).hostname or ""
+    if host == "localhost" or host.endswith(".localhost"):
+        return False
+    try:
+        return ipaddress.ip_address(host).is_global
+    except ValueError:
+        return True  # a DNS name: taken to be public
 
 
 class SlackChannel(Channel):
@@ -20,6 +37,7 @@ class SlackChannel(Channel):
     header_limit: ClassVar[int] = 150
     field_limit: ClassVar[int] = 2000
     fields_per_section: ClassVar[int] = 10
+    image_url_limit: ClassVar[int] = 3000  # image block: image_url, characters
 
     def bold(self, text: str) -> str:
         return f"*{text}*"
@@ -48,11 +66,22 @@ class SlackChannel(Channel):
                      *(self.render_table(section.table) if section.table else [])]
             for chunk in split_text("\n".join(lines), self.content_limit, "chars", self.max_blocks):
                 blocks.append(self._section(chunk))
-        if message.links:
-            links = " · ".join(self.link(link.label, link.url) for link in message.links)
-            blocks.append(self._section(split_text(links, self.content_limit, "chars", 1)[0]))
-        if len(blocks) > self.max_blocks:
-            blocks = [*blocks[: self.max_blocks - 1], self._section(TRUNCATED)]
+        # A webhook cannot upload: the image block makes Slack fetch the chart from the analyzer API.
+        image: list[dict[str, Any]] = []
+        links = list(message.links)
+        if (message.image_url and len(message.image_url) <= self.image_url_limit
+                and fetchable_by_slack(message.image_url)):
+            alt_text = f"chart: {message.title}"[:2000]
+            image = [{"type": "image", "image_url": message.image_url, "alt_text": alt_text}]
+        elif message.image_url:
+            links.append(Link(CHART_LABEL, message.image_url))
+        if links:
+            text = " · ".join(self.link(link.label, link.url) for link in links)
+            blocks.append(self._section(split_text(text, self.content_limit, "chars", 1)[0]))
+        room = self.max_blocks - len(image)
+        if len(blocks) > room:
+            blocks = [*blocks[: room - 1], self._section(TRUNCATED)]
+        blocks += image
         # ``text`` is what notifications and screen readers show when blocks are present.
         return [{"text": message.heading[: self.content_limit], "blocks": blocks}]
 

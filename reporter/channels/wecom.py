@@ -47,7 +47,11 @@ class WeComChannel(Channel):
     def render(self, message: Message) -> str:
         text = super().render(message)
         if message.image_png and len(message.image_png) > self.image_limit_bytes:
-            text += "\n(chart omitted: larger than WeCom's 2 MB image limit)"
+            if message.image_url:
+                link = self.link("open it", message.image_url)
+                text += f"\n(chart larger than WeCom's 2 MB image limit: {link})"
+            else:
+                text += "\n(chart omitted: larger than WeCom's 2 MB image limit)"
         return text
 
     def payload(self, text: str, message: Message, index: int, total: int) -> dict[str, Any]:

@@ -12,6 +12,7 @@ import base64
 import hashlib
 import hmac
 import json
+import re
 import threading
 import time
 from collections import Counter, defaultdict, deque
@@ -94,6 +95,10 @@ def _nbytes(text: Any) -> int:
     return len(str(text).encode("utf-8"))
 
 
+def _http_url(value: Any) -> bool:
+    return isinstance(value, str) and re.match(r"^https?://[^\s]+$", value) is not None
+
+
 def _check_wecom(r: Received) -> None:
     # The body's rules are the demo sink's (one reading of WeCom's robot docs); the key is ours.
     if r.query.get("key") != [WECOM_KEY]:
@@ -113,6 +118,12 @@ def _check_feishu(r: Received, secret: str | None) -> None:
     elements = card.get("elements")
     if not elements or any(e.get("tag") not in ("div", "hr", "action", "img", "note") for e in elements):
         p.append("feishu: card.elements missing or of unknown tag")
+    for e in elements or ():
+        # An image in a card is an img_key from Feishu's upload API (an app's token), never a URL.
+        if e.get("tag") == "img" and not str(e.get("img_key", "")).startswith("img_"):
+            p.append("feishu: img element without an uploaded img_key")
+        if e.get("tag") == "action" and not all(_http_url(a.get("url")) for a in e.get("actions", [])):
+            p.append("feishu: button url missing or not http(s)")
     if secret is not None:
         ts = str(d.get("timestamp", ""))
         key = f"{ts}\n{secret}".encode()
@@ -144,6 +155,9 @@ def _check_dingtalk(r: Received, secret: str | None) -> None:
         p.append(f"dingtalk: {kind} needs title and text")
     elif _nbytes(body["text"]) > 20_000:
         p.append(f"dingtalk: text is {_nbytes(body['text'])} bytes > 20000")
+    # Markdown shows an image by an absolute http(s) URL the reader's client fetches.
+    elif any(not _http_url(url) for url in re.findall(r"!\[[^\]]*\]\(([^)]*)\)", body["text"])):
+        p.append("dingtalk: markdown image without an http(s) URL")
     if kind == "actionCard" and not (body.get("singleURL") or all(
             b.get("title") and b.get("actionURL") for b in body.get("btns") or [{}])):
         p.append("dingtalk: actionCard needs singleURL or btns with title and actionURL")
@@ -170,7 +184,16 @@ def _check_slack(r: Received) -> None:
                 p.append("slack: more than 10 fields or a field over 2000 characters")
             if "text" not in block and not fields:
                 p.append("slack: section without text or fields")
-        elif kind not in ("context", "divider", "actions", "image"):
+        elif kind == "image":
+            # Incoming webhooks cannot upload: image_url (<= 3000) is fetched by Slack; alt_text required.
+            alt, title = block.get("alt_text"), block.get("title")
+            if not _http_url(block.get("image_url")) or len(block["image_url"]) > 3000:
+                p.append("slack: image block needs an http(s) image_url of at most 3000 characters")
+            if not isinstance(alt, str) or not alt or len(alt) > 2000:
+                p.append("slack: image block needs alt_text of 1 to 2000 characters")
+            if title is not None and (title.get("type") != "plain_text" or len(title.get("text", "")) > 2000):
+                p.append("slack: image title must be plain_text of at most 2000 characters")
+        elif kind not in ("context", "divider", "actions"):
             p.append(f"slack: unknown block type {kind!r}")
 
 
@@ -182,6 +205,28 @@ def _check_webhook(r: Received, secret: str | None) -> None:
             p.append("webhook: signature mismatch")
     if r.headers.get("x-oximeter-idempotency-key") != r.data.get("idempotency_key"):
         p.append("webhook: idempotency header differs from the body")
+    image = r.data.get("image_png_base64")
+    if image is not None and not base64.b64decode(image).startswith(b"\x89PNG\r\n\x1a\n"):
+        p.append("webhook: image_png_base64 is not a PNG")
+
+
+def delivered_chart(service: str, data: dict[str, Any]) -> bytes | str | None:
+    """The chart (bytes) or its link (str) as this service's payload carries it."""
+    if service == "wecom":
+        return base64.b64decode(data["image"]["base64"]) if data["msgtype"] == "image" else None
+    if service == "webhook":
+        assert data["image_url"]  # the link travels too, for receivers that prefer it
+        return base64.b64decode(data["image_png_base64"])
+    if service == "slack":  # an image block, or a link where Slack could not fetch the image
+        found = [b["image_url"] for b in data["blocks"] if b["type"] == "image"] + [
+            m for b in data["blocks"] if b["type"] == "section" and "text" in b
+            for m in re.findall(r"<([^|>]+)\|Chart \(PNG\)>", b["text"]["text"])]
+        return found[0] if found else None
+    if service == "dingtalk":
+        text = data[data["msgtype"]]["text"]
+        return text.split("![chart](", 1)[1].split(")", 1)[0] if "![chart](" in text else None
+    buttons = [a for e in data["card"]["elements"] if e["tag"] == "action" for a in e["actions"]]
+    return next((b["url"] for b in buttons if b["text"]["content"] == "Chart (PNG)"), None)
 
 
 class ChatReceiver:

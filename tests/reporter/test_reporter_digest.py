@@ -14,8 +14,9 @@ from oximeter.errors import OximeterError
 from oximeter.ports import refusing_port
 from oximeter.procs import oximeter_argv
 from reporter.digest import colour, day_bounds, histogram_quantile, share_below
+from reporter.digest_capacity import CONCURRENCY_LIMIT, DEMAND, LIMITS, Peak, headroom, n_minus_one
 from reporter.digest_schedule import DigestScheduler
-from reporter.prom import counter_increase
+from reporter.prom import Series, counter_increase
 from reporter.settings import DigestSettings, ReporterSettings
 
 INF = math.inf
@@ -123,3 +124,63 @@ def test_report_cli_errors(tmp_path: Path, args: list[str], error: str) -> None:
     assert done.returncode == 1
     assert error in done.stderr
     assert not (tmp_path / "oximeter.db").exists()  # a preview creates no store
+
+
+class FakeProm:
+    """Range results by expression: ``{expr: {(service, node): [values per minute]}}``."""
+
+    def __init__(self, ranges: dict[str, dict[tuple[str, str], list[float]]]) -> None:
+        self.ranges = ranges
+
+    def instant(self, expr: str, at: datetime) -> list[Series]:
+        return []
+
+    def range(self, expr: str, start: datetime, end: datetime, step_s: float) -> list[Series]:
+        t0 = start.timestamp()
+        return [Series((("node", node), ("service", service)),
+                       tuple((t0 + 60 * i, v) for i, v in enumerate(values)))
+                for (service, node), values in sorted(self.ranges.get(expr, {}).items())]
+
+
+T0 = datetime(2025, 11, 30, tzinfo=UTC)
+# (limits per node, demand per node per minute, expected (peak, minute, without largest, largest, holds))
+N_MINUS_ONE: list[tuple[dict[str, float], dict[str, list[float]], tuple[float, int, float, str, bool]]] = [
+    # Equal limits: the peak (minute 1) exactly fills the nodes left: it holds.
+    ({"a": 4, "b": 4}, {"a": [1, 3, 2], "b": [1, 1, 0]}, (4, 1, 4, "a", True)),
+    # One request more than the nodes left can take: it does not.
+    ({"a": 4, "b": 4}, {"a": [1, 4, 2], "b": [1, 1, 0]}, (5, 1, 4, "a", False)),
+    # The largest node is the one lost, whatever its name; a tie of peaks takes the first minute.
+    ({"a": 2, "b": 8, "c": 4}, {"a": [6, 0, 6], "b": [0, 0, 0], "c": [0, 0, 0]}, (6, 0, 6, "b", True)),
+    # One node: losing it leaves nothing.
+    ({"a": 16}, {"a": [0, 1, 0]}, (1, 1, 0, "a", False)),
+]
+
+
+@pytest.mark.parametrize(("limits", "demand", "expected"), N_MINUS_ONE)
+def test_n_minus_one_at_the_peak(limits: dict[str, float], demand: dict[str, list[float]],
+                                 expected: tuple[float, int, float, str, bool]) -> None:
+    prom = FakeProm({
+        DEMAND: {("chat", node): values for node, values in demand.items()},
+        CONCURRENCY_LIMIT: {("chat", node): [limit] * 3 for node, limit in limits.items()},
+    })
+    (row,) = n_minus_one(prom, T0, T0, 60.0)
+    peak, minute, without, largest, holds = expected
+    assert (row.peak_demand, row.at, row.without_largest, row.largest_node, row.holds) == (
+        peak, T0.timestamp() + 60 * minute, without, largest, holds)
+    assert (row.nodes, row.capacity) == (len(limits), sum(limits.values()))
+
+
+def test_headroom_charges_node_limits_to_the_services_there() -> None:
+    kv, gpu = LIMITS[2][1], LIMITS[3][1]
+    prom = FakeProm({
+        LIMITS[0][1]: {("chat", "n1"): [0.5, 1.0, 1.0], ("embed", "n2"): [0.1, 0.2, math.nan]},
+        kv: {("", "n1"): [0.3, 0.9, 0.2], ("", "n2"): [0.95, 0.1, 0.1]},
+        gpu: {("", "n2"): [0.4, 0.7, 0.7]},
+    })
+    rows = {h.service: h for h in headroom(prom, T0, T0, 60.0, {"chat": {"n1"}, "embed": {"n2"}})}
+    t = T0.timestamp()
+    assert rows["chat"].concurrency == Peak(1.0, "n1", t + 60)  # the first minute at the peak
+    assert rows["chat"].kv_cache == Peak(0.9, "n1", t + 60) and rows["chat"].gpu is None
+    assert rows["embed"].concurrency == Peak(0.2, "n2", t + 60)  # NaN (a zero limit) is no peak
+    assert (rows["embed"].kv_cache, rows["embed"].gpu) == (Peak(0.95, "n2", t), Peak(0.7, "n2", t + 60))
+    assert rows["embed"].queue is None

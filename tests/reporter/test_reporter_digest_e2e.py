@@ -2,7 +2,8 @@
 
 The day comes from ``oximeter sim history`` (OpenMetrics → ``promtool tsdb create-blocks-from
 openmetrics``); the expected numbers are computed here from the same run's ground-truth Parquet
-with pandas, independently of the digest's PromQL.
+with pandas, independently of the digest's PromQL. The analyzer's own anomaly gauge is not part of
+a simulated history, so a known pattern of it is added to the OpenMetrics before the backfill.
 """
 
 from __future__ import annotations
@@ -24,13 +25,18 @@ from typing import Any
 import numpy as np
 import pandas as pd
 import pytest
-from chat_receiver import ChatReceiver
-from relay_harness import sample_incident
+import requests
+import yaml
+from chat_receiver import ChatReceiver, delivered_chart
+from relay_harness import ThreadedApp, sample_incident
 
+from analyzer.api import build_app
 from analyzer.incident_store import IncidentStore
 from oximeter.ports import start_reserved
 from oximeter.procs import ManagedProcess, http_ok, oximeter_argv
 from oximeter.store import connect
+from reporter import chart_link
+from reporter.channels import CHANNELS
 
 PROMTOOL = shutil.which("promtool") or "/usr/bin/promtool"
 PROMETHEUS = shutil.which("prometheus") or "/usr/bin/prometheus"
@@ -52,6 +58,24 @@ faults:
   - {kind: ecc_storm, node: n2, gpu: 0, start: -4h, duration: 20m, strength: 30}
 truth: {layer: scheduling, entity: {node: n1}, rule: capacity_exhausted}
 """
+
+
+# The analyzer's ``oximeter_anomalies_active``: (signal, layer, hours before END, minutes, events).
+ANOMALIES = (("queue_wait_p99", "scheduling", 6, 30, 2), ("gpu_temperature", "infrastructure", 3, 10, 1))
+
+
+def _add_anomalies(om: Path) -> None:
+    """Append the analyzer's gauge, one sample a minute (0 outside the pattern), before ``# EOF``."""
+    text = om.read_text()
+    assert text.endswith("# EOF\n")
+    lines = ["# TYPE oximeter_anomalies_active gauge\n"]
+    for signal, layer, hours, minutes, events in ANOMALIES:
+        first = END.timestamp() - hours * 3600
+        labels = f'{{signal="{signal}",layer="{layer}",job="oximeter-analyzer",instance="analyzer:9471"}}'
+        for ts in range(int(START.timestamp()), int(END.timestamp()) + 1, 60):
+            value = events if first <= ts < first + minutes * 60 else 0
+            lines.append(f"oximeter_anomalies_active{labels} {value} {ts}\n")
+    om.write_text(text[: -len("# EOF\n")] + "".join(lines) + "# EOF\n")
 
 
 @dataclass(frozen=True)
@@ -99,6 +123,7 @@ def day(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Day]:
     (root / "scenario.yaml").write_text(SCENARIO)
     _run(oximeter_argv("sim", "history", "--scenario", str(root / "scenario.yaml"), "--days", "1",
                        "--step", f"{STEP_S}s", "--end", str(int(END.timestamp())), "--out", "history"), root)
+    _add_anomalies(root / "history" / "history.om")
     _run([PROMTOOL, "tsdb", "create-blocks-from", "openmetrics", "history/history.om", "tsdb"], root)
     (root / "prometheus.yml").write_text("global: {scrape_interval: 1h}\n")
     prometheus, port = start_reserved(lambda port: ManagedProcess("prometheus", [
@@ -150,6 +175,72 @@ def _quantile(q: float, buckets: dict[float, float]) -> float:
         return les[i - 1]
     low, below = (les[i - 1], counts[i - 1]) if i else (0.0, 0.0)
     return low + (les[i] - low) * (rank - below) / (counts[i] - below)
+
+
+def _per_minute(truth: pd.DataFrame, name: str) -> list[tuple[dict[str, str], pd.Series]]:
+    """Each series of ``name`` at the digest's one-minute steps: its latest sample within 5 m."""
+    grid = pd.DataFrame({"ts": np.arange(START.timestamp(), END.timestamp() + 1, 60.0)})
+    rows = truth[truth["name"] == name]
+    assert not rows.empty, name
+    return [(g["labels"].iloc[0], pd.merge_asof(grid, g[["ts", "value"]], on="ts", direction="backward",
+                                                tolerance=300.0).set_index("ts")["value"])
+            for _, g in rows.groupby("series_id")]
+
+
+def _by_node(truth: pd.DataFrame, name: str) -> dict[str, pd.Series]:
+    """``max by (node)`` of ``name`` per minute."""
+    frames: dict[str, list[pd.Series]] = {}
+    for labels, values in _per_minute(truth, name):
+        frames.setdefault(labels["node"], []).append(values)
+    return {node: pd.concat(parts, axis=1).max(axis=1) for node, parts in frames.items()}
+
+
+def _peak(per_node: dict[str, pd.Series]) -> dict[str, Any]:
+    """The highest value, at its first minute, on the first node by name (the digest's tie order)."""
+    ratio, at, node = min((-v, t, n) for n, values in per_node.items() for t, v in values.dropna().items())
+    return {"ratio": -ratio, "node": node, "at": at}
+
+
+def test_headroom_and_n_minus_one_match_the_ground_truth(preview: Preview) -> None:
+    truth, numbers = preview.truth, preview.numbers
+    inflight, queue = _by_node(truth, "oximeter_inflight_requests"), _by_node(truth, "oximeter_queue_length")
+    limit = _by_node(truth, "oximeter_concurrency_limit")
+    queue_limit = _by_node(truth, "oximeter_queue_limit")
+    expected: dict[str, dict[str, Any]] = {
+        "concurrency": _peak({n: inflight[n] / limit[n] for n in limit}),
+        "queue": _peak({n: v / queue_limit[n] for n, v in queue.items()}),
+        "kv_cache": _peak(_by_node(truth, "vllm:kv_cache_usage_perc")),
+        "gpu": _peak(_by_node(truth, "oximeter_gpu_utilization_ratio")),
+    }
+    (headroom,) = numbers["headroom"]
+    assert headroom["service"] == "chat"
+    for key in ("concurrency", "queue", "kv_cache", "gpu"):
+        got, want = headroom[key], expected[key]
+        assert (got["node"], got["at"]) == (want["node"], want["at"]), key
+        assert got["ratio"] == pytest.approx(want["ratio"], rel=1e-12), key
+    # The spike on n1 fills its concurrency limit and queues behind it.
+    assert headroom["concurrency"]["ratio"] == 1.0 and headroom["concurrency"]["node"] == "n1"
+    assert headroom["queue"]["ratio"] > 0
+
+    demand = pd.concat([inflight[n] + queue[n] for n in inflight], axis=1).sum(axis=1, min_count=1).dropna()
+    peak_at = demand[demand == demand.max()].index.min()
+    capacity = {n: v.max() for n, v in limit.items()}
+    largest = min(capacity, key=lambda n: (-capacity[n], n))
+    without = sum(capacity.values()) - capacity[largest]
+    assert numbers["n_minus_one"] == [{
+        "service": "chat", "nodes": 2, "peak_demand": demand.max(), "at": peak_at,
+        "capacity": sum(capacity.values()), "largest_node": largest, "without_largest": without,
+        "holds": bool(demand.max() <= without)}]
+    assert (sum(capacity.values()), without, demand.max() > without) == (8.0, 4.0, True)
+
+    markdown = preview.markdown
+    assert "| service | concurrency | queue | KV cache | GPU |" in markdown
+    assert "| chat | 🔴 100 % (n1 " in markdown
+    assert ("**N-1 does not hold**: the fleet could not carry the day's peak with one node down (chat)"
+            in markdown)
+    assert f"| chat | 2 | {demand.max():.0f} | " in markdown
+    assert "| 4 (without n1) | 🔴 does not hold |" in markdown
+    assert "N-1 does not hold" in preview.stdout and "Headroom at the peak" in preview.stdout
 
 
 def test_seed_numbers_match_the_ground_truth(preview: Preview) -> None:
@@ -209,7 +300,14 @@ def test_incidents_markdown_and_link(preview: Preview) -> None:
     assert (numbers["incidents"], numbers["by_layer"], numbers["by_rule"]) == (
         1, [["infrastructure", 1]], [["thermal_throttle", 1]])
     assert numbers["mttd_s"] == 180.0 and numbers["mttr_s"] is None
-    assert numbers["top_signals"] == [["gpu_temperature", 1, 91.0 / 62.0], ["queue_wait_p99", 1, 2.4 / 0.12]]
+    # Minutes anomalous from the analyzer's gauge, incidents and ratios from the stored incident.
+    assert numbers["noisy_signals"] == [
+        {"signal": "queue_wait_p99", "layer": "scheduling", "anomalous_minutes": 30.0, "peak_events": 2.0,
+         "incidents": 1, "max_ratio": 2.4 / 0.12},
+        {"signal": "gpu_temperature", "layer": "infrastructure", "anomalous_minutes": 10.0,
+         "peak_events": 1.0, "incidents": 1, "max_ratio": 91.0 / 62.0}]
+    assert "## Noisiest signals" in markdown
+    assert "| queue_wait_p99 | scheduling | 30 | 2 | 1 | 20 |" in markdown
     start_ms, end_ms = int(START.timestamp() * 1000), int(END.timestamp() * 1000)
     assert f"(http://grafana.example:3000/d/oximeter-overview?from={start_ms}&to={end_ms})" in markdown
     colour = "🔴 RED" if numbers["queue_colour"] == "red" else "🟢 ok"
@@ -246,3 +344,42 @@ def test_report_sends_the_digest_with_its_chart_once(day: Day, receiver: ChatRec
     assert receiver.problems == []
     first = json.dumps(receiver.accepted("wecom")[0].data, ensure_ascii=False)
     assert "Daily health digest 2025-11-30" in first
+
+
+def test_report_delivers_the_chart_to_every_channel(day: Day, receiver: ChatReceiver,
+                                                    preview: Preview) -> None:
+    conn = connect(day.root / "oximeter.db")
+    app = build_app(IncidentStore(conn), None)
+    chart_link.mount(app, conn)  # as the daemon mounts it on its API
+    api = ThreadedApp(app).start()
+    try:
+        env = dict(os.environ)
+        channels: dict[str, dict[str, str]] = {}
+        for service in CHANNELS:
+            channels[f"all-{service}"] = {"type": service, "url_env": f"CHAT_{service.upper()}_URL"}
+            env[f"CHAT_{service.upper()}_URL"] = receiver.url(service)
+            if receiver.secrets.get(service):
+                channels[f"all-{service}"]["secret_env"] = f"CHAT_{service.upper()}_SECRET"
+                env[f"CHAT_{service.upper()}_SECRET"] = str(receiver.secrets[service])
+        (day.root / "chat.yaml").write_text(yaml.safe_dump({
+            "incidents": {"store_path": "oximeter.db"},
+            "reporter": {"store_path": "oximeter.db", "api_url": api.url, "channels": channels,
+                         "digest": {"timezone": "UTC", "prometheus_url": day.url}}}))
+        argv = oximeter_argv("--config", "chat.yaml", "report", "--date", DAY)
+        done = subprocess.run(argv, cwd=day.root, env=env, capture_output=True, text=True, timeout=180,
+                              check=False)
+        assert done.returncode == 0, done.stdout + done.stderr[-2000:]
+        # (The store's earlier "wecom" row for the day is listed too.)
+        assert {f"{name}: sent" for name in channels} <= set(done.stdout.splitlines())
+        assert receiver.problems == []
+        url = chart_link.chart_url(api.url, preview.png)
+        for service in CHANNELS:
+            charts = [delivered_chart(service, r.data) for r in receiver.accepted(service)]
+            found = [c for c in charts if c is not None]
+            assert found == ([preview.png] if service in ("wecom", "webhook") else [url]), service
+        reply = requests.get(url, timeout=10)
+        assert (reply.status_code, reply.headers["Content-Type"]) == (200, "image/png")
+        assert reply.content == preview.png
+    finally:
+        api.stop()
+        conn.close()

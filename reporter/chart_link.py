@@ -1,0 +1,70 @@
+"""The digest's chart behind a link on the analyzer API, for chat services a webhook cannot upload to.
+
+WeCom's robot takes the PNG itself (base64 and md5) and the generic webhook carries it in its JSON;
+Slack's incoming webhooks, Feishu's custom bots and DingTalk's robots can only show an image by URL.
+So the chart is kept in the store (table ``digest_charts``, created by the outbox's migrations) and
+served at ``GET /api/charts/<name>.png``. The name is the PNG's SHA-256: it cannot be guessed
+without the image, and one name always means the same bytes, so a resent digest links the same
+chart. The URL starts with ``reporter.api_url``, which must be the address the chat service (Slack
+fetches server-side) or the reader's chat client (Feishu, DingTalk) can reach.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+import sqlite3
+import time
+
+from aiohttp import web
+
+from oximeter.store import lock_for
+
+ROUTE = "/api/charts/{name}"
+_NAME = re.compile(r"^[0-9a-f]{64}\.png$")
+CONN: web.AppKey[sqlite3.Connection] = web.AppKey("chart_conn", sqlite3.Connection)
+
+
+def chart_name(png: bytes) -> str:
+    """The chart's file name: its SHA-256, hex, with ``.png``."""
+    return hashlib.sha256(png).hexdigest() + ".png"
+
+
+def chart_url(api_url: str, png: bytes) -> str:
+    """Where chat readers fetch ``png``."""
+    return f"{api_url.rstrip('/')}{ROUTE.format(name=chart_name(png))}"
+
+
+def save_chart(conn: sqlite3.Connection, png: bytes, day: str, now: float | None = None) -> str:
+    """Keep ``png`` (the digest of ``day``) for the API; returns its name. Saving it again is a no-op."""
+    name = chart_name(png)
+    with lock_for(conn):  # one statement: atomic on its own in autocommit mode
+        conn.execute("INSERT OR IGNORE INTO digest_charts (name, day, png, created_at) VALUES (?, ?, ?, ?)",
+                     (name, day, png, time.time() if now is None else now))
+    return name
+
+
+def load_chart(conn: sqlite3.Connection, name: str) -> bytes | None:
+    """The PNG called ``name``, or None."""
+    with lock_for(conn):
+        row = conn.execute("SELECT png FROM digest_charts WHERE name = ?", (name,)).fetchone()
+    return None if row is None else bytes(row[0])
+
+
+async def get_chart(request: web.Request) -> web.Response:
+    """``GET /api/charts/<sha256>.png``: a digest's chart (reads are open, as for incidents)."""
+    name = request.match_info["name"]
+    if not _NAME.match(name):
+        return web.json_response({"error": "chart name: expected <64 hex digits>.png"}, status=400)
+    png = load_chart(request.app[CONN], name)
+    if png is None:
+        return web.json_response({"error": f"no chart {name!r}"}, status=404)
+    # Immutable: the name is the content's hash.
+    return web.Response(body=png, content_type="image/png",
+                        headers={"Cache-Control": "public, max-age=31536000, immutable"})
+
+
+def mount(app: web.Application, conn: sqlite3.Connection) -> None:
+    """Serve the store's charts on the analyzer API."""
+    app[CONN] = conn
+    app.router.add_get(ROUTE, get_chart)
