@@ -120,6 +120,18 @@ def _number(data: Mapping[str, Any], key: str, default: float | None) -> float |
     return float(value)
 
 
+def _index(data: Mapping[str, Any], key: str, what: str, count: int | None, range_text: str) -> int | None:
+    """``data[key]`` as an index >= 0 and below ``count`` (when known), or None when absent."""
+    value = data.get(key)
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise FaultError(f"{key}: expected {what} index >= 0, got {value!r}")
+    if count is not None and value >= count:
+        raise FaultError(f"{key}: {range_text} 0..{count - 1}, got {value}")
+    return value
+
+
 def parse_fault(
     data: Any,
     *,
@@ -147,24 +159,14 @@ def parse_fault(
     known_nodes = list(nodes) if nodes is not None else None
     if known_nodes is not None and node not in known_nodes:
         raise FaultError(f"node: unknown node {node!r} (known: {', '.join(known_nodes)})")
-    gpu = data.get("gpu")
-    if gpu is not None:
-        if isinstance(gpu, bool) or not isinstance(gpu, int) or gpu < 0:
-            raise FaultError(f"gpu: expected a GPU index >= 0, got {gpu!r}")
-        if gpus_per_node is not None and gpu >= gpus_per_node:
-            raise FaultError(f"gpu: node has GPUs 0..{gpus_per_node - 1}, got {gpu}")
-    elif kind.per_gpu:
+    gpu = _index(data, "gpu", "a GPU", gpus_per_node, "node has GPUs")
+    if gpu is None and kind.per_gpu:
         gpu = 0
-    link = data.get("link")
-    if link is not None:
-        if not kind.per_link:
-            per_link = ", ".join(k for k, v in FAULT_KINDS.items() if v.per_link)
-            raise FaultError(f"link: {kind_name} hits no single NVLink (only {per_link} take a link)")
-        if isinstance(link, bool) or not isinstance(link, int) or link < 0:
-            raise FaultError(f"link: expected an NVLink index >= 0, got {link!r}")
-        if links_per_gpu is not None and link >= links_per_gpu:
-            raise FaultError(f"link: each GPU has NVLinks 0..{links_per_gpu - 1}, got {link}")
-    elif kind.per_link:
+    if data.get("link") is not None and not kind.per_link:
+        per_link = ", ".join(k for k, v in FAULT_KINDS.items() if v.per_link)
+        raise FaultError(f"link: {kind_name} hits no single NVLink (only {per_link} take a link)")
+    link = _index(data, "link", "an NVLink", links_per_gpu, "each GPU has NVLinks")
+    if link is None and kind.per_link:
         link = 0
     start = _number(data, "start", now)
     duration = _number(data, "duration_s", None)
