@@ -53,6 +53,11 @@ dashboard = make_dashboard(
         timeseries("PCIe replays",
                    [(f"sum by (node, gpu) (rate(oximeter_gpu_pcie_replay_total{{{GPU}}}[$__rate_interval]))",
                      "{{node}}/{{gpu}}")], unit="ops"),
+        timeseries("PCIe throughput",
+                   [(f"max by (node, gpu, direction) "
+                     f"(oximeter_gpu_pcie_throughput_bytes_per_second{{{GPU}}})",
+                     "{{node}}/{{gpu}} {{direction}}")], unit="Bps",
+                   description="receive: host to GPU; transmit: GPU to host."),
         timeseries("NVLink errors in 5m, per link",
                    [(f"node_gpu_link:oximeter_gpu_nvlink_errors:increase5m{{{GPU}}}",
                      "{{node}}/{{gpu}} link {{link}}")],

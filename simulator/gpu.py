@@ -52,6 +52,8 @@ class GpuSpec:
     # carries each way at full utilisation (tensor-parallel all-reduce traffic follows the load).
     nvlinks: int = 4
     nvlink_bytes_per_s_at_full: float = 20e9
+    # PCIe traffic each way at full utilisation (prompts and sampled tokens, KV-cache swaps).
+    pcie_bytes_per_s_at_full: float = 1e9
 
 
 @dataclass
@@ -234,6 +236,8 @@ class GpuModel:
             "row_remap_pending": self.row_remap_pending,
             "row_remap_failure": False,
             "pcie_replay_total": int(self.pcie_replays),
+            "pcie_transmit_bytes_per_second": round(spec.pcie_bytes_per_s_at_full * self.utilization),
+            "pcie_receive_bytes_per_second": round(spec.pcie_bytes_per_s_at_full * self.utilization),
             "xid_events": xids,
             "processes": [{"pid": engine_pid, "name": "vllm", "used_memory_bytes": used - CONTEXT_BYTES}],
             "nvlinks": [{"link": link, "up": True,
@@ -269,6 +273,8 @@ _READINGS = (
     "row_remap_pending",
     "row_remap_failure",
     "pcie_replay_total",
+    "pcie_transmit_bytes_per_second",
+    "pcie_receive_bytes_per_second",
     "processes",
     "nvlinks",
 )

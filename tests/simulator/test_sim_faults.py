@@ -207,6 +207,11 @@ def test_nvlink_traffic_follows_the_load_and_links_are_healthy() -> None:
     assert {(link["transmit_bytes"], link["receive_bytes"]) for link in links} == {(want, want)}
     assert all(link["up"] and set(link["errors"].values()) == {0} for link in links)
     assert {link["transmit_bytes"] for link in gpus[1]["nvlinks"]} == {0}
+    # PCIe follows the load too: half the full-load rate each way now, nothing on the idle card.
+    pcie = busy.spec.pcie_bytes_per_s_at_full * 0.5
+    busy_pcie = (gpus[0]["pcie_transmit_bytes_per_second"], gpus[0]["pcie_receive_bytes_per_second"])
+    assert busy_pcie == (pcie, pcie)
+    assert gpus[1]["pcie_transmit_bytes_per_second"] == gpus[1]["pcie_receive_bytes_per_second"] == 0
 
 
 def test_a_degraded_nvlink_counts_errors_carries_half_and_slows_the_engine() -> None:
