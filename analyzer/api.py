@@ -138,7 +138,9 @@ async def get_annotations(request: web.Request) -> web.Response:
     """``GET /api/annotations?from=ms&to=ms``: incidents as Grafana region annotations.
 
     A flat JSON array of ``{time, timeEnd, title, text, tags}`` in epoch ms: what Grafana's
-    Infinity and JSON datasources turn into annotations without a transform.
+    Infinity datasource turns into annotations without a transform. ``tags`` is one
+    comma-separated string (layer, rule, severity, state, services, nodes), the form Infinity
+    reads and Grafana splits into tags; a comma inside a value becomes a space.
     """
     now = request.app[CLOCK]()
     try:
@@ -154,9 +156,10 @@ async def get_annotations(request: web.Request) -> web.Response:
         stop = inc.resolved_at or now
         if inc.first_onset > end or stop < start:
             continue
+        tags = (inc.layer, inc.rule, inc.severity, inc.state, *inc.services, *inc.nodes)
         out.append({"time": int(inc.first_onset.timestamp() * 1000), "timeEnd": int(stop.timestamp() * 1000),
                     "isRegion": True, "title": inc.title, "text": inc.sentence, "id": inc.id,
-                    "tags": [inc.layer, inc.rule, inc.severity, inc.state, *inc.services, *inc.nodes]})
+                    "tags": ",".join(tag.replace(",", " ") for tag in tags)})
     return web.json_response(out)
 
 
@@ -244,7 +247,8 @@ OPENAPI: dict[str, Any] = {
             "summary": "incidents as Grafana annotations (Infinity/JSON datasource)",
             "parameters": [{"name": "from", "in": "query", "schema": {"type": "integer"}},
                            {"name": "to", "in": "query", "schema": {"type": "integer"}}, *_FILTERS[1:6]],
-            "responses": {"200": {"description": "[{time, timeEnd, isRegion, title, text, tags}]"},
+            "responses": {"200": {"description": "[{time, timeEnd, isRegion, title, text, id, tags}]; "
+                                                  "tags comma-separated"},
                           "400": _ERR}}},
         "/api/changes": {"post": {
             "summary": "record a change event (deploy, config, restart, maintenance)",

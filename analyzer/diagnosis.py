@@ -221,6 +221,26 @@ def ecc_slow_burn(case: Case) -> Diagnosis | None:
                     "schedule a drain" + _impact_text(case, [e.signal]), "warning", [e.signal])
 
 
+def nvlink_degraded(case: Case) -> Diagnosis | None:
+    """One NVLink counting data-link errors (CRC, replays, recoveries): the link is failing.
+
+    Infrastructure, though its symptom is the engine's: a tensor-parallel engine's all-reduce
+    crosses every link of its GPUs, so one link replaying its traffic slows every step and looks
+    like an engine problem. The message names the link, which is what gets reseated or replaced.
+    """
+    e = _first(case, "nvlink_errors_increase")
+    if e is None:
+        return None
+    cause = RootCause(e.signal, e.labels)
+    entity = e.entity
+    where = f"NVLink {entity.get('link', '?')} of GPU {entity.get('gpu', '?')} on {entity.get('node', '?')}"
+    return _verdict(case, "nvlink_degraded", "infrastructure", cause,
+                    f"{where}: +{e.value:.0f} data-link errors (CRC, replay, recovery) in 5 min"
+                    + (f" (baseline {e.baseline:.2g})" if e.baseline is not None else "")
+                    + ": drain the node and reseat or replace the link" + _impact_text(case, [e.signal]),
+                    "warning", [e.signal])
+
+
 def thermal_throttle(case: Case) -> Diagnosis | None:
     """Latency up, a GPU past its temperature limit (``gpu_temperature``'s threshold, 85 °C as
     shipped) with a thermal clock reason active.
@@ -446,9 +466,9 @@ def ingress_errors(case: Case) -> Diagnosis | None:
 
 Rule = Callable[[Case], Diagnosis | None]
 RULES: tuple[Rule, ...] = (
-    xid_critical, ecc_uncorrectable, ecc_storm, ecc_slow_burn, thermal_throttle, peer_outlier, telemetry_lost,
-    dependency_degraded, engine_leak, gpu_memory_leak, kv_pressure, prefix_cache_collapse, capacity_exhausted,
-    scheduling_bottleneck, ingress_errors,
+    xid_critical, ecc_uncorrectable, ecc_storm, ecc_slow_burn, nvlink_degraded, thermal_throttle,
+    peer_outlier, telemetry_lost, dependency_degraded, engine_leak, gpu_memory_leak, kv_pressure,
+    prefix_cache_collapse, capacity_exhausted, scheduling_bottleneck, ingress_errors,
 )
 RULE_IDS: tuple[str, ...] = (*(r.__name__ for r in RULES), "unclassified")
 

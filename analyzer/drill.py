@@ -72,7 +72,7 @@ class DrillScore:
 
 
 def _entity(labels: Mapping[str, Any]) -> str:
-    return ",".join(f"{k}={v}" for k, v in sorted(labels.items()) if k in ("node", "gpu", "service",
+    return ",".join(f"{k}={v}" for k, v in sorted(labels.items()) if k in ("node", "gpu", "link", "service",
                                                                            "dependency", "process", "job"))
 
 
@@ -244,6 +244,8 @@ def live_drill(path: Path, target: LiveTarget) -> DrillScore:
                                     "start": sim_now + (fault.start - first) * target.time_scale}
             if fault.gpu is not None:
                 body["gpu"] = fault.gpu
+            if fault.link is not None:
+                body["link"] = fault.link
             if fault.strength is not None:
                 body["strength"] = fault.strength
             if fault.duration is not None:

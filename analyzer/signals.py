@@ -307,6 +307,13 @@ CATALOGUE: dict[str, SignalSpec] = {s.name: s for s in (
        promql="sum without (instance, job) (increase(oximeter_gpu_pcie_replay_total[5m]))",
        entity_labels=("node", "gpu"), increase=100, ratio=100, for_s=30, min_samples=2,
        description="PCIe replays +100 in 5 min"),
+    _s(name="nvlink_errors_increase", layer="infrastructure", kind="counter_growth",
+       record="node_gpu_link:oximeter_gpu_nvlink_errors:increase5m",
+       promql="sum without (instance, job, kind) (increase(oximeter_gpu_nvlink_errors_total[5m]))",
+       # Per link, every data-link error kind together (CRC flit/data, replay, recovery): a healthy
+       # link counts none, a failing one its CRC errors and as many replays.
+       entity_labels=("node", "gpu", "link"), increase=100, ratio=100, for_s=30, min_samples=2,
+       description="NVLink data-link errors +100 in 5 min on one link, or × 100 its baseline rate"),
     _s(name="engine_itl_peer", layer="infrastructure", kind="peer", unit="s",
        record="node_model:vllm_inter_token_latency_seconds:p99_5m",
        # Older vLLM names the same histogram time_per_output_token: the `or` fallback.

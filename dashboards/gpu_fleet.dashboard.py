@@ -1,5 +1,6 @@
 # ruff: noqa: N999 - `<name>.dashboard.py` is grafanalib's naming; the builder loads these by path.
-"""GPU fleet: per node and GPU, the hardware signals (heat, clocks, ECC, Xid) and a peer comparison."""
+"""GPU fleet: per node and GPU, the hardware signals (heat, clocks, ECC, Xid, NVLink) and a peer
+comparison."""
 
 from dashboards.panels import GPU, bargauge, make_dashboard, stat, table, timeseries, variables
 
@@ -52,6 +53,20 @@ dashboard = make_dashboard(
         timeseries("PCIe replays",
                    [(f"sum by (node, gpu) (rate(oximeter_gpu_pcie_replay_total{{{GPU}}}[$__rate_interval]))",
                      "{{node}}/{{gpu}}")], unit="ops"),
+        timeseries("PCIe throughput",
+                   [(f"max by (node, gpu, direction) "
+                     f"(oximeter_gpu_pcie_throughput_bytes_per_second{{{GPU}}})",
+                     "{{node}}/{{gpu}} {{direction}}")], unit="Bps",
+                   description="receive: host to GPU; transmit: GPU to host."),
+        timeseries("NVLink errors in 5m, per link",
+                   [(f"node_gpu_link:oximeter_gpu_nvlink_errors:increase5m{{{GPU}}}",
+                     "{{node}}/{{gpu}} link {{link}}")],
+                   description="CRC, replay and recovery errors together; a healthy link counts none."),
+        timeseries("NVLink throughput sent, per link",
+                   [(f"sum by (node, gpu, link) "
+                     f"(rate(oximeter_gpu_nvlink_transmit_bytes_total{{{GPU}}}[$__rate_interval]))",
+                     "{{node}}/{{gpu}} link {{link}}")], unit="Bps",
+                   description="A degrading link carries less than its sibling links of the same GPU."),
         timeseries("Memory used",
                    [(f"node_gpu:oximeter_gpu_memory_used:ratio{{{GPU}}}", "{{node}}/{{gpu}}")],
                    unit="percentunit"),

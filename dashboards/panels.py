@@ -1,8 +1,8 @@
-"""Repeated dashboard shapes as plain functions: variables, panels, layout.
+"""Repeated dashboard shapes as plain functions: variables, panels, layout, annotations.
 
 Every ``*.dashboard.py`` source builds its ``dashboard`` from these, so all dashboards share one
-datasource variable, one set of label filters and current panel types only (time series, stat,
-table, bar gauge, heatmap).
+datasource variable, one set of label filters, current panel types only (time series, stat,
+table, bar gauge, heatmap) and the analyzer's incidents as annotations.
 """
 
 from __future__ import annotations
@@ -11,6 +11,7 @@ from collections.abc import Sequence
 
 import attr
 from grafanalib.core import (
+    Annotations,
     BarGauge,
     Dashboard,
     GridPos,
@@ -27,6 +28,11 @@ from grafanalib.core import (
 
 # Panels name the datasource through the variable, so one dashboard serves any Prometheus.
 DATASOURCE = {"type": "prometheus", "uid": "${datasource}"}
+
+# The analyzer's incidents reach Grafana through the Infinity plugin (a JSON API datasource),
+# named through a variable too, so any Infinity datasource whose base URL is the analyzer serves.
+INFINITY = "yesoreyeram-infinity-datasource"
+ANALYZER = {"type": INFINITY, "uid": "${analyzer}"}
 
 # Label filters, written once. `=~` because every variable is multi-value with "All" = `.*`.
 GATEWAY = 'service=~"$service", node=~"$node"'
@@ -46,7 +52,8 @@ _BASE_STEP: dict[str, str | float | None] = {"color": "green", "value": None}
 
 def variables(*names: str, node_source: str | None = None) -> Templating:
     """The datasource variable plus the named label variables (multi-value, with All = `.*`)."""
-    items = [Template(name="datasource", label="Data source", query="prometheus", type="datasource")]
+    items = [Template(name="datasource", label="Data source", query="prometheus", type="datasource"),
+             Template(name="analyzer", label="Incidents from", query=INFINITY, type="datasource")]
     for name in names:
         if name == "node":
             if node_source is not None:
@@ -151,11 +158,30 @@ def _flow(panels: Sequence[Panel]) -> list[Panel]:
     return placed
 
 
+def incident_annotations() -> Annotations:
+    """The analyzer's incidents as region annotations (onset to resolution), from its
+    ``/api/annotations`` through Infinity: columns named as Grafana's annotations read them,
+    times in epoch ms, ``tags`` one comma-separated string."""
+    columns = [{"selector": name, "text": name, "type": kind} for name, kind in (
+        ("time", "timestamp_epoch"), ("timeEnd", "timestamp_epoch"), ("title", "string"),
+        ("text", "string"), ("tags", "string"))]
+    return Annotations(list=[{
+        "name": "Incidents", "enable": True, "hide": False, "iconColor": "red", "datasource": ANALYZER,
+        "target": {
+            "refId": "incidents", "type": "json", "source": "url", "parser": "backend", "format": "dataframe",
+            "url": "/api/annotations", "root_selector": "", "columns": columns,
+            "url_options": {"method": "GET", "data": "", "params": [
+                {"key": "from", "value": "${__from}"}, {"key": "to", "value": "${__to}"}]},
+        },
+    }])
+
+
 def make_dashboard(title: str, uid: str, description: str, panels: Sequence[Panel],
               templating: Templating) -> Dashboard:
-    """A dashboard with Oximeter's defaults: last hour, 30 s refresh, tagged, panels laid out."""
+    """A dashboard with Oximeter's defaults: last hour, 30 s refresh, tagged, panels laid out,
+    incidents annotated."""
     return Dashboard(
         title=title, uid=uid, description=description, tags=["oximeter"], timezone="utc",
         time=Time("now-1h", "now"), refresh="30s", templating=templating, panels=_flow(panels),
-        editable=False,
+        annotations=incident_annotations(), editable=False,
     )

@@ -2,8 +2,9 @@
 
 ``expand`` substitutes template variables and ``$__rate_interval`` / ``$__interval`` / ``$__range``
 the way Grafana's Prometheus datasource does, so tests can run every panel's query against a real
-Prometheus. ``metric_names`` is a small lexer (no PromQL parser exists in Python here) used by the
-metric-name contract test.
+Prometheus; ``annotation_queries`` renders each annotation's Infinity request the same way, so
+tests can send it to a real analyzer API. ``metric_names`` is a small lexer (no PromQL parser
+exists in Python here) used by the metric-name contract test.
 """
 
 from __future__ import annotations
@@ -48,6 +49,19 @@ class RenderedQuery:
     panel: str
     ref_id: str
     expr: str
+
+
+@dataclass(frozen=True)
+class RenderedRequest:
+    """One annotation query as the Infinity datasource sends it: a GET of ``path`` (relative to the
+    datasource's base URL) with ``params``, and the columns it makes of each row of the answer."""
+
+    dashboard: str
+    name: str
+    datasource: Mapping[str, str]
+    path: str
+    params: tuple[tuple[str, str], ...]
+    columns: tuple[tuple[str, str, str], ...]  # (selector, column name, Infinity column type)
 
 
 def duration(seconds: float) -> str:
@@ -142,6 +156,27 @@ def panel_queries(dashboard: Mapping[str, Any], selection: Mapping[str, Sequence
         for target in panel.get("targets", [])
         if target.get("expr")
     ]
+
+
+def annotation_queries(dashboard: Mapping[str, Any], start_ms: int, end_ms: int) -> list[RenderedRequest]:
+    """Every annotation query of ``dashboard`` that fetches a URL, with Grafana's ``${__from}`` and
+    ``${__to}`` (epoch ms of the time range) and its variables (All) expanded."""
+    values = {name: format_value(var, [ALL]) for name, var in variables_of(dashboard).items()}
+    values |= {"__from": str(start_ms), "__to": str(end_ms)}
+    out = []
+    for item in dashboard.get("annotations", {}).get("list", []):
+        target = item.get("target") or {}
+        if target.get("source") != "url":
+            continue
+        params = (target.get("url_options") or {}).get("params") or []
+        out.append(RenderedRequest(
+            dashboard=str(dashboard.get("title", "")), name=str(item.get("name", "")),
+            datasource=dict(item.get("datasource") or {}), path=expand(str(target.get("url", "")), values),
+            params=tuple((str(p["key"]), expand(str(p["value"]), values)) for p in params),
+            columns=tuple((str(c["selector"]), str(c["text"]), str(c["type"]))
+                          for c in target.get("columns", [])),
+        ))
+    return out
 
 
 _STRING_RE = re.compile(r'"(?:[^"\\]|\\.)*"|\'(?:[^\'\\]|\\.)*\'|`[^`]*`')

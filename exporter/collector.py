@@ -235,6 +235,9 @@ class GpuCollector(Collector):
                        (*GPU_LABELS, "kind"))
         rows = _gauge("oximeter_gpu_remapped_rows", "Rows remapped to spares.", (*GPU_LABELS, "kind"))
         replays = _counter("oximeter_gpu_pcie_replay_total", "PCIe replays (link retries).", GPU_LABELS)
+        pcie = _gauge("oximeter_gpu_pcie_throughput_bytes_per_second",
+                      "PCIe data rate, by direction (receive: host to GPU), as the driver samples it.",
+                      (*GPU_LABELS, "direction"))
         procs = _gauge("oximeter_gpu_process_memory_used_bytes", "GPU memory held by a compute process.",
                        (*GPU_LABELS, "pid", "process"))
         for r in live:
@@ -252,6 +255,10 @@ class GpuCollector(Collector):
                     rows.add_metric([*base, kind], count)
             if r.pcie_replay_total is not None:
                 replays.add_metric(base, r.pcie_replay_total)
+            for direction, rate in (("transmit", r.pcie_transmit_bytes_per_second),
+                                    ("receive", r.pcie_receive_bytes_per_second)):
+                if rate is not None:
+                    pcie.add_metric([*base, direction], rate)
             by_pid: dict[int, tuple[str, int]] = {}
             for proc in r.processes or ():
                 # One process can appear once per MIG instance: one series per pid, summed.
@@ -259,7 +266,7 @@ class GpuCollector(Collector):
                 by_pid[proc.pid] = (name, used + proc.used_memory_bytes)
             for pid, (name, used) in sorted(by_pid.items()):
                 procs.add_metric([*base, str(pid), name], used)
-        yield from (reasons, ecc, rows, replays, procs)
+        yield from (reasons, ecc, rows, replays, pcie, procs)
         yield from self._nvlink_families(live, labels)
         # Xid counters survive a lost GPU: Xid 79 ("fallen off the bus") is what explains it.
         xid_count = _counter("oximeter_gpu_xid_errors", "Xid critical errors, by code.", (*GPU_LABELS, "xid"))

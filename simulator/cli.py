@@ -75,6 +75,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
     fault.add_argument("--url", required=True, help="any port of the simulator, e.g. http://127.0.0.1:8100")
     fault.add_argument("--node", help="target node, e.g. n1")
     fault.add_argument("--gpu", type=int, default=None, help="target GPU index (GPU faults)")
+    fault.add_argument("--link", type=int, default=None, help="target NVLink of the GPU (NVLink faults)")
     fault.add_argument("--start", type=float, default=None, help="simulation-clock start (default: now)")
     fault.add_argument("--duration", type=float, default=None, help="seconds (default: until deleted)")
     fault.add_argument("--strength", type=float, default=None, help="kind-specific strength")
@@ -178,6 +179,7 @@ def run_fault(args: argparse.Namespace) -> int:
                 "kind": args.kind,
                 "node": args.node,
                 "gpu": args.gpu,
+                "link": args.link,
                 "start": args.start,
                 "duration_s": args.duration,
                 "strength": args.strength,

@@ -2,7 +2,8 @@
 
 ``start`` is on the simulation clock (seconds since the simulation began; omitted = now), so a
 scenario's times and a live injection mean the same thing. ``strength``'s meaning depends on the
-kind (see ``FAULT_KINDS``); ``duration_s`` ``None`` lasts until deleted.
+kind (see ``FAULT_KINDS``); ``duration_s`` ``None`` lasts until deleted. ``link`` names one NVLink
+of the GPU, for the kinds that hit a single link.
 """
 
 from __future__ import annotations
@@ -31,6 +32,8 @@ class FaultKind:
     # Kinds about traffic or scraping that only ``sim history`` can play (live traffic and
     # scraping belong to other processes).
     history_only: bool = False
+    # Kinds that hit one NVLink of the GPU (``link``, default 0).
+    per_link: bool = False
 
 
 FAULT_KINDS: dict[str, FaultKind] = {
@@ -54,6 +57,12 @@ FAULT_KINDS: dict[str, FaultKind] = {
     "gpu_lost": FaultKind("infrastructure", 1.0, "unused: the GPU falls off the bus", True),
     "gpu_slow": FaultKind("infrastructure", 2.0, "compute time multiplier, no throttle reason", True),
     "pcie_replay_burst": FaultKind("infrastructure", 200.0, "PCIe replays per minute", True),
+    # One NVLink failing its CRC checks (a dirty or loose connector, a marginal lane): each bad flit
+    # is replayed, so the link carries less and the tensor-parallel engine waits on it.
+    "nvlink_degraded": FaultKind(
+        "infrastructure", 300.0, "NVLink CRC errors per minute on the link; it carries half its traffic",
+        True, per_link=True,
+    ),
     "telemetry_loss": FaultKind("platform", 1.0, "unused: the node's GPU telemetry answers 503"),
     # Dependency (vector DB) in front of the engine.
     "dependency_slow": FaultKind("dependency", 10.0, "vector-DB latency multiplier"),
@@ -71,7 +80,7 @@ FAULT_KINDS: dict[str, FaultKind] = {
 
 # Strength bounds that make a fault meaningless when crossed.
 _FRACTION_KINDS = {"kv_shrink", "prefix_cache_drop", "thermal_throttle", "cache_hit_drop", "ingress_errors"}
-_FIELDS = ("kind", "node", "gpu", "start", "duration_s", "strength", "id")
+_FIELDS = ("kind", "node", "gpu", "link", "start", "duration_s", "strength", "id")
 _ids = itertools.count(1)
 
 
@@ -86,6 +95,7 @@ class Fault:
     strength: float
     gpu: int | None = None
     id: str = ""
+    link: int | None = None
 
     @property
     def end(self) -> float:
@@ -110,12 +120,25 @@ def _number(data: Mapping[str, Any], key: str, default: float | None) -> float |
     return float(value)
 
 
+def _index(data: Mapping[str, Any], key: str, what: str, count: int | None, range_text: str) -> int | None:
+    """``data[key]`` as an index >= 0 and below ``count`` (when known), or None when absent."""
+    value = data.get(key)
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise FaultError(f"{key}: expected {what} index >= 0, got {value!r}")
+    if count is not None and value >= count:
+        raise FaultError(f"{key}: {range_text} 0..{count - 1}, got {value}")
+    return value
+
+
 def parse_fault(
     data: Any,
     *,
     now: float,
     nodes: Iterable[str] | None = None,
     gpus_per_node: int | None = None,
+    links_per_gpu: int | None = None,
     live: bool = False,
 ) -> Fault:
     """Validate a JSON/YAML mapping into a Fault; FaultError names the key and the problem."""
@@ -136,14 +159,15 @@ def parse_fault(
     known_nodes = list(nodes) if nodes is not None else None
     if known_nodes is not None and node not in known_nodes:
         raise FaultError(f"node: unknown node {node!r} (known: {', '.join(known_nodes)})")
-    gpu = data.get("gpu")
-    if gpu is not None:
-        if isinstance(gpu, bool) or not isinstance(gpu, int) or gpu < 0:
-            raise FaultError(f"gpu: expected a GPU index >= 0, got {gpu!r}")
-        if gpus_per_node is not None and gpu >= gpus_per_node:
-            raise FaultError(f"gpu: node has GPUs 0..{gpus_per_node - 1}, got {gpu}")
-    elif kind.per_gpu:
+    gpu = _index(data, "gpu", "a GPU", gpus_per_node, "node has GPUs")
+    if gpu is None and kind.per_gpu:
         gpu = 0
+    if data.get("link") is not None and not kind.per_link:
+        per_link = ", ".join(k for k, v in FAULT_KINDS.items() if v.per_link)
+        raise FaultError(f"link: {kind_name} hits no single NVLink (only {per_link} take a link)")
+    link = _index(data, "link", "an NVLink", links_per_gpu, "each GPU has NVLinks")
+    if link is None and kind.per_link:
+        link = 0
     start = _number(data, "start", now)
     duration = _number(data, "duration_s", None)
     if duration is not None and duration <= 0:
@@ -160,7 +184,8 @@ def parse_fault(
     if not isinstance(fault_id, str):
         raise FaultError(f"id: expected a string, got {fault_id!r}")
     return Fault(
-        kind=kind_name, node=node, gpu=gpu, start=start, duration_s=duration, strength=strength, id=fault_id
+        kind=kind_name, node=node, gpu=gpu, start=start, duration_s=duration, strength=strength, id=fault_id,
+        link=link,
     )
 
 

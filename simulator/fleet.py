@@ -55,6 +55,7 @@ class Fleet:
         self.model_name = model_name
         self.gpus_per_node = gpus_per_node
         spec = gpu_spec or GpuSpec()
+        self.links_per_gpu = spec.nvlinks
         self.nodes: dict[str, Node] = {}
         self._cache: dict[str, tuple[int, float, float, float, Conditions]] = {}
         for i in range(1, nodes + 1):
@@ -72,7 +73,8 @@ class Fleet:
     def add_fault(self, data: object, *, live: bool = False) -> Fault:
         """Validate and store a fault (FaultError on bad input; ``live`` refuses history-only kinds)."""
         fault = parse_fault(
-            data, now=self.clock.now(), nodes=self.nodes, gpus_per_node=self.gpus_per_node, live=live
+            data, now=self.clock.now(), nodes=self.nodes, gpus_per_node=self.gpus_per_node,
+            links_per_gpu=self.links_per_gpu, live=live,
         )
         return self.faults.add(fault)
 
@@ -111,8 +113,10 @@ class Fleet:
         decode = book.strongest(now, name, "decode_slowdown")
         if decode is not None:
             slowdown *= decode.strength
-        # Tensor parallel: the engine runs at the pace of its slowest GPU.
+        # Tensor parallel: the engine runs at the pace of its slowest GPU, and of its slowest link
+        # (every GPU waits on the all-reduce that crosses it).
         slowdown *= max((g.compute_slowdown(now, book) for g in node.gpus), default=1.0)
+        slowdown *= max((g.interconnect_slowdown(now, book) for g in node.gpus), default=1.0)
         stalled = (
             book.strongest(now, name, "engine_stall") is not None
             or now < node.down_until

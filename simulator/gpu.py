@@ -1,6 +1,6 @@
 """One simulated GPU: utilisation, power, temperature and clocks driven by its engine's batch,
-plus hardware faults (ECC, Xid, throttling, replays, falling off the bus) and the engine's leaks
-into its framebuffer.
+plus hardware faults (ECC, Xid, throttling, replays, a degrading NVLink, falling off the bus) and
+the engine's leaks into its framebuffer.
 
 The engine drives the GPU (``step(util)``) and the GPU drives the engine back
 (``compute_slowdown``, ``lost``): a throttled or slow card slows the whole tensor-parallel engine.
@@ -23,6 +23,14 @@ GIB = 1 << 30
 THROTTLE_CELSIUS = 92.0
 # Memory in use on a card beyond what its processes report (the CUDA context and driver).
 CONTEXT_BYTES = 512 * MIB
+# A degrading NVLink, per CRC-failed flit (the fault's strength counts those): each is replayed, one
+# in ten carried corrupt data, and one in a hundred cost a link recovery (retraining).
+NVLINK_ERRORS_PER_CRC_FLIT = {"crc_flit": 1.0, "crc_data": 0.1, "replay": 1.0, "recovery": 0.01}
+# What a degraded link still carries of its traffic (its time goes to replays and retraining).
+NVLINK_DEGRADED_BANDWIDTH = 0.5
+# The share of a decode step a tensor-parallel engine spends in its NVLink all-reduce on healthy
+# links; the collective runs at its slowest link's pace, so that share stretches on a bad link.
+TP_COMM_SHARE = 0.15
 
 
 @dataclass(frozen=True)
@@ -44,6 +52,8 @@ class GpuSpec:
     # carries each way at full utilisation (tensor-parallel all-reduce traffic follows the load).
     nvlinks: int = 4
     nvlink_bytes_per_s_at_full: float = 20e9
+    # PCIe traffic each way at full utilisation (prompts and sampled tokens, KV-cache swaps).
+    pcie_bytes_per_s_at_full: float = 1e9
 
 
 @dataclass
@@ -62,7 +72,9 @@ class GpuModel:
     remapped_uncorrectable: int = 0
     row_remap_pending: bool = False
     pcie_replays: float = 0.0
-    nvlink_bytes: float = 0.0  # per link and direction, since the driver loaded
+    # Per link: bytes each way and data-link errors by kind (NVLINK_ERROR_KINDS), since driver load.
+    nvlink_bytes: list[float] = field(default_factory=list)
+    nvlink_errors: list[dict[str, float]] = field(default_factory=list)
     xid_events: list[tuple[int, float]] = field(default_factory=list)
     _fired: set[str] = field(default_factory=set)
     _rng: random.Random = field(init=False)
@@ -74,6 +86,8 @@ class GpuModel:
         self.uuid = "GPU-" + str(uuidlib.UUID(int=self._rng.getrandbits(128), version=4))
         node_no = int("".join(c for c in self.node if c.isdigit()) or 0)
         self.pci_bus_id = f"00000000:{(node_no * 16 + self.index * 2 + 0x18) % 256:02X}:00.0"
+        self.nvlink_bytes = [0.0] * self.spec.nvlinks
+        self.nvlink_errors = [dict.fromkeys(NVLINK_ERROR_KINDS, 0.0) for _ in range(self.spec.nvlinks)]
 
     # -- coupling to the engine -----------------------------------------------------------
     def clock_ratio(self, now: float, book: FaultBook) -> float:
@@ -88,6 +102,17 @@ class GpuModel:
         if slow is not None:
             slowdown *= slow.strength
         return slowdown
+
+    def degraded_links(self, now: float, book: FaultBook) -> set[int]:
+        """The NVLinks of this GPU degraded at ``now``."""
+        return {f.link or 0 for f in book.active(now, self.node, "nvlink_degraded", self.index)}
+
+    def interconnect_slowdown(self, now: float, book: FaultBook) -> float:
+        """How much longer the engine's steps take for this GPU's links (>= 1): the all-reduce's
+        share of a step, stretched by a degraded link's lost bandwidth."""
+        if not self.degraded_links(now, book):
+            return 1.0
+        return 1.0 + TP_COMM_SHARE * (1.0 / NVLINK_DEGRADED_BANDWIDTH - 1.0)
 
     def leaked_bytes(self, now: float, book: FaultBook) -> float:
         """GPU memory the engine has leaked by ``now``: each active gpu_memory_leak's rate times
@@ -134,8 +159,10 @@ class GpuModel:
             # The fault is "the card has reached its slowdown temperature" (a failed fan, blocked
             # airflow): hot at once, and it cools with the thermal time constant afterwards.
             self.temperature = max(self.temperature, THROTTLE_CELSIUS)
-        self.nvlink_bytes += spec.nvlink_bytes_per_s_at_full * self.utilization * dt
         start = now - dt
+        link_rate = spec.nvlink_bytes_per_s_at_full * self.utilization
+        for link in range(spec.nvlinks):
+            self.nvlink_bytes[link] += link_rate * dt
         for fault in book.all():
             if fault.node != self.node or fault.gpu != self.index:
                 continue
@@ -145,6 +172,11 @@ class GpuModel:
                 self.ecc_corrected += fault.strength / 60.0 * overlap
             elif fault.kind == "pcie_replay_burst":
                 self.pcie_replays += fault.strength / 60.0 * overlap
+            elif fault.kind == "nvlink_degraded" and (fault.link or 0) < spec.nvlinks:
+                link = fault.link or 0
+                self.nvlink_bytes[link] -= link_rate * overlap * (1.0 - NVLINK_DEGRADED_BANDWIDTH)
+                for kind, per_flit in NVLINK_ERRORS_PER_CRC_FLIT.items():
+                    self.nvlink_errors[link][kind] += fault.strength / 60.0 * per_flit * overlap
             elif fault.id not in self._fired and fault.start <= now:
                 self._fired.add(fault.id)
                 if fault.kind == "ecc_uncorrectable":
@@ -204,10 +236,16 @@ class GpuModel:
             "row_remap_pending": self.row_remap_pending,
             "row_remap_failure": False,
             "pcie_replay_total": int(self.pcie_replays),
+            "pcie_transmit_bytes_per_second": round(spec.pcie_bytes_per_s_at_full * self.utilization),
+            "pcie_receive_bytes_per_second": round(spec.pcie_bytes_per_s_at_full * self.utilization),
             "xid_events": xids,
             "processes": [{"pid": engine_pid, "name": "vllm", "used_memory_bytes": used - CONTEXT_BYTES}],
-            "nvlinks": [{"link": link, "up": True, "errors": dict.fromkeys(NVLINK_ERROR_KINDS, 0),
-                         "transmit_bytes": int(self.nvlink_bytes), "receive_bytes": int(self.nvlink_bytes)}
+            "nvlinks": [{"link": link, "up": True,
+                         # Whole errors so far (rounded first: a minute's rate summed per step
+                         # lands a hair under its integer).
+                         "errors": {kind: int(round(n, 6)) for kind, n in self.nvlink_errors[link].items()},
+                         "transmit_bytes": int(self.nvlink_bytes[link]),
+                         "receive_bytes": int(self.nvlink_bytes[link])}
                         for link in range(spec.nvlinks)],
         }
 
@@ -235,6 +273,8 @@ _READINGS = (
     "row_remap_pending",
     "row_remap_failure",
     "pcie_replay_total",
+    "pcie_transmit_bytes_per_second",
+    "pcie_receive_bytes_per_second",
     "processes",
     "nvlinks",
 )

@@ -63,6 +63,7 @@ def build_fleet(sc: Scenario, days: float, *, path: str = "<scenario>") -> Fleet
             "kind": f.kind,
             "node": f.node,
             "gpu": f.gpu,
+            "link": f.link,
             "start": start,
             "duration_s": f.duration,
             "strength": f.strength,
@@ -100,6 +101,7 @@ def write_truth(sc: Scenario, fleet: Fleet, origin_s: float, out: Path) -> None:
                 "kind": [f.kind for f in faults],
                 "node": [f.node for f in faults],
                 "gpu": pa.array([f.gpu for f in faults], pa.int32()),
+                "link": pa.array([f.link for f in faults], pa.int32()),
                 "start": pa.array(
                     [int((origin_s + f.start) * 1000) for f in faults], pa.timestamp("ms", tz="UTC")
                 ),

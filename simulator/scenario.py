@@ -23,6 +23,7 @@ RULES = (
     "ecc_uncorrectable",
     "ecc_storm",
     "ecc_slow_burn",
+    "nvlink_degraded",
     "thermal_throttle",
     "peer_outlier",
     "telemetry_lost",
@@ -74,6 +75,7 @@ class ScenarioFault(BaseModel):
     kind: str
     node: str
     gpu: int | None = None
+    link: int | None = None  # one NVLink of the GPU, for the kinds that hit a single link
     start: float
     duration: float | None = None
     strength: float | None = None

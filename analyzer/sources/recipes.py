@@ -241,6 +241,7 @@ RECIPES: dict[str, Recipe] = {
                                          ("kind",)),
     "xid_paging": Increase("oximeter_gpu_xid_errors_total", 300, {"xid": f"~{xid_pattern()}"}),
     "pcie_replay_increase": Increase("oximeter_gpu_pcie_replay_total", 300),
+    "nvlink_errors_increase": Increase("oximeter_gpu_nvlink_errors_total", 300, drop=("kind",)),
     "engine_itl_peer": Relabel(HistogramQuantile(0.99, "vllm:inter_token_latency_seconds", 300)),
     "gpu_utilization_peer": OverTime(Gauge("oximeter_gpu_utilization_ratio"), 300, q=0.5),
     "gpu_series_vanished": Age(Gauge("oximeter_gpu_up")),

@@ -89,6 +89,9 @@ class GpuReading:
     row_remap_pending: bool | None = None
     row_remap_failure: bool | None = None
     pcie_replay_total: int | None = None
+    # PCIe data rate each way (host to GPU is receive), as the driver samples it now.
+    pcie_transmit_bytes_per_second: float | None = None
+    pcie_receive_bytes_per_second: float | None = None
     xid: tuple[XidStat, ...] | None = None
     processes: tuple[GpuProcess, ...] | None = None
     # None: the GPU has no NVLink (or the source cannot read it); a PCIe-only card exports none.

@@ -268,6 +268,8 @@ class NvmlBackend:
                                    nvml.NVML_MEMORY_ERROR_TYPE_UNCORRECTED, nvml.NVML_VOLATILE_ECC)
             rows = call(nvml.nvmlDeviceGetRemappedRows, h)
             replays = call(nvml.nvmlDeviceGetPcieReplayCounter, h)
+            pcie_tx = call(nvml.nvmlDeviceGetPcieThroughput, h, nvml.NVML_PCIE_UTIL_TX_BYTES)
+            pcie_rx = call(nvml.nvmlDeviceGetPcieThroughput, h, nvml.NVML_PCIE_UTIL_RX_BYTES)
             processes = call(nvml.nvmlDeviceGetComputeRunningProcesses, h)
             nvlinks = self._nvlinks(call, h)
         except _GpuGoneError as gone:
@@ -295,6 +297,8 @@ class NvmlBackend:
             row_remap_pending=None if pending is None else bool(pending),
             row_remap_failure=None if failure is None else bool(failure),
             pcie_replay_total=_uint(replays),
+            pcie_transmit_bytes_per_second=_per_kib(_uint(pcie_tx)),
+            pcie_receive_bytes_per_second=_per_kib(_uint(pcie_rx)),
             xid=self._xid_stats(slot.index),
             processes=None if processes is None else self._processes(processes),
             nvlinks=nvlinks,
@@ -430,3 +434,8 @@ def _divided(value: int | None, divisor: int) -> float | None:
 
 def _hertz(mhz: int | None) -> float | None:
     return None if mhz is None else mhz * 1_000_000.0
+
+
+def _per_kib(kib_per_second: int | None) -> float | None:
+    # nvmlDeviceGetPcieThroughput answers in KB/s, NVML's kilobyte being 1024 bytes as for NVLink.
+    return None if kib_per_second is None else float(kib_per_second * _KIB)

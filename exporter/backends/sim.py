@@ -148,6 +148,8 @@ def parse_gpu(obj: Mapping[str, Any]) -> GpuReading:
             row_remap_pending=_flag(obj, "row_remap_pending"),
             row_remap_failure=_flag(obj, "row_remap_failure"),
             pcie_replay_total=_int(obj, "pcie_replay_total"),
+            pcie_transmit_bytes_per_second=_num(obj, "pcie_transmit_bytes_per_second"),
+            pcie_receive_bytes_per_second=_num(obj, "pcie_receive_bytes_per_second"),
             xid=xid,
             processes=_processes(obj.get("processes")),
             nvlinks=_nvlinks(obj.get("nvlinks")),

@@ -74,10 +74,13 @@ def test_current_panel_types_only(name: str) -> None:
 def test_variables_are_defined_and_used(name: str) -> None:
     dashboard = DASHBOARDS[name]
     templating = dashboard["templating"]["list"]
-    assert templating[0]["name"] == "datasource" and templating[0]["type"] == "datasource"
-    labels = {t["name"] for t in templating[1:]}
+    # The metrics' Prometheus, then the analyzer's incidents (annotations) through Infinity.
+    assert [(t["name"], t["query"]) for t in templating if t["type"] == "datasource"] == \
+        [("datasource", "prometheus"), ("analyzer", "yesoreyeram-infinity-datasource")]
+    label_variables = [t for t in templating if t["type"] != "datasource"]
+    labels = {t["name"] for t in label_variables}
     assert labels == EXPECTED[name][1]
-    for item in templating[1:]:
+    for item in label_variables:
         assert (item["multi"], item["includeAll"], item["allValue"]) == (True, True, ".*")
     text = " ".join(t["expr"] for p in _panels(dashboard) for t in p.get("targets", []))
     text += " ".join(variable_queries(dashboard).values())

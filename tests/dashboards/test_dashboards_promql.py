@@ -1,24 +1,33 @@
-"""Panel queries expanded as Grafana does, then parsed by promtool and run on a real Prometheus."""
+"""Panel queries expanded as Grafana does, then parsed by promtool and run on a real Prometheus;
+annotation queries expanded the same way and sent to a real analyzer API."""
 
 from __future__ import annotations
 
 import shutil
 import subprocess
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
 import requests
 import yaml
+from api_server import ApiServer
 
 from alert_rules import all_rules
 from alert_rules.scale import write_scaled_rules
+from analyzer.api import build_app
+from analyzer.events import AnomalyEvent
+from analyzer.incident_store import IncidentStore
+from analyzer.incidents import IncidentSettings, IncidentTracker, findings
+from analyzer.topology import Topology, TopologySettings
 from dashboards.build import load_built
 from dashboards.promql import (
     ALL,
     RenderedQuery,
     Timing,
     Variable,
+    annotation_queries,
     duration,
     expand,
     format_value,
@@ -26,6 +35,7 @@ from dashboards.promql import (
 )
 from oximeter.ports import start_reserved
 from oximeter.procs import ManagedProcess, http_ok
+from oximeter.store import connect
 
 PROMTOOL = shutil.which("promtool") or "/usr/bin/promtool"
 PROMETHEUS = shutil.which("prometheus") or "/usr/bin/prometheus"
@@ -139,3 +149,59 @@ def test_prometheus_loads_every_scaled_rule(prometheus: str) -> None:
     rules = [r for g in groups for r in g["rules"]]
     assert len(rules) == len(all_rules()) > 50
     assert {r["health"] for r in rules} <= {"ok", "unknown"}
+
+
+# -- annotations: the analyzer's incidents through the Infinity datasource ------------------------------
+T0 = datetime(2026, 3, 2, 10, 0, tzinfo=UTC)
+INFINITY = {"type": "yesoreyeram-infinity-datasource", "uid": "${analyzer}"}
+
+
+def _ms(moment: datetime) -> int:
+    return int(moment.timestamp() * 1000)
+
+
+@pytest.fixture(scope="module")
+def analyzer_api(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ApiServer]:
+    """The analyzer API over a store holding one open incident that began at T0."""
+    store = IncidentStore(connect(tmp_path_factory.mktemp("annotations") / "oximeter.db"))
+    event = AnomalyEvent(signal="nvlink_errors_increase", layer="infrastructure",
+                         labels=AnomalyEvent.labels_from({"node": "n1", "gpu": "1", "link": "2"}),
+                         onset=T0, detected_at=T0 + timedelta(minutes=1), cleared_at=None, value=3165.0,
+                         baseline=0.0, score=3165.0, reason="test")
+    settings = IncidentSettings()
+    topology = Topology.from_settings(TopologySettings(services={"chat": ["n1"]}))
+    now = T0 + timedelta(minutes=2)
+    found = findings([event], topology, now=now, settings=settings)
+    changes, touched = IncidentTracker(settings).step(found, now)
+    store.save(touched, changes)
+    server = ApiServer(build_app(store, None, clock=lambda: now))
+    yield server
+    server.stop()
+
+
+@pytest.mark.parametrize("name", sorted(load_built()))
+def test_every_dashboard_annotates_the_analyzers_incidents(analyzer_api: ApiServer, name: str) -> None:
+    """The annotation query, expanded as Grafana does, gets the incident from a real analyzer API with
+    every column it declares, typed as declared: the columns Grafana draws annotations from."""
+    dashboard = load_built()[name]
+    start, end = _ms(T0 - timedelta(hours=1)), _ms(T0 + timedelta(hours=1))
+    [query] = annotation_queries(dashboard, start, end)
+    assert query.datasource == INFINITY
+    assert "$" not in query.path + "".join(v for _, v in query.params)
+    assert {column for _, column, _ in query.columns} == {"time", "timeEnd", "title", "text", "tags"}
+    reply = requests.get(analyzer_api.url(query.path), params=dict(query.params), timeout=10)
+    assert reply.status_code == 200, reply.text
+    [row] = reply.json()
+    for selector, column, kind in query.columns:
+        value = row[selector]
+        if kind == "timestamp_epoch":  # epoch milliseconds
+            assert isinstance(value, int) and start <= value <= end, (column, value)
+        else:
+            assert kind == "string" and isinstance(value, str) and value, (column, value)
+    tags = {column: row[selector] for selector, column, _ in query.columns}["tags"]
+    # Infinity reads tags as one comma-separated string, which Grafana splits into the tags.
+    assert tags.split(",") == ["infrastructure", "nvlink_degraded", "warning", "open", "chat", "n1"]
+    assert (row["time"], row["timeEnd"]) == (_ms(T0), _ms(T0 + timedelta(minutes=2)))
+    # A time range that ends before the incident began has nothing to draw.
+    [earlier] = annotation_queries(dashboard, start - 3_600_000, start)
+    assert requests.get(analyzer_api.url(earlier.path), params=dict(earlier.params), timeout=10).json() == []

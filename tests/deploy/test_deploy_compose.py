@@ -10,8 +10,11 @@ from typing import Any
 import pytest
 import yaml
 
+from dashboards.build import load_built
 from oximeter.cli import COMMANDS, build_parser
 from oximeter.config import load_config
+from simulator.settings import SimSettings
+from simulator.traffic import check_loopback
 
 ROOT = Path(__file__).resolve().parents[2]
 COMPOSE: dict[str, Any] = yaml.safe_load((ROOT / "compose.yml").read_text())  # resolves <<: merges
@@ -27,7 +30,8 @@ def _profiles(service: dict[str, Any]) -> set[str]:
 def test_profiles_sim_and_gpu() -> None:
     assert set().union(*(_profiles(s) for s in SERVICES.values())) == {"sim", "gpu"}
     by_profile = {p: {n for n, s in SERVICES.items() if p in _profiles(s)} for p in ("sim", "gpu")}
-    assert by_profile["sim"] == {"simulator", "gateway-n1", "gateway-n2", "exporter-n1", "exporter-n2"}
+    assert by_profile["sim"] == {"simulator", "gateway-n1", "gateway-n2", "exporter-n1", "exporter-n2",
+                                 "traffic-n1", "traffic-n2"}
     assert by_profile["gpu"] == {"vllm", "gateway-gpu", "exporter-gpu"}
     shared = {n for n, s in SERVICES.items() if not _profiles(s)}
     assert shared == {"redis", "prometheus", "alertmanager", "grafana", "analyzer"}
@@ -131,3 +135,38 @@ def test_grafana_mounts_what_provisioning_reads() -> None:
     url = datasource["datasources"][0]["url"]
     assert re.match(r"http://prometheus:9090$", url)
     assert datasource["datasources"][0]["jsonData"]["timeInterval"] == PROMETHEUS["global"]["scrape_interval"]
+
+
+def _flag(argv: list[Any], flag: str) -> str:
+    return str(argv[argv.index(flag) + 1])
+
+
+def test_the_sim_profile_sends_traffic_to_every_gateway() -> None:
+    # Each sim gateway gets one traffic generator in its network namespace, aimed at its port on
+    # loopback (the only targets the generator accepts), with the model the simulator serves.
+    gateways = {n for n, s in SERVICES.items() if "sim" in _profiles(s) and s["command"][2] == "gateway"}
+    traffic = {n: s for n, s in SERVICES.items() if "sim" in _profiles(s) and s["command"][2] == "traffic"}
+    assert gateways == {"gateway-n1", "gateway-n2"}
+    served_by = {s["network_mode"].removeprefix("service:"): s for s in traffic.values()}
+    assert set(served_by) == gateways and len(traffic) == len(gateways)
+    for gateway, service in served_by.items():
+        argv = [str(a) for a in service["command"]]
+        args = build_parser("traffic").parse_args(argv)
+        assert args.target == [f"http://127.0.0.1:{_flag(SERVICES[gateway]['command'], '--port')}"]
+        assert [check_loopback(t) for t in args.target] == args.target
+        assert args.model == SimSettings().model and args.base_rps > 0
+        assert gateway in service["depends_on"] and "ports" not in service
+
+
+def test_grafana_reads_incidents_from_the_analyzer() -> None:
+    # The dashboards' annotations ask an Infinity datasource; compose installs the plugin and
+    # provisions one whose base URL is the analyzer's API, and no other host.
+    provisioned = yaml.safe_load((ROOT / "deploy/grafana/provisioning/datasources/analyzer.yml").read_text())
+    [source] = provisioned["datasources"]
+    annotations = {a["datasource"]["type"] for d in load_built().values() for a in d["annotations"]["list"]}
+    assert annotations == {source["type"]}
+    assert source["type"] in SERVICES["grafana"]["environment"]["GF_INSTALL_PLUGINS"].split(",")
+    port = load_config(ROOT / "deploy" / "oximeter.compose.yaml").incidents.api_port
+    assert source["url"] == f"http://analyzer:{port}"
+    assert source["jsonData"]["allowedHosts"] == [source["url"]]
+    assert "analyzer" in SERVICES["grafana"]["depends_on"]

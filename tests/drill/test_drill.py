@@ -84,6 +84,18 @@ def test_a_leak_incident_says_when_it_will_be_full(name: str) -> None:
     assert re.search(r"full in \d+(\.\d)? (min|h|d)\b", got["sentence"]), got["sentence"]
 
 
+@pytest.mark.timeout(COLD_TIMEOUT_S)
+def test_a_degraded_nvlink_is_named_by_its_link() -> None:
+    # The engine on that node slows too; the incident still names the link, with the slowdown as impact.
+    result = drill("nvlink_degraded", "--json")
+    assert result.returncode == 0, result.stdout + result.stderr
+    [got] = json.loads(result.stdout)["drills"][0]["attributed"]
+    assert (got["layer"], got["rule"], got["signal"]) == ("infrastructure", "nvlink_degraded",
+                                                          "nvlink_errors_increase")
+    assert {k: got["entity"][k] for k in ("node", "gpu", "link")} == {"node": "n1", "gpu": "1", "link": "2"}
+    assert got["sentence"].startswith("NVLink 2 of GPU 1 on n1: +"), got["sentence"]
+
+
 def test_unknown_scenario_is_a_usage_error() -> None:
     result = drill("no_such_scenario")
     assert result.returncode == 2

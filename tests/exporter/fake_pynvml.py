@@ -53,6 +53,8 @@ NVML_NVLINK_ERROR_DL_CRC_FLIT = 2
 NVML_NVLINK_ERROR_DL_CRC_DATA = 3
 NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_TX = 138
 NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_RX = 139
+NVML_PCIE_UTIL_TX_BYTES = 0
+NVML_PCIE_UTIL_RX_BYTES = 1
 
 UINT_NA = 0xFFFFFFFF
 ULL_NA = 0xFFFFFFFFFFFFFFFF
@@ -109,6 +111,8 @@ def default_values(index: int) -> dict[str, Any]:
                                         NVML_MEMORY_ERROR_TYPE_UNCORRECTED: 0},
         "nvmlDeviceGetRemappedRows": (2, 0, 0, 0),
         "nvmlDeviceGetPcieReplayCounter": 5,
+        # KB/s (1024 bytes) each way: 2 MiB/s to the host, 4 MiB/s from it.
+        "nvmlDeviceGetPcieThroughput": {NVML_PCIE_UTIL_TX_BYTES: 2048, NVML_PCIE_UTIL_RX_BYTES: 4096},
         "nvmlDeviceGetComputeRunningProcesses": [SimpleNamespace(pid=4242 + index, usedGpuMemory=70 * GIB)],
         "nvmlDeviceGetSupportedEventTypes": nvmlEventTypeXidCriticalError | 0x3,
         # Two NVLinks, up; link 0 has seen two CRC flit errors; 4 MiB sent and 8 MiB received each.
@@ -188,6 +192,8 @@ class FakeNvml:
     NVML_NVLINK_ERROR_DL_CRC_DATA = NVML_NVLINK_ERROR_DL_CRC_DATA
     NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_TX = NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_TX
     NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_RX = NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_RX
+    NVML_PCIE_UTIL_TX_BYTES = NVML_PCIE_UTIL_TX_BYTES
+    NVML_PCIE_UTIL_RX_BYTES = NVML_PCIE_UTIL_RX_BYTES
     nvmlClocksEventReasonGpuIdle = nvmlClocksEventReasonGpuIdle
     nvmlClocksEventReasonSwPowerCap = nvmlClocksEventReasonSwPowerCap
     nvmlClocksEventReasonHwSlowdown = nvmlClocksEventReasonHwSlowdown
@@ -296,6 +302,9 @@ class FakeNvml:
 
     def nvmlDeviceGetPcieReplayCounter(self, handle: FakeDevice) -> int:
         return int(self._answer("nvmlDeviceGetPcieReplayCounter", handle))
+
+    def nvmlDeviceGetPcieThroughput(self, device: FakeDevice, counter: int) -> int:
+        return int(self._answer("nvmlDeviceGetPcieThroughput", device)[counter])
 
     def nvmlDeviceGetComputeRunningProcesses(self, handle: FakeDevice) -> list[Any]:
         return list(self._answer("nvmlDeviceGetComputeRunningProcesses", handle))

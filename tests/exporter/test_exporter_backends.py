@@ -53,6 +53,8 @@ EXPECTED: list[tuple[str, dict[str, str], float]] = [
     ("oximeter_gpu_row_remap_pending", {}, 0),
     ("oximeter_gpu_row_remap_failure", {}, 0),
     ("oximeter_gpu_pcie_replay_total", {}, 5),
+    ("oximeter_gpu_pcie_throughput_bytes_per_second", {"direction": "transmit"}, 2 * 1024 * 1024),
+    ("oximeter_gpu_pcie_throughput_bytes_per_second", {"direction": "receive"}, 4 * 1024 * 1024),
     *[("oximeter_gpu_nvlink_up", {"link": str(k)}, 1) for k in (0, 1)],
     ("oximeter_gpu_nvlink_errors_total", {"link": "0", "kind": "crc_flit"}, 2),
     *[("oximeter_gpu_nvlink_errors_total", {"link": "1", "kind": kind}, 0)

@@ -19,6 +19,9 @@ from exporter_harness import (
 from exporter.backends.sim import SimBackend
 from exporter.collector import GpuCollector
 from oximeter.ports import refusing_port
+from simulator.clock import VirtualClock
+from simulator.engine import EngineParams
+from simulator.fleet import Fleet
 
 
 @pytest.fixture
@@ -164,3 +167,28 @@ def test_simulated_nvlinks(server: FleetServer) -> None:
     for bad in ("lots", [5], [{"link": 0, "up": True, "errors": "many"}]):
         server.document = sim_document([{**sim_gpu(0), "nvlinks": bad}])
         assert errors(scrape_once(collector_for(server.url)), "sim_bad_payload") == 1, bad
+
+
+def test_a_degraded_nvlink_of_the_real_simulator(server: FleetServer) -> None:
+    # The simulator's own fleet document, served as its HTTP API serves it: link 2 of GPU 1 fails.
+    clock = VirtualClock()
+    fleet = Fleet(clock, nodes=1, gpus_per_node=2, params=EngineParams(), model_name="m")
+    fleet.add_fault({"kind": "nvlink_degraded", "node": NODE, "gpu": 1, "link": 2, "start": 0,
+                     "strength": 300})
+    for t in range(0, 61):
+        clock.set(float(t))
+        fleet.step_gpus(NODE, clock.now(), 1.0, 1000.0)
+    server.document = fleet.gpus_json(NODE, 60.0, 1000.0)
+    registry = scrape_once(collector_for(server.url))
+    gpu = server.document["gpus"][1]
+    labels = {"node": NODE, "gpu": "1", "uuid": gpu["uuid"], "gpu_model": gpu["name"],
+              "pci_bus_id": gpu["pci_bus_id"]}
+
+    def got(name: str, link: int, **extra: str) -> float | None:
+        return registry.get_sample_value(name, {**labels, "link": str(link), **extra})
+
+    counts = [got("oximeter_gpu_nvlink_errors_total", 2, kind=k) for k in ("crc_flit", "replay", "crc_data")]
+    assert counts == [300, 300, 30]
+    assert {got("oximeter_gpu_nvlink_errors_total", link, kind="crc_flit") for link in (0, 1, 3)} == {0}
+    sent = [got("oximeter_gpu_nvlink_transmit_bytes_total", link) for link in range(4)]
+    assert sent[2] == pytest.approx(sent[0] / 2, rel=1e-6) and sent[0] == sent[1] == sent[3] > 0

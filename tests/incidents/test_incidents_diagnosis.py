@@ -102,6 +102,21 @@ ROWS = [
         (ev("ecc_corrected_burn", 600, 0, node="node-0", gpu="0"),
          ev("ecc_corrected_increase", 240, 2, onset=1, node="node-0", gpu="0")),
         winner="ecc_storm", root="ecc_corrected_increase", severity="critical"),
+    Row("a degraded nvlink names its link, the engine's slowdown its impact", dx.nvlink_degraded,
+        (ev("nvlink_errors_increase", 3165, 0, node="node-0", gpu="1", link="2"), PEER),
+        root="nvlink_errors_increase", severity="warning",
+        sentence="NVLink 2 of GPU 1 on node-0: +3165 data-link errors (CRC, replay, recovery) in 5 min "
+                 "(baseline 0): drain the node and reseat or replace the link; "
+                 "impact: engine_itl_peer 90 ms = 3.0 × baseline"),
+    Row("nvlink errors with the P0 queue wait are critical", dx.nvlink_degraded,
+        (ev("nvlink_errors_increase", 400, 0, node="node-0", gpu="1", link="0"), Q),
+        root="nvlink_errors_increase", severity="critical"),
+    Row("a degraded nvlink loses to an uncorrectable ecc error on its card", dx.nvlink_degraded,
+        (ev("nvlink_errors_increase", 400, 0, node="node-0", gpu="1", link="0"),
+         ev("ecc_uncorrected_increase", 1, 0, onset=1, node="node-0", gpu="1")),
+        winner="ecc_uncorrectable", root="ecc_uncorrected_increase"),
+    Row("a slow engine without link errors is no nvlink fault", dx.nvlink_degraded, (PEER, Q_SOFT),
+        fires=False, winner="peer_outlier", root="engine_itl_peer"),
     Row("thermal throttle with LOW utilisation", dx.thermal_throttle, (Q_SOFT,), merge(UTIL_LOW, THERMAL),
         root="gpu_temperature", severity="warning",
         sentence="GPU gpu=0,node=node-0 at 91 °C, SM clock 55 % of max with a thermal reason, "
@@ -250,10 +265,10 @@ def test_every_rule_has_a_positive_and_a_negative_row() -> None:
 
 def test_rule_order_is_the_architecture_table() -> None:
     assert dx.RULE_IDS == (
-        "xid_critical", "ecc_uncorrectable", "ecc_storm", "ecc_slow_burn", "thermal_throttle", "peer_outlier",
-        "telemetry_lost", "dependency_degraded", "engine_leak", "gpu_memory_leak", "kv_pressure",
-        "prefix_cache_collapse",
-        "capacity_exhausted", "scheduling_bottleneck", "ingress_errors", "unclassified")
+        "xid_critical", "ecc_uncorrectable", "ecc_storm", "ecc_slow_burn", "nvlink_degraded",
+        "thermal_throttle", "peer_outlier", "telemetry_lost", "dependency_degraded", "engine_leak",
+        "gpu_memory_leak", "kv_pressure", "prefix_cache_collapse", "capacity_exhausted",
+        "scheduling_bottleneck", "ingress_errors", "unclassified")
 
 
 def test_unclassified_ranks_by_layer_then_onset() -> None:

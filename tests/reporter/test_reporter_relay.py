@@ -214,7 +214,7 @@ def test_real_alertmanager_firing_and_resolved(stack: Stack, tmp_path: Path,
     # The matching alert is evidence the analyzer attaches to the incident (a change event)…
     events = stack.store.change_events(now - timedelta(hours=1), datetime.now(UTC) + timedelta(minutes=1))
     assert [(e.kind, e.source, dict(e.labels)) for e in events] == [
-        ("alert", "alertmanager", {"layer": "infrastructure", "node": "n1"})] * 2
+        ("alert", "alertmanager", {"incident": incident.id, "layer": "infrastructure", "node": "n1"})] * 2
     assert [e["status"] for e in stack.relay.evidence_of(incident.id)] == ["firing", "resolved"]
     # …and the incident got no second message.
     assert sum(1 for t in titles if "GpuTemperatureHigh" in t or "thermal_throttle" in t) == 1

@@ -31,11 +31,15 @@ NODES = ["n1", "n2"]
         ),
         ({"kind": "xid", "node": "n1", "gpu": 4}, "gpu: node has GPUs 0..3, got 4"),
         ({"kind": "xid", "node": "n1", "gpu": True}, "gpu: expected a GPU index"),
+        ({"kind": "xid", "node": "n1", "link": 0}, "link: xid hits no single NVLink (only nvlink_degraded"),
+        ({"kind": "nvlink_degraded", "node": "n1", "link": -1}, "link: expected an NVLink index >= 0"),
+        ({"kind": "nvlink_degraded", "node": "n1", "link": "2"}, "link: expected an NVLink index"),
+        ({"kind": "nvlink_degraded", "node": "n1", "link": 4}, "link: each GPU has NVLinks 0..3, got 4"),
     ],
 )
 def test_malformed_faults_name_the_key(data: Any, message: str) -> None:
     with pytest.raises(FaultError) as err:
-        parse_fault(data, now=0.0, nodes=NODES, gpus_per_node=4)
+        parse_fault(data, now=0.0, nodes=NODES, gpus_per_node=4, links_per_gpu=4)
     assert str(err.value).startswith(message)
 
 
@@ -203,3 +207,35 @@ def test_nvlink_traffic_follows_the_load_and_links_are_healthy() -> None:
     assert {(link["transmit_bytes"], link["receive_bytes"]) for link in links} == {(want, want)}
     assert all(link["up"] and set(link["errors"].values()) == {0} for link in links)
     assert {link["transmit_bytes"] for link in gpus[1]["nvlinks"]} == {0}
+    # PCIe follows the load too: half the full-load rate each way now, nothing on the idle card.
+    pcie = busy.spec.pcie_bytes_per_s_at_full * 0.5
+    busy_pcie = (gpus[0]["pcie_transmit_bytes_per_second"], gpus[0]["pcie_receive_bytes_per_second"])
+    assert busy_pcie == (pcie, pcie)
+    assert gpus[1]["pcie_transmit_bytes_per_second"] == gpus[1]["pcie_receive_bytes_per_second"] == 0
+
+
+def test_a_degraded_nvlink_counts_errors_carries_half_and_slows_the_engine() -> None:
+    clock, fleet = make_fleet()
+    gpu = fleet.nodes["n1"].gpus[1]
+    assert parse_fault({"kind": "nvlink_degraded", "node": "n1"}, now=0.0).link == 0  # the default link
+    fleet.add_fault({"kind": "nvlink_degraded", "node": "n1", "gpu": 1, "link": 2, "start": 0,
+                     "duration_s": 60, "strength": 600})
+    healthy = fleet.conditions("n2", 30.0).slowdown
+    # The all-reduce's share of a step, stretched by the half bandwidth the bad link has left.
+    assert fleet.conditions("n1", 30.0).slowdown == pytest.approx(healthy * 1.15)
+    assert fleet.conditions("n1", 60.0).slowdown == pytest.approx(healthy)
+    for t in range(0, 121):
+        clock.set(float(t))
+        fleet.step_gpus("n1", clock.now(), 0.5, 1000.0)
+    links = fleet.gpus_json("n1", 120.0, 1000.0)["gpus"][1]["nvlinks"]
+    # 600 bad flits a minute for a minute: as many replays, a tenth corrupt data, 1 % recoveries.
+    assert links[2]["errors"] == {"crc_flit": 600, "crc_data": 60, "replay": 600, "recovery": 6}
+    assert [link["errors"] for link in links if link["link"] != 2] == \
+        [dict.fromkeys(("crc_flit", "crc_data", "replay", "recovery"), 0)] * 3
+    # Two minutes at half load; the bad link carried half of it during its minute.
+    full = gpu.spec.nvlink_bytes_per_s_at_full * 0.5 * 120
+    assert {link["transmit_bytes"] for link in links if link["link"] != 2} == {int(full)}
+    assert links[2]["transmit_bytes"] == links[2]["receive_bytes"] == int(full * 0.75)
+    # The other GPUs of the node, and the node's other engine, see nothing.
+    others = fleet.gpus_json("n1", 120.0, 1000.0)["gpus"][0]["nvlinks"]
+    assert {sum(link["errors"].values()) for link in others} == {0}

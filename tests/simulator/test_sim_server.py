@@ -273,6 +273,8 @@ def test_fleet_gpus_contract_and_telemetry_loss(start_sim: StartSim) -> None:
         "row_remap_pending",
         "row_remap_failure",
         "pcie_replay_total",
+        "pcie_transmit_bytes_per_second",
+        "pcie_receive_bytes_per_second",
         "xid_events",
         "processes",
         "nvlinks",
