@@ -69,11 +69,13 @@ class Trace:
         return len(self.offsets_s) / self.period_s
 
     def peak_rps(self, speed: float, window_s: float = PEAK_WINDOW_S) -> float:
-        """The busiest ``window_s`` of the trace played ``speed`` times faster, in arrivals per
-        second (the window may span the end of one pass and the start of the next)."""
-        at = np.concatenate([self.offsets_s, self.offsets_s + self.period_s]) / speed
-        return float((np.searchsorted(at, at[: len(self.offsets_s)] + window_s) - np.arange(len(
-            self.offsets_s))).max()) / window_s
+        """The busiest ``window_s`` of the trace tiled end to end and played ``speed`` times faster,
+        in arrivals per second."""
+        n, span = len(self.offsets_s), window_s * speed  # the window in the trace's own seconds
+        whole, rest = divmod(span, self.period_s)
+        at = np.concatenate([self.offsets_s, self.offsets_s + self.period_s])
+        most = int((np.searchsorted(at, self.offsets_s + rest) - np.arange(n)).max())
+        return (whole * n + most) / window_s
 
     def speed_for(self, peak_rps: float) -> float:
         """How much faster to play the trace so that its busiest window carries ``peak_rps``."""

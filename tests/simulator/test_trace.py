@@ -62,7 +62,8 @@ def test_a_malformed_trace_names_the_file_and_line(tmp_path: Path, text: str, pr
 def test_history_refuses_a_bad_trace_with_its_line(tmp_path: Path) -> None:
     scenario = tmp_path / "quiet.yaml"
     scenario.write_text("name: q\ntruth: {layer: none, rule: none}\n", encoding="utf-8")
-    bad = _write(tmp_path, HEADER + "2023-11-16 18:17:03,1,1\n2023-11-16 18:17:04,1,1\n2023-11-16 25:00:00,1,1\n")
+    bad = _write(tmp_path, HEADER + "2023-11-16 18:17:03,1,1\n2023-11-16 18:17:04,1,1\n"
+                           "2023-11-16 25:00:00,1,1\n")
     result = subprocess.run(
         oximeter_argv("sim", "history", "--scenario", str(scenario), "--trace", str(bad), "--out",
                       str(tmp_path / "out")),
@@ -126,3 +127,10 @@ def test_history_load_follows_the_fleet_capacity(tmp_path: Path, monkeypatch: py
     assert calm.get("200", 0) > 100 and calm.get("429", 0) == 0
     overload = _answers(with_trace(QUIET, str(AZURE), 3.0))
     assert overload.get("429", 0) > 0.05 * sum(overload.values())
+
+
+def test_a_trace_shorter_than_the_peak_window_still_scales(tmp_path: Path) -> None:
+    trace = load_trace(_write(tmp_path, HEADER + "".join(f"17000000{i:02d},5,5\n" for i in range(10))))
+    speed = trace.speed_for(500.0)  # many passes of the 10-second trace in the busiest minute
+    assert trace.peak_rps(speed) == pytest.approx(500.0, rel=0.02)
+    assert trace.mean_rps * speed == pytest.approx(500.0, rel=0.05)
