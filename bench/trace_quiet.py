@@ -25,7 +25,9 @@ import pandas as pd
 from analyzer.drill import DEFAULT_CACHE
 from analyzer.incident_store import parse_duration
 from analyzer.replay import DRILL_END_S, HistoryWindow, history_dir, replay_history
+from oximeter.errors import ConfigError
 from simulator.scenario import Scenario, Truth, with_trace
+from simulator.trace import load_trace
 
 ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_TRACE = ROOT.parent / "shared" / "traces" / "azure_llm_code_2023.csv"
@@ -61,7 +63,12 @@ def main(argv: list[str] | None = None) -> int:
     step_s = parse_duration(args.step, "--step").total_seconds()
     interval_s = parse_duration(args.interval, "--interval").total_seconds()
     quiet = Scenario(name="trace_quiet", nodes=args.nodes, truth=Truth(layer="none", rule="none"))
-    sc = with_trace(quiet, args.trace, args.peak_utilisation)
+    try:
+        sc = with_trace(quiet, args.trace, args.peak_utilisation)
+        load_trace(args.trace)
+    except ConfigError as exc:
+        print(f"trace_quiet: {exc}", file=sys.stderr)
+        return 2
     started = time.perf_counter()
     directory = history_dir(HistoryWindow(sc, args.days, DRILL_END_S), Path(args.cache), step_s)
     generated = time.perf_counter() - started

@@ -162,7 +162,10 @@ def _load(path: str) -> Trace:
 
 def file_digest(path: str | Path) -> str:
     """The trace file's content hash (history caches key on it)."""
-    return hashlib.sha256(Path(path).read_bytes()).hexdigest()[:16]
+    try:
+        return hashlib.sha256(Path(path).read_bytes()).hexdigest()[:16]
+    except OSError as exc:
+        raise TraceError([f"cannot read file: {exc.strerror}"], str(path)) from None
 
 
 @dataclass(frozen=True)
