@@ -134,3 +134,14 @@ def test_a_trace_shorter_than_the_peak_window_still_scales(tmp_path: Path) -> No
     speed = trace.speed_for(500.0)  # many passes of the 10-second trace in the busiest minute
     assert trace.peak_rps(speed) == pytest.approx(500.0, rel=0.02)
     assert trace.mean_rps * speed == pytest.approx(500.0, rel=0.05)
+
+
+def test_drill_checks_the_trace_before_generating_anything(tmp_path: Path) -> None:
+    bad = _write(tmp_path, HEADER + "2023-11-16 18:17:03,1,1\nnot a time,1,1\n")
+    result = subprocess.run(
+        oximeter_argv("drill", "fault_free_week", "--replay", "--trace", str(bad),
+                      "--cache", str(tmp_path / "c")),
+        capture_output=True, text=True, timeout=120,
+    )
+    assert result.returncode == 2 and f"{bad}: line 3: bad timestamp" in result.stderr
+    assert not (tmp_path / "c").exists()
