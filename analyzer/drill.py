@@ -173,12 +173,20 @@ def replay_windows(sc: Any, cache_dir: Path, step_s: float, interval_s: float) -
     return Replayed(incidents, told, faults, days)
 
 
-def replay_drill(path: Path, cache_dir: Path, step_s: float, interval_s: float) -> DrillScore:
-    """The scenario's windows replayed through the analyzer, scored."""
-    from analyzer.stability import message_budget
-    from simulator.scenario import load_scenario
+def load_drill_scenario(path: Path, trace: tuple[str, float] | None = None) -> Any:
+    """The scenario at ``path``; with ``trace`` (file, peak utilisation), its traffic replayed from it."""
+    from simulator.scenario import load_scenario, with_trace
 
     sc = load_scenario(path)
+    return sc if trace is None else with_trace(sc, *trace)
+
+
+def replay_drill(path: Path, cache_dir: Path, step_s: float, interval_s: float,
+                 trace: tuple[str, float] | None = None) -> DrillScore:
+    """The scenario's windows replayed through the analyzer, scored."""
+    from analyzer.stability import message_budget
+
+    sc = load_drill_scenario(path, trace)
     run = replay_windows(sc, cache_dir, step_s, interval_s)
     budget = sum(message_budget(c.kind for c in run.told if c.incident_id == i["id"]) for i in run.incidents)
     starts = [f["start_epoch_s"] for f in run.faults]
@@ -187,12 +195,12 @@ def replay_drill(path: Path, cache_dir: Path, step_s: float, interval_s: float) 
     return score(sc.name, "replay", expected, run.incidents, start, len(run.told), budget)
 
 
-def prepare_drill_windows(paths: Sequence[Path], cache_dir: Path, step_s: float, jobs: int) -> None:
+def prepare_drill_windows(paths: Sequence[Path], cache_dir: Path, step_s: float, jobs: int,
+                          trace: tuple[str, float] | None = None) -> None:
     """Every drill window of the scenarios and the fault-free day before each, generated `jobs` at a time."""
     from analyzer.replay import drill_windows, prepare, same_time_window
-    from simulator.scenario import load_scenario
 
-    windows = [w for p in paths for w in drill_windows(load_scenario(p), step_s=step_s)]
+    windows = [w for p in paths for w in drill_windows(load_drill_scenario(p, trace), step_s=step_s)]
     windows += [same_time_window(w) for w in windows]
     prepare(windows, cache_dir, step_s, jobs)
 
@@ -380,6 +388,14 @@ def run(args: argparse.Namespace) -> int:
         step_s = parse_duration(args.step, "--step").total_seconds()
         interval_s = parse_duration(args.interval, "--interval").total_seconds()
         target = None
+        trace = None if args.trace is None else (args.trace, args.trace_peak_utilisation)
+        if trace is not None:
+            if live:
+                raise ConfigError(["--trace replays histories: use it with --replay (live traffic comes "
+                                   "from `oximeter traffic --trace`)"], None)
+            from simulator.trace import load_trace
+
+            load_trace(args.trace)
         if live:
             if not (args.sim_url and args.analyzer_url):
                 raise ConfigError(["--live needs --sim-url and --analyzer-url"], None)
@@ -398,14 +414,14 @@ def run(args: argparse.Namespace) -> int:
     skipped: list[str] = []
     try:
         if target is None:
-            prepare_drill_windows(paths, Path(args.cache), step_s, args.jobs)
+            prepare_drill_windows(paths, Path(args.cache), step_s, args.jobs, trace)
         for path in paths:
             if target is not None and (kinds := history_only_kinds(path)):
                 # The live simulator refuses these kinds: say so rather than count a miss or a pass.
                 skipped.append(f"{path.stem} ({', '.join(kinds)})")
                 continue
             scores.append(live_drill(path, target) if target is not None
-                          else replay_drill(path, Path(args.cache), step_s, interval_s))
+                          else replay_drill(path, Path(args.cache), step_s, interval_s, trace))
     except (OximeterError, requests.RequestException) as exc:
         print(f"oximeter drill: {exc}", file=sys.stderr)
         return 2
@@ -440,6 +456,9 @@ def configure(parser: argparse.ArgumentParser) -> None:
     replay.add_argument("--jobs", type=int, default=2, help="histories generated in parallel (default 2)")
     replay.add_argument("--cache", default=str(DEFAULT_CACHE),
                         help=f"history cache folder (default {DEFAULT_CACHE})")
+    from simulator.cli import add_trace_flags
+
+    add_trace_flags(replay, "replay every scenario over this arrival trace's traffic instead of its own")
     live = parser.add_argument_group("live")
     live.add_argument("--sim-url", metavar="URL", help="the simulator (any engine port), e.g. http://127.0.0.1:8000")
     live.add_argument("--analyzer-url", metavar="URL", help="the analyzer API, e.g. http://127.0.0.1:9471")

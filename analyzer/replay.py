@@ -142,10 +142,14 @@ def drill_windows(sc: Scenario, *, end_s: float = DRILL_END_S, step_s: float = 6
 
 def cache_key(window: HistoryWindow, step_s: float) -> str:
     """What a history depends on: the fleet, traffic and faults (not the truth), the window, the
-    step and the simulator's source."""
-    model = window.scenario.model_dump(mode="json", exclude={"name", "description", "truth", "also"})
+    step, the simulator's source and the trace file's content."""
+    from simulator.trace import file_digest
+
+    sc = window.scenario
+    model = sc.model_dump(mode="json", exclude={"name", "description", "truth", "also"})
+    trace = None if sc.trace is None else file_digest(sc.trace.file)
     key = json.dumps({"scenario": model, "days": window.days, "step_s": step_s, "end_s": window.end_s,
-                      "code": _sim_code_digest()}, sort_keys=True)
+                      "code": _sim_code_digest(), "trace": trace}, sort_keys=True)
     return hashlib.sha256(key.encode()).hexdigest()[:16]
 
 

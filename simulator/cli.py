@@ -95,7 +95,17 @@ def configure(parser: argparse.ArgumentParser) -> None:
         default=None,
         help="epoch seconds of the last sample (default: now, rounded to the step)",
     )
+    add_trace_flags(history, "replace the scenario's traffic with this arrival trace (CSV: timestamp, "
+                             "prompt and output tokens)")
     history.set_defaults(func=run_history)
+
+
+def add_trace_flags(parser: argparse.ArgumentParser | argparse._ArgumentGroup, text: str) -> None:
+    """``--trace FILE`` and ``--trace-peak-utilisation`` (traffic, sim history, drill)."""
+    parser.add_argument("--trace", metavar="FILE", default=None, help=text)
+    parser.add_argument("--trace-peak-utilisation", type=float, default=0.6, metavar="U",
+                        help="with --trace: mean load at the busiest hour as a share of the fleet's "
+                             "capacity (default 0.6)")
 
 
 def _settings(args: argparse.Namespace) -> SimSettings:

@@ -29,8 +29,9 @@ from simulator.engine import EngineParams
 from simulator.faults import FAULT_KINDS, FaultError
 from simulator.fleet import Fleet
 from simulator.node_history import NodeHistory
-from simulator.scenario import Scenario, load_scenario, parse_duration_s
+from simulator.scenario import Scenario, load_scenario, parse_duration_s, with_trace
 from simulator.series import SeriesStore
+from simulator.trace import load_trace
 
 
 def build_fleet(sc: Scenario, days: float, *, path: str = "<scenario>") -> Fleet:
@@ -142,6 +143,10 @@ def main(args: argparse.Namespace) -> int:
     """Entry point of ``oximeter sim history``."""
     try:
         sc = load_scenario(args.scenario)
+        if args.trace is not None:
+            sc = with_trace(sc, args.trace, args.trace_peak_utilisation)
+        if sc.trace is not None:
+            load_trace(sc.trace.file)  # a bad trace is reported before hours of simulation
         step_s = parse_duration_s(args.step)
         if step_s <= 0 or args.days <= 0:
             raise ConfigError(["--step and --days must be > 0"], None)

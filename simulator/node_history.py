@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import heapq
 import math
+import random
+from collections.abc import Iterator
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 
@@ -21,7 +23,7 @@ from exporter.backends.sim import BadPayloadError, parse_gpu, parse_host_memory
 from exporter.collector import GpuCollector
 from gateway.admission import AdmissionController, AdmissionLimits, Outcome, RejectReason, Ticket
 from gateway.metrics import GatewayMetrics
-from simulator.arrivals import ArrivalStream
+from simulator.arrivals import MAX_PROMPT_TOKENS, ArrivalStream
 from simulator.clock import VirtualClock
 from simulator.engine import Seq, SeqState
 from simulator.exposition import engine_families
@@ -29,6 +31,7 @@ from simulator.fleet import Fleet
 from simulator.scenario import Scenario
 from simulator.series import SeriesStore
 from simulator.stats import ChildSampler, PendingCount, PendingObservations
+from simulator.trace import scenario_arrivals
 from simulator.traffic import RequestMix, daily_rate
 
 ROUTE = "/v1/chat/completions"
@@ -158,10 +161,37 @@ class NodeHistory:
         spike = self.fleet.faults.strongest(t, self.name, "traffic_spike")
         return rate * (spike.strength if spike is not None else 1.0)
 
+    def _drawn(self) -> Iterator[tuple[float, int, int]]:
+        """Poisson arrivals at the scenario's rate, each with its drawn lengths (see arrivals.py)."""
+        t = self.arrivals.gap_s(self._rate(0.0))
+        while True:
+            prompt, output = self.arrivals.lengths()
+            yield t, prompt, output
+            t += self.arrivals.gap_s(self._rate(t))
+
+    def _replayed(self, horizon_s: float) -> Iterator[tuple[float, int, int]]:
+        """This node's share of the scenario's trace; a traffic spike of strength s sends each
+        arrival s times (the fraction by chance), the copies spread over the gap to the next one."""
+        index = list(self.fleet.nodes).index(self.name)
+        at, prompt, output = scenario_arrivals(self.sc, self.wall_origin_s, horizon_s, index,
+                                               MAX_PROMPT_TOKENS, MAX_TOKENS)
+        rng = random.Random(f"{self.sc.seed}/{self.name}/spike")
+        times = at.tolist()
+        for i, t in enumerate(times):
+            spike = self.fleet.faults.strongest(t, self.name, "traffic_spike")
+            copies = 1
+            if spike is not None:
+                copies = int(spike.strength) + (rng.random() < spike.strength % 1.0)
+            gap = (times[i + 1] if i + 1 < len(times) else horizon_s) - t
+            for c in range(copies):
+                yield t + gap * c / copies, int(prompt[i]), int(output[i])
+        yield math.inf, 0, 0
+
     def run(self, steps: int) -> None:
         """Simulate ``steps`` steps, sampling at the end of each."""
         engine, heap, clock = self.engine, self.heap, self.clock
-        next_arrival = self.arrivals.gap_s(self._rate(0.0))
+        arrivals = self._drawn() if self.sc.trace is None else self._replayed(steps * self.step_s)
+        next_arrival, *lengths = next(arrivals)
         now = clock.now()  # only this loop sets the clock
         for i in range(steps):
             t_sample = (i + 1) * self.step_s
@@ -187,8 +217,8 @@ class NodeHistory:
                     _t, _n, kind, req = heapq.heappop(heap)
                     self._event(kind, req, t)
                 if next_arrival <= t:
-                    self._arrive(t)
-                    next_arrival = t + self.arrivals.gap_s(self._rate(t))
+                    self._arrive(t, *lengths)
+                    next_arrival, *lengths = next(arrivals)
                 # Only events reach the engine (submit, abort, restart); an arrival waits for its
                 # submit event, so without events the engine is as the first pump left it.
                 if events:
@@ -249,8 +279,8 @@ class NodeHistory:
             self._code["499"].inc()
             self._duration.observe(t - req.arrival)
 
-    def _arrive(self, t: float) -> None:
-        req = _Request(t, *self.arrivals.lengths())
+    def _arrive(self, t: float, prompt_tokens: int, output_tokens: int) -> None:
+        req = _Request(t, prompt_tokens, output_tokens)
         ingress = self.fleet.faults.strongest(t, self.name, "ingress_errors")
         if ingress is not None:
             self._ingress_credit += ingress.strength

@@ -115,6 +115,15 @@ class EngineOverrides(BaseModel):
     tokens_per_iteration: int = Field(8, ge=1)
 
 
+class TraceTraffic(BaseModel):
+    """Traffic replayed from an arrival trace (``simulator/trace.py``) instead of drawn at ``base_rps``."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    file: str = Field(description="trace CSV; a relative path counts from the scenario file's folder")
+    peak_utilisation: float = Field(0.6, gt=0, description="mean load at the busiest hour, 0-1 of capacity")
+
+
 class Scenario(BaseModel):
     """A whole scenario file."""
 
@@ -131,6 +140,8 @@ class Scenario(BaseModel):
     weekend_factor: float = Field(1.0, gt=0, description="traffic multiplier on Saturdays and Sundays")
     # False: a flat base_rps all day, so a short live run can replay the history's exact arrivals.
     daily_shape: bool = Field(True, description="follow the daily traffic shape around base_rps")
+    # Set: arrivals and token counts come from the trace, scaled to the fleet; base_rps is unused.
+    trace: TraceTraffic | None = None
     engine: EngineOverrides = EngineOverrides()
     gateway: GatewayLimits = GatewayLimits()
     faults: list[ScenarioFault] = Field(default_factory=list)
@@ -151,8 +162,20 @@ def load_scenario(path: str | Path) -> Scenario:
     except (yaml.YAMLError, ValueError, RecursionError) as exc:  # ValueError: e.g. a date 2026-02-30
         raise ConfigError([f"invalid YAML: {exc}"], str(path)) from None
     try:
-        return Scenario.model_validate(data)
+        sc = Scenario.model_validate(data)
     except ValidationError as exc:
         raise ConfigError(
             [f"{'.'.join(str(p) for p in e['loc']) or '<root>'}: {e['msg']}" for e in exc.errors()], str(path)
         ) from None
+    if sc.trace is not None:
+        sc = with_trace(sc, str(path.parent / sc.trace.file), sc.trace.peak_utilisation)
+    return sc
+
+
+def with_trace(sc: Scenario, file: str, peak_utilisation: float) -> Scenario:
+    """``sc`` with its traffic replayed from trace ``file`` (an absolute path, so caches and
+    worker processes read the same file whatever their working folder)."""
+    if not peak_utilisation > 0:
+        raise ConfigError([f"trace.peak_utilisation: must be > 0, got {peak_utilisation}"], file)
+    trace = TraceTraffic(file=str(Path(file).resolve()), peak_utilisation=peak_utilisation)
+    return sc.model_copy(update={"trace": trace})

@@ -15,11 +15,13 @@ import random
 import sys
 import time
 from collections import Counter
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from urllib.parse import urlsplit
 
 import aiohttp
+
+from oximeter.errors import ConfigError
 
 CHAT = "/v1/chat/completions"
 LOOPBACK = frozenset({"127.0.0.1", "localhost", "::1"})
@@ -195,19 +197,31 @@ async def closed_loop(
         return results, time.perf_counter() - started
 
 
+# One arrival: seconds from the start, and its prompt and output tokens (None: drawn by the builder).
+Arrival = tuple[float, int | None, int | None]
+
+
+def poisson_arrivals(rate: Callable[[float], float], seed: int = 0) -> Iterator[Arrival]:
+    """Poisson arrivals at ``rate(elapsed_s)``; the rate is re-read at each arrival (gaps are far
+    shorter than a simulated hour, so this piecewise-constant rate tracks the daily shape)."""
+    rng = random.Random(seed + 2)
+    t = 0.0
+    while True:
+        t += rng.expovariate(max(rate(t), 1e-3))
+        yield t, None, None
+
+
 async def open_loop(
     targets: Sequence[str],
     builder: RequestBuilder,
-    rate: Callable[[float], float],
+    arrivals: Iterable[Arrival],
     *,
     concurrency_cap: int,
     duration_s: float,
     max_requests: int,
-    seed: int = 0,
 ) -> Counter[str]:
-    """Poisson arrivals at ``rate(elapsed_s)`` spread over ``targets``; arrivals beyond the cap are
+    """Send each arrival at its time, round-robin over ``targets``; arrivals beyond the cap are
     counted as ``skipped`` rather than queued client-side (the gateway's queue is what we observe)."""
-    rng = random.Random(seed + 2)
     outcome: Counter[str] = Counter()
     inflight: set[asyncio.Task[None]] = set()
 
@@ -218,25 +232,40 @@ async def open_loop(
     async with new_session(concurrency_cap) as session:
         started = time.monotonic()
         sent = 0
-        while sent < max_requests:
-            elapsed = time.monotonic() - started
-            if elapsed >= duration_s:
+        for at, prompt, output in arrivals:
+            if sent >= max_requests or at >= duration_s:
                 break
-            # The rate is re-read before each arrival: gaps are far shorter than a simulated hour,
-            # so this piecewise-constant rate tracks the daily shape closely.
-            await asyncio.sleep(rng.expovariate(max(rate(elapsed), 1e-3)))
-            if time.monotonic() - started >= duration_s:
-                break
+            await asyncio.sleep(max(0.0, at - (time.monotonic() - started)))
             sent += 1
             if len(inflight) >= concurrency_cap:
                 outcome["skipped"] += 1
                 continue
-            task = asyncio.create_task(one(session, targets[sent % len(targets)], builder.build()))
+            request = builder.build(prompt_tokens=prompt, output_tokens=output)
+            task = asyncio.create_task(one(session, targets[sent % len(targets)], request))
             inflight.add(task)
             task.add_done_callback(inflight.discard)
         if inflight:
             await asyncio.wait(inflight)
     return outcome
+
+
+def trace_arrivals(args: argparse.Namespace, nodes: int) -> Iterator[Arrival]:
+    """The trace of ``--trace`` scaled to ``nodes`` simulated engines (their capacity as the ``sim``
+    section configures them) and shaped by the compressed day."""
+    from oximeter.config import load_section
+    from simulator.arrivals import MAX_PROMPT_TOKENS
+    from simulator.settings import SimSettings
+    from simulator.trace import Capacity, capacity_rps, clock_level, load_trace, schedule
+
+    trace = load_trace(args.trace)
+    sim = load_section("sim", SimSettings, args.config)
+    cap = Capacity.of(sim, max_concurrency=sim.max_num_seqs)
+    max_output = RequestMix().max_output_tokens
+    peak = args.trace_peak_utilisation * capacity_rps(trace, cap, MAX_PROMPT_TOKENS, max_output) * nodes
+    level = clock_level(args.day_seconds, start_hour=args.start_hour)
+    at, prompt, output = schedule(trace, peak, 0.0, args.duration, level, args.seed)
+    for t, p, o in zip(at.tolist(), prompt.tolist(), output.tolist(), strict=True):
+        yield t, min(p, MAX_PROMPT_TOKENS), max(1, min(o, max_output))
 
 
 def check_loopback(url: str) -> str:
@@ -284,6 +313,12 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--stream-ratio", type=float, default=0.7, help="share of streaming requests")
     parser.add_argument("--model", default=None, help="model field (default: the first target's /v1/models)")
     parser.add_argument("--seed", type=int, default=0, help="random seed")
+    parser.add_argument("--trace", metavar="FILE", default=None,
+                        help="replay this arrival trace (CSV: timestamp, prompt and output tokens) "
+                             "instead of Poisson arrivals at --base-rps")
+    parser.add_argument("--trace-peak-utilisation", type=float, default=0.6, metavar="U",
+                        help="with --trace: mean load at the busiest hour as a share of the targets' "
+                             "capacity as the simulator models it (default 0.6)")
     parser.set_defaults(func=run)
 
 
@@ -294,8 +329,19 @@ def run(args: argparse.Namespace) -> int:
     except ValueError as exc:
         print(str(exc), file=sys.stderr)
         return 2
-    if args.base_rps <= 0 or args.day_seconds <= 0 or args.concurrency_cap < 1:
-        print("--base-rps and --day-seconds must be > 0, --concurrency-cap >= 1", file=sys.stderr)
+    if min(args.base_rps, args.day_seconds, args.trace_peak_utilisation) <= 0 or args.concurrency_cap < 1:
+        print("--base-rps, --day-seconds and --trace-peak-utilisation must be > 0, --concurrency-cap >= 1",
+              file=sys.stderr)
+        return 2
+    try:
+        if args.trace is None:
+            arrivals = poisson_arrivals(
+                (lambda t: daily_rate(t, args.day_seconds, args.base_rps, args.start_hour))
+                if args.daily_shape else (lambda t: args.base_rps), args.seed)
+        else:  # read whole, so a bad trace or config is reported before any request
+            arrivals = iter(list(trace_arrivals(args, len(targets))))
+    except ConfigError as exc:
+        print(f"oximeter traffic: {exc}", file=sys.stderr)
         return 2
 
     async def main() -> Counter[str]:
@@ -304,12 +350,10 @@ def run(args: argparse.Namespace) -> int:
         return await open_loop(
             targets,
             builder,
-            (lambda t: daily_rate(t, args.day_seconds, args.base_rps, args.start_hour))
-            if args.daily_shape else (lambda t: args.base_rps),
+            arrivals,
             concurrency_cap=args.concurrency_cap,
             duration_s=args.duration,
             max_requests=args.max_requests,
-            seed=args.seed,
         )
 
     try:

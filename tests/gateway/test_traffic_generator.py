@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import subprocess
+from pathlib import Path
 
 import pytest
 from conftest import MODEL, Upstream
@@ -97,3 +98,31 @@ def test_refuses_remote_target() -> None:
     )
     assert result.returncode == 2
     assert "not an http(s) URL on 127.0.0.1" in result.stderr
+
+
+def test_replays_a_trace_with_its_token_counts(upstream: Upstream, tmp_path: Path) -> None:
+    # Twelve requests, each with its own output length and a prompt length paired with it.
+    rows = [f"2023-11-16 18:17:{i:02d}.5,{10 + i},{3 + i}" for i in range(12)]
+    trace = tmp_path / "trace.csv"
+    trace.write_text("TIMESTAMP,ContextTokens,GeneratedTokens\n" + "\n".join(rows) + "\n", encoding="utf-8")
+    out = subprocess.run(
+        oximeter_argv("traffic", "--target", upstream.url, "--trace", str(trace), "--start-hour", "20.5",
+                      "--duration", "60", "--max-requests", "12", "--stream-ratio", "0"),
+        capture_output=True, text=True, timeout=120, check=True,
+    ).stdout
+    answers = json.loads(out.splitlines()[-1])["answers"]
+    bodies = upstream.completions()
+    assert answers == {"200": len(bodies)} and len(bodies) >= 6
+    for body in bodies:
+        words = len(body["messages"][-1]["content"].split())
+        assert 3 <= body["max_tokens"] <= 14 and words == body["max_tokens"] + 7
+
+
+def test_a_malformed_trace_is_refused_before_any_request(upstream: Upstream, tmp_path: Path) -> None:
+    trace = tmp_path / "trace.csv"
+    trace.write_text("TIMESTAMP,ContextTokens,GeneratedTokens\n1700000000,5,5\n1700000001,5\n",
+                     encoding="utf-8")
+    result = subprocess.run(oximeter_argv("traffic", "--target", upstream.url, "--trace", str(trace)),
+                            capture_output=True, text=True, timeout=60)
+    assert result.returncode == 2 and f"{trace}: line 3: 2 fields" in result.stderr
+    assert "Traceback" not in result.stderr and upstream.completions() == []
