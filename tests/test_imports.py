@@ -9,7 +9,7 @@ import sys
 
 import pytest
 
-HEAVY = ("pandas", "numpy", "analyzer")
+HEAVY = ("pandas", "numpy", "analyzer", "sklearn")
 
 
 def loaded(statement: str) -> list[str]:
@@ -33,3 +33,13 @@ def test_settings_models_import_neither_pandas_nor_numpy() -> None:
     assert [m for m in loaded(statement) if m != "analyzer"] == []
     # The guard can fail: the analyzer's catalogue does pull pandas in.
     assert "pandas" in loaded("import analyzer.signals")
+
+
+def test_the_incident_commands_leave_scikit_learn_to_the_detector_that_fits() -> None:
+    # ``oximeter incidents`` and the daemons load the diagnosis (and through it the detector
+    # registry); scikit-learn's two seconds of start-up belong only to a detector that fits one.
+    assert "sklearn" not in loaded("import analyzer.diagnosis, analyzer.incidents_cli")
+    # The guard can fail: fitting one does load it.
+    assert "sklearn" in loaded("import numpy as np\n"
+                               "from analyzer.detectors.neighbours import NeighbourSurprise\n"
+                               "NeighbourSurprise().surprise(np.sin(np.arange(2000.0)))")

@@ -24,7 +24,6 @@ from typing import ClassVar, Literal
 import numpy as np
 import pandas as pd
 from numpy.lib.stride_tricks import sliding_window_view
-from sklearn.neighbors import NearestNeighbors
 
 from analyzer.detectors.base import Detection, Detector, like
 from analyzer.frame import Baseline
@@ -88,6 +87,10 @@ class NeighbourSurprise(Detector):
                         self.min_scale_rel * abs(mid), self.min_scale_abs)
             lo = max(0, t0 - start - self.reference)
             known = shapes[lo:t0 - start - self.window + 1]  # shapes that end before the block
+            # Imported here: scikit-learn costs about 2 s of start-up, and only `oximeter detect`
+            # and signals configured with this detector ever fit one.
+            from sklearn.neighbors import NearestNeighbors
+
             search = NearestNeighbors(n_neighbors=self.neighbours).fit(known / scale)
             distance, _ = search.kneighbors(shapes[t0 - start - self.window + 1:t1 - start - self.window + 1]
                                             / scale)

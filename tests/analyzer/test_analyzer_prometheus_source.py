@@ -165,7 +165,9 @@ def canned() -> Iterator[str]:
     server = HTTPServer(("127.0.0.1", 0), Canned)
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
-    Canned.seen, Canned.rules, Canned.rule_reads = [], None, 0
+    # Every field a test may set, reset: the tests of this module run on whichever worker is free,
+    # in any order, so one test's 400 must not answer the next one.
+    Canned.status, Canned.body, Canned.seen, Canned.rules, Canned.rule_reads = 200, {}, [], None, 0
     yield f"http://127.0.0.1:{server.server_address[1]}"
     server.shutdown()
     server.server_close()

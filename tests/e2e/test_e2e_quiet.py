@@ -10,7 +10,7 @@ from __future__ import annotations
 import time
 
 import pytest
-from e2e_helpers import analyzer_url, headline, incidents, kind_of
+from e2e_helpers import Victoria, analyzer_url, headline, incidents, kind_of
 from shared_stack import SCALE
 
 from oximeter.scrape import scrape, total
@@ -22,7 +22,10 @@ SOAK_S = 600 / SCALE
 pytestmark = pytest.mark.e2e
 
 
-def test_fault_free_stack_opens_no_incident(live_stack: Stack, chat_sink: ChatSink) -> None:
+def test_fault_free_stack_opens_no_incident(live_stack: Stack, chat_sink: ChatSink,
+                                            victoria: Victoria) -> None:
+    # ``victoria`` (the faults' second analyzer) starts inside the soak rather than after it, as the
+    # faults need it scraping before they begin; it tells its own sink, so this soak is unchanged.
     assert live_stack.prometheus_started_s is not None
     end = live_stack.prometheus_started_s + SOAK_S + 2
     if end > time.time():
