@@ -23,10 +23,10 @@ SCALE = 10.0
 LOOKBACK_S = 300 / SCALE
 # Traffic at a constant rate, in the history and live: the suite must take as long and judge the same
 # traffic whatever hour CI starts it (with the daily shape, a night start carried 0.44 req/s per
-# node and the queue's p99 waited four minutes for the requests its guard needs). 1.5 req/s per
-# node fills that guard (analyzer.signals.P99_MIN_COUNT in 5 min) about a minute after start, well
-# inside the gateway's 12 concurrent requests.
-BACKFILL = BackfillSpec(nodes=2, gpus_per_node=2, base_rps=1.5, days=0.125, step_s=15.0, daily_shape=False)
+# node and the queue's p99 waited four minutes for the requests its guard needs). 2 req/s per node
+# (the daily shape's evening peak) fills that guard (analyzer.signals.P99_MIN_COUNT in 5 min) within
+# the quiet soak, well inside the gateway's 12 concurrent requests.
+BACKFILL = BackfillSpec(nodes=2, gpus_per_node=2, base_rps=2.0, days=0.125, step_s=15.0, daily_shape=False)
 # The history ends BACKFILL_GAP_S before the stack starts (oximeter/demo_stack.py says why).
 assert BACKFILL.days * 86400 >= 86400 / SCALE + 1800 + BACKFILL_GAP_S, \
     "the scaled `offset 1d` must fall inside the backfill"
