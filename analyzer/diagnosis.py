@@ -26,6 +26,12 @@ LOWER_LAYERS = frozenset(LAYERS[:4])
 Snapshot = Mapping[str, Mapping[Labels, float]]
 THERMAL_REASON = "gpu_clock_thermal"  # 1 while hw_thermal or sw_thermal is active on the GPU
 THROTTLE_REASON = "gpu_clock_throttle"  # 1 while any clock event reason but idle is active
+# The most requests the engine held waiting for a batch slot (or KV blocks) in the last 15 min: above
+# 0, the engine itself was full, however briefly. Bursts of a few seconds fill it and build a queue
+# while 1-minute GPU utilisation stays unremarkable, so this is capacity evidence utilisation misses.
+# 15 min: the queue wait it explains is a p99 over 5 min held 10 min more before it is an event, so
+# the burst behind a queue-wait event can be that old when the rule first sees the event.
+ENGINE_WAITING = "engine_waiting_max"
 
 QUEUE_UP = ("queue_wait_p99", "queue_length", "queue_limit_ratio")
 LATENCY_UP = ("queue_wait_p99", "ttft_p99", "request_p99", "engine_ttft_p99", "engine_itl_peer")
@@ -401,12 +407,17 @@ def gpu_memory_leak(case: Case) -> Diagnosis | None:
 
 
 def kv_pressure(case: Case) -> Diagnosis | None:
-    """Queue wait up with KV-cache usage ≥ 0.95 or preemptions rising."""
-    queue = case.of(*QUEUE_UP)
-    if not queue:
+    """Preemptions rising, or queue wait up with KV-cache usage ≥ 0.95.
+
+    Rising preemptions need no queue beside them: the engine preempts a sequence only when its KV
+    blocks run out, so they are KV pressure by themselves, and with bursty traffic the pool can fill
+    and preempt in bursts too short to build a gateway queue or to show in a sampled usage gauge.
+    A full cache alone is not: vLLM fills its pool under any steady load.
+    """
+    queue, preempt = case.of(*QUEUE_UP), case.of("preemption_rate")
+    if not queue and not preempt:
         return None
     kv = {k: v for k, v in case.context("kv_cache_usage").items() if v >= case.limit("kv_cache_usage")}
-    preempt = case.of("preemption_rate")
     if kv:
         labels = sorted(kv)[0]
         cause, text = RootCause("kv_cache_usage", labels), f"KV cache {kv[labels] * 100:.0f} % full"
@@ -414,8 +425,10 @@ def kv_pressure(case: Case) -> Diagnosis | None:
         cause, text = RootCause("preemption_rate", preempt[0].labels), f"preemptions {preempt[0].value:.2g}/s"
     else:
         return None
-    return _verdict(case, "kv_pressure", "engine", cause, f"{describe(queue[0])} while {text}", "warning",
-                    ["kv_cache_usage", "preemption_rate"])
+    causes = ["kv_cache_usage", "preemption_rate"]
+    sentence = f"{describe(queue[0])} while {text}" if queue else \
+        f"{describe(preempt[0])}: KV cache exhausted" + _impact_text(case, causes)
+    return _verdict(case, "kv_pressure", "engine", cause, sentence, "warning", causes)
 
 
 def prefix_cache_collapse(case: Case) -> Diagnosis | None:
@@ -432,13 +445,32 @@ def _queue_wait(case: Case) -> AnomalyEvent | None:
 
 
 def capacity_exhausted(case: Case) -> Diagnosis | None:
-    """Queue wait up and GPU utilisation high (> 85 %): the fleet is simply full."""
-    q, util = _queue_wait(case), case.context("gpu_utilization_p95")
-    if q is None or not util or fmean(util.values()) <= case.thresholds.gpu_util_high:
+    """Queue wait up while the engines are full: GPU utilisation high (> 85 %), or an engine holding
+    requests in its own waiting queue (no batch slot or KV blocks free). Nothing is broken; the
+    fleet is simply too small.
+
+    Either suffices: sustained load shows in utilisation, while bursts of a few seconds fill the
+    engine between 1-minute utilisation samples that look ordinary. An admission bottleneck never
+    fills the engine, so its waiting queue stays empty. With the engine's queue seen, TTFT up is
+    the wait too (the engine's queue time is part of it), and it rises minutes before the
+    queue-wait p99 has held long enough to be an event.
+    """
+    util = case.context("gpu_utilization_p95")
+    busy = fmean(util.values()) if util else None
+    waiting = max(case.context(ENGINE_WAITING).values(), default=0.0)
+    q = _queue_wait(case) or (_first(case, *TTFT_UP) if waiting > 0 else None)
+    if q is None:
         return None
+    if busy is not None and busy > case.thresholds.gpu_util_high:
+        why = f"GPU util {busy * 100:.0f} %"
+    elif waiting > 0:
+        why = f"its engine held up to {waiting:.0f} request(s) waiting for a batch slot" \
+              + (f" (GPU util {busy * 100:.0f} %)" if busy is not None else "")
+    else:
+        return None
+    causes = [*QUEUE_UP, *TTFT_UP] if waiting > 0 else list(QUEUE_UP)
     return _verdict(case, "capacity_exhausted", "scheduling", RootCause(q.signal, q.labels),
-                    f"{describe(q)} while GPU util {fmean(util.values()) * 100:.0f} %: capacity exhausted",
-                    "warning", list(QUEUE_UP))
+                    f"{describe(q)} while {why}: capacity exhausted", "warning", causes)
 
 
 def scheduling_bottleneck(case: Case) -> Diagnosis | None:

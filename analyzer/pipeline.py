@@ -23,7 +23,7 @@ import pandas as pd
 
 from analyzer.baselines import BaselinePolicy, ChangeWindow
 from analyzer.cycle import SignalCycle
-from analyzer.diagnosis import THERMAL_REASON, THROTTLE_REASON, Labels, Snapshot
+from analyzer.diagnosis import ENGINE_WAITING, THERMAL_REASON, THROTTLE_REASON, Labels, Snapshot
 from analyzer.evaluate import needs_history
 from analyzer.events import AnomalyEvent
 from analyzer.frame import SeriesFrame
@@ -42,6 +42,9 @@ CONTEXT: dict[str, SignalSpec] = {s.name: s for s in (
     SignalSpec(name=THROTTLE_REASON, layer="infrastructure", kind="gauge", entity_labels=("node", "gpu"),
                promql="max without (instance, job, reason) "
                       '(oximeter_gpu_clock_event_active{reason!="idle"})'),
+    SignalSpec(name=ENGINE_WAITING, layer="engine", kind="gauge", entity_labels=("node",),
+               promql="max without (instance, job, engine, model_name) "
+                      "(max_over_time(vllm:num_requests_waiting[15m]))"),
     SignalSpec(name=TARGET_INFO, layer="platform", kind="gauge", entity_labels=("service", "model", "node"),
                promql="oximeter_target_info"),
 )}
@@ -50,6 +53,8 @@ CONTEXT_RECIPES: dict[str, recipes.Recipe] = {
     THERMAL_REASON: recipes.Gauge("oximeter_gpu_clock_event_active", {"reason": "~hw_thermal|sw_thermal"},
                           drop=("reason",)),
     THROTTLE_REASON: recipes.Gauge("oximeter_gpu_clock_event_active", {"reason": "!idle"}, drop=("reason",)),
+    ENGINE_WAITING: recipes.OverTime(
+        recipes.Gauge("vllm:num_requests_waiting", drop=("engine", "model_name")), 900),
     TARGET_INFO: recipes.Gauge("oximeter_target_info"),
 }
 # How long after a declared change its effects (restart, warm-up, cache refill) stay out of baselines.

@@ -23,6 +23,11 @@ UTIL_LOW: Snapshot = {"gpu_utilization_p95": {gpu(): 0.32, gpu(index="1"): 0.32}
 UTIL_HIGH: Snapshot = {"gpu_utilization_p95": {gpu(): 0.93}}
 KV_FULL: Snapshot = {"kv_cache_usage": {MODEL: 0.97}}
 KV_OK: Snapshot = {"kv_cache_usage": {MODEL: 0.80}}
+# The most requests node-0's engine held in its own waiting queue over the last 15 min.
+ENGINE_WAITED: Snapshot = {dx.ENGINE_WAITING: {(("node", "node-0"),): 3.0}}
+ENGINE_NEVER_WAITED: Snapshot = {dx.ENGINE_WAITING: {(("node", "node-0"),): 0.0}}
+TTFT = ev("ttft_p99", 1.2, 0.4, on=N0)
+PREEMPT = ev("preemption_rate", 0.38, 0.1, node="node-0", model="m")
 THERMAL: Snapshot = {"gpu_temperature": {gpu(): 91.0}, "gpu_sm_clock_ratio": {gpu(): 0.55},
                      dx.THERMAL_REASON: {gpu(): 1.0}}
 HOT_NO_REASON: Snapshot = {**THERMAL, dx.THERMAL_REASON: {gpu(): 0.0}}
@@ -204,6 +209,15 @@ ROWS = [
         sentence="queue_wait p99 4.8 s = 6.1 × baseline while KV cache 97 % full"),
     Row("preemptions", dx.kv_pressure, (Q_SOFT, ev("preemption_rate", 0.5, 0.0, node="node-0", model="m")),
         KV_OK, root="preemption_rate", severity="warning"),
+    Row("preemptions need no queue: the engine preempts only when KV blocks run out", dx.kv_pressure,
+        (PREEMPT, TTFT), KV_OK, root="preemption_rate", severity="warning",
+        sentence="preemption_rate 0.38 = 3.8 × baseline: KV cache exhausted; "
+                 "impact: ttft p99 1.2 s = 3.0 × baseline"),
+    Row("preemptions with the cache seen full name the cache", dx.kv_pressure, (PREEMPT,), KV_FULL,
+        root="kv_cache_usage"),
+    Row("a full cache without preemptions or a queue is only load", dx.kv_pressure,
+        (ev("kv_cache_usage", 0.97, 0.6, node="node-0", model="m"),), KV_FULL, fires=False,
+        winner="unclassified", root="kv_cache_usage"),
     Row("kv not full, no preemption", dx.kv_pressure, (Q,), merge(UTIL_HIGH, KV_OK), fires=False,
         winner="capacity_exhausted"),
     Row("prefix collapse", dx.prefix_cache_collapse,
@@ -215,6 +229,26 @@ ROWS = [
         winner="unclassified", root="prefix_cache_hit_ratio"),
     Row("capacity", dx.capacity_exhausted, (Q,), UTIL_HIGH, root="queue_wait_p99", severity="critical",
         sentence="queue_wait p99 4.8 s = 6.1 × baseline while GPU util 93 %: capacity exhausted"),
+    Row("bursts: the engine's own queue filled while utilisation looks low", dx.capacity_exhausted, (Q,),
+        merge(UTIL_LOW, ENGINE_WAITED), root="queue_wait_p99", severity="critical",
+        sentence="queue_wait p99 4.8 s = 6.1 × baseline while its engine held up to 3 request(s) waiting "
+                 "for a batch slot (GPU util 32 %): capacity exhausted"),
+    Row("an engine that never queued is not full", dx.capacity_exhausted, (Q,),
+        merge(UTIL_LOW, ENGINE_NEVER_WAITED, KV_OK), fires=False, winner="scheduling_bottleneck"),
+    Row("another node's engine queue is not this group's", dx.capacity_exhausted, (Q,),
+        merge(UTIL_LOW, {dx.ENGINE_WAITING: {(("node", "node-7"),): 5.0}}, KV_OK), fires=False,
+        winner="scheduling_bottleneck"),
+    Row("TTFT up before the queue-wait event, engine queue filled", dx.capacity_exhausted, (TTFT,),
+        merge(UTIL_LOW, ENGINE_WAITED), root="ttft_p99"),
+    Row("TTFT up with the GPUs busy but no queue seen yet", dx.capacity_exhausted, (TTFT,), UTIL_HIGH,
+        fires=False, winner="unclassified", root="ttft_p99"),
+    Row("busy GPUs and a full engine queue: utilisation is named", dx.capacity_exhausted, (Q,),
+        merge(UTIL_HIGH, ENGINE_WAITED), root="queue_wait_p99",
+        sentence="queue_wait p99 4.8 s = 6.1 × baseline while GPU util 93 %: capacity exhausted"),
+    Row("busy GPUs, a full engine queue, TTFT up before the queue-wait event", dx.capacity_exhausted,
+        (TTFT,), merge(UTIL_HIGH, ENGINE_WAITED), root="ttft_p99"),
+    Row("TTFT up, engines neither full nor queued", dx.capacity_exhausted, (TTFT,),
+        merge(UTIL_LOW, ENGINE_NEVER_WAITED), fires=False, winner="unclassified", root="ttft_p99"),
     Row("middling utilisation is neither full nor idle", dx.capacity_exhausted, (Q,),
         {"gpu_utilization_p95": {gpu(): 0.6}}, fires=False, winner="unclassified", root="queue_wait_p99"),
     Row("scheduling bottleneck", dx.scheduling_bottleneck, (Q,), merge(UTIL_LOW, KV_OK),
