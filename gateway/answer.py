@@ -17,10 +17,14 @@ _KNOWN_FINISH = {reason.encode(): reason for reason in FINISH_REASONS}
 _COMPLETION_TOKENS = re.compile(rb'"completion_tokens"\s*:\s*(\d+)')
 _PROMPT_TOKENS = re.compile(rb'"prompt_tokens"\s*:\s*(\d+)')
 _FINISH_REASON = re.compile(rb'"finish_reason"\s*:\s*"([^"]{1,64})"')
+# A set finish reason as compact and as default JSON encoders write it: a substring test first, so
+# the regular expression runs only on the one chunk that ends a stream (every chunk has a null one).
+_FINISH_SET = (b'"finish_reason":"', b'"finish_reason": "')
 # Generated text or a tool call's arguments that is not the empty string.
 _TEXT = re.compile(rb'"(?:content|text|arguments)"\s*:\s*"[^"]')
 # vLLM reports a failure inside an open stream as an event holding an error object.
-_ERROR_EVENTS = (b'data: {"error"', b'"object":"error"', b'"object": "error"')
+_ERROR_EVENT = b'data: {"error"'
+_ERROR_OBJECT, _ERROR_OBJECT_SPACED = b'"object":"error"', b'"object": "error"'
 USAGE_KEY = b'"completion_tokens"'
 SSE_EVENT = b"data: {"
 
@@ -39,6 +43,8 @@ def prompt_tokens(data: bytes) -> int | None:
 
 def finish_reason(data: bytes) -> bytes | None:
     """The last ``finish_reason`` set in ``data`` (raw bytes; ``None`` while it is still null)."""
+    if _FINISH_SET[0] not in data and _FINISH_SET[1] not in data:
+        return None
     found = _FINISH_REASON.findall(data)
     return found[-1] if found else None
 
@@ -55,4 +61,5 @@ def has_text(data: bytes) -> bool:
 
 def has_error_event(data: bytes) -> bool:
     """Whether a streamed chunk holds an error the engine reported mid-stream."""
-    return any(marker in data for marker in _ERROR_EVENTS)
+    # Substring tests, not any() over a generator: this runs on every chunk.
+    return _ERROR_EVENT in data or _ERROR_OBJECT in data or _ERROR_OBJECT_SPACED in data
