@@ -47,6 +47,9 @@ def test_openai_client_through_gateway_to_simulator(
     assert sum(1 for c in stream if c.choices and c.choices[0].delta.content) == 7
     assert read_metric(gw, "oximeter_requests_total", route=CHAT, code="200", **LABELS) == 2
     assert read_metric(gw, "oximeter_output_tokens_total", **LABELS) == 12
+    # Both stopped at max_tokens; both carried text.
+    assert read_metric(gw, "oximeter_completions_total", finish_reason="length", **LABELS) == 2
+    assert read_metric(gw, "oximeter_empty_completions_total", **LABELS) == 0
     assert read_metric(gw, "oximeter_target_info", **LABELS) == 1
 
 
