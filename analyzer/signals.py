@@ -363,6 +363,16 @@ CATALOGUE: dict[str, SignalSpec] = {s.name: s for s in (
               '"model", "$1", "model_name", "(.*)")',
        entity_labels=("node", "model"), min_delta=0.15, for_s=180,
        description="prefix-cache hit ratio dropping sharply"),
+    # Counted by the gateway from each answer's bytes; the engine is what produced the empty answer.
+    _s(name="empty_output_ratio", layer="engine", kind="ratio",
+       record="service_node:oximeter_completions_empty:ratio_5m",
+       promql="sum without (instance, job) (increase(oximeter_empty_completions_total[5m])) "
+              "/ sum without (instance, job, finish_reason) (increase(oximeter_completions_total[5m]))",
+       entity_labels=("service", "node"), threshold=0.05, for_s=120,
+       min_traffic=TrafficGuard(promql="sum without (instance, job, finish_reason) "
+                                       "(increase(oximeter_completions_total[5m]))", minimum=20),
+       description="more than 5 % of completed answers carried no text over 5 min, with at least "
+                   "20 answers"),
     _s(name="engine_ttft_p99", layer="engine", kind="latency", unit="s",
        record="node_model:vllm_time_to_first_token_seconds:p99_5m",
        promql='label_replace(histogram_quantile(0.99, sum without (instance, job) '

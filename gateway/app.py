@@ -25,9 +25,12 @@ from gateway.guard import ConnectionGuard
 from gateway.logsink import RequestLog
 from gateway.metrics import GatewayMetrics, route_label
 from gateway.settings import GatewaySettings
+from gateway.tracecontext import trace_of
 from gateway.waiting import AsyncAdmission
 
 COMPLETION_ROUTES = ("/v1/chat/completions", "/v1/completions")
+# A client-chosen model name is logged as sent, cut to this length.
+_MODEL_NAME_CHARS = 200
 _WARMUP_MAX_DELAY_S = 5.0
 
 
@@ -54,6 +57,15 @@ def _texts(value: Any) -> list[str]:
         return []
     parts = [part.get("text") if isinstance(part, dict) else part for part in value]
     return [part for part in parts if isinstance(part, str)]
+
+
+def _max_tokens(payload: dict[str, Any]) -> int | None:
+    """The output-token cap the client asked for, if any."""
+    for key in ("max_completion_tokens", "max_tokens"):
+        value = payload.get(key)
+        if isinstance(value, int) and not isinstance(value, bool):
+            return value
+    return None
 
 
 def request_limits_problem(payload: dict[str, Any], settings: GatewaySettings) -> str | None:
@@ -163,10 +175,11 @@ class Gateway:
     async def _models(self, request: web.Request) -> web.Response:
         """Cheap and side-effect free: passed through without admission."""
         request_id = request.headers.get("X-Request-ID") or self._ids.next()
+        trace = trace_of(request.headers.get("traceparent"))
         try:
             async with self.session.get(
                 f"{self.upstream}/v1/models",
-                headers=forwarded_headers(request.headers, request_id),
+                headers=forwarded_headers(request.headers, request_id, trace),
                 timeout=aiohttp.ClientTimeout(total=self.settings.first_byte_timeout_s),
             ) as up:
                 body = await up.read()
@@ -181,13 +194,24 @@ class Gateway:
         return web.Response(status=status, body=body, headers=headers)
 
     def _finish(self, ctx: RequestContext, code: int) -> None:
-        """Count the answer and write the "finished" log line, the last of the four per request."""
+        """Count the answer and write the "finished" log line, the last of the four per request.
+
+        The line says what was asked (model, max tokens), what came back (tokens, finish reason)
+        and where it went (the engine's address), under the request's trace id.
+        """
         total_s = time.monotonic() - ctx.arrived
         self.metrics.series(ctx.model).answered(ctx.route, code, total_s)
         self._log(
             "request finished",
             request_id=ctx.request_id,
+            trace_id=ctx.trace.trace_id,
             status=code,
+            model=ctx.model_name,
+            upstream=self.upstream,
+            prompt_tokens=ctx.prompt_tokens,
+            max_tokens=ctx.max_tokens,
+            output_tokens=ctx.output_tokens,
+            finish_reason=ctx.finish_reason,
             total_ms=round(total_s * 1e3, 2),
             upstream_ms=None if ctx.upstream_s is None else round(ctx.upstream_s * 1e3, 2),
             ttft_ms=None if ctx.ttft_s is None else round(ctx.ttft_s * 1e3, 2),
@@ -210,6 +234,7 @@ class Gateway:
             request.headers.get("X-Request-ID") or self._ids.next(),
             route_label(request.path),
             time.monotonic(),
+            trace_of(request.headers.get("traceparent")),
         )
         limit = self.settings.max_body_bytes
         if request.content_length is not None and request.content_length > limit:
@@ -226,14 +251,18 @@ class Gateway:
                                     f"request body not received within {self.settings.body_timeout_s:g} s")
             response.force_close()
             return response
-        self._log("request received", request_id=ctx.request_id, route=ctx.route, body_bytes=len(body))
+        self._log("request received", request_id=ctx.request_id, trace_id=ctx.trace.trace_id,
+                  route=ctx.route, body_bytes=len(body))
         try:
             payload: Any = json.loads(body)
         except ValueError as exc:
             return self._refuse(ctx, 400, "invalid_json", f"malformed JSON: {exc}")
         if not isinstance(payload, dict):
             return self._refuse(ctx, 400, "invalid_json", "the body must be a JSON object")
-        ctx.model = self.metrics.model_label(payload.get("model"))
+        model = payload.get("model")
+        ctx.model = self.metrics.model_label(model)
+        ctx.model_name = model[:_MODEL_NAME_CHARS] if isinstance(model, str) else None
+        ctx.max_tokens = _max_tokens(payload)
         if (problem := request_limits_problem(payload, self.settings)) is not None:
             return self._refuse(ctx, 400, "limit_exceeded", problem)
 

@@ -2,16 +2,16 @@
 
 The request body is forwarded as the original bytes (no re-encoding); a streamed answer is written
 to the client chunk by chunk as the upstream's bytes arrive, never re-parsed: TTFT needs only the
-first chunk, and token counting reads vLLM's ``usage`` (or, failing that, counts SSE events) with
-two C-level scans per chunk. Aborting an upstream request means closing its connection, which is
-how vLLM learns the client left and frees the sequence instead of generating for nobody.
+first chunk, and what is counted about the answer (tokens, finish reason, empty output, an error
+event) comes from C-level scans of each chunk (``gateway.answer``). Aborting an upstream request
+means closing its connection, which is how vLLM learns the client left and frees the sequence
+instead of generating for nobody.
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
-import re
 import time
 from collections.abc import Callable, Mapping
 
@@ -19,8 +19,10 @@ import aiohttp
 from aiohttp import web
 from yarl import URL
 
+from gateway import answer
 from gateway.metrics import ModelSeries
 from gateway.settings import GatewaySettings
+from gateway.tracecontext import TraceContext
 
 # RFC 9110 section 7.6.1 hop-by-hop fields, plus those aiohttp recomputes for the forwarded body.
 _HOP_BY_HOP = frozenset(
@@ -37,9 +39,8 @@ _HOP_BY_HOP = frozenset(
         "content-length",
     }
 )
-_USAGE_TOKENS = re.compile(rb'"completion_tokens"\s*:\s*(\d+)')
-_USAGE_KEY = b'"completion_tokens"'
-_SSE_EVENT = b"data: {"
+# Replaced by the request's own trace context (an invalid traceparent invalidates tracestate too).
+_TRACE_FIELDS = frozenset({"traceparent", "tracestate"})
 
 
 def json_error(
@@ -55,15 +56,22 @@ def json_error(
     )
 
 
-def output_tokens(data: bytes, events: int) -> int:
-    """``usage.completion_tokens`` when the upstream sent it, else one token per SSE event."""
-    found = _USAGE_TOKENS.findall(data)
-    return int(found[-1]) if found else events
+def forwarded_headers(
+    headers: Mapping[str, str], request_id: str, trace: TraceContext | None = None
+) -> dict[str, str]:
+    """End-to-end header fields of one hop, with the request ID (either direction).
 
-
-def forwarded_headers(headers: Mapping[str, str], request_id: str) -> dict[str, str]:
-    """End-to-end header fields of one hop, with the request ID (either direction)."""
-    forwarded = {k: v for k, v in headers.items() if k.lower() not in _HOP_BY_HOP}
+    With ``trace`` (towards the engine) the ``traceparent`` is the request's; the client's
+    ``tracestate`` goes along only with the client's own valid ``traceparent``.
+    """
+    if trace is None:
+        forwarded = {k: v for k, v in headers.items() if k.lower() not in _HOP_BY_HOP}
+    else:
+        drop = {"traceparent"} if trace.received else _TRACE_FIELDS
+        forwarded = {
+            k: v for k, v in headers.items() if (low := k.lower()) not in _HOP_BY_HOP and low not in drop
+        }
+        forwarded["traceparent"] = trace.traceparent
     forwarded["X-Request-ID"] = request_id
     return forwarded
 
@@ -71,15 +79,22 @@ def forwarded_headers(headers: Mapping[str, str], request_id: str) -> dict[str, 
 class RequestContext:
     """What the four log points and the metrics need about one request."""
 
-    __slots__ = ("arrived", "model", "request_id", "route", "ttft_s", "upstream_s")
+    __slots__ = ("arrived", "finish_reason", "max_tokens", "model", "model_name", "output_tokens",
+                 "prompt_tokens", "request_id", "route", "trace", "ttft_s", "upstream_s")
 
-    def __init__(self, request_id: str, route: str, arrived: float) -> None:
+    def __init__(self, request_id: str, route: str, arrived: float, trace: TraceContext) -> None:
         self.request_id = request_id
         self.route = route
         self.arrived = arrived
-        self.model = "other"
+        self.trace = trace
+        self.model = "other"  # the bounded label value
+        self.model_name: str | None = None  # as the client asked for it
+        self.max_tokens: int | None = None
         self.ttft_s: float | None = None
         self.upstream_s: float | None = None
+        self.prompt_tokens: int | None = None
+        self.output_tokens: int | None = None
+        self.finish_reason: str | None = None
 
 
 Finish = Callable[[RequestContext, int], None]
@@ -182,7 +197,7 @@ class Forwarder:
                     upstream = await self.session.post(
                         self.url(request.path),
                         data=body,
-                        headers=forwarded_headers(request.headers, ctx.request_id),
+                        headers=forwarded_headers(request.headers, ctx.request_id, ctx.trace),
                     )
                     streaming = upstream.content_type == "text/event-stream"
                     data = await (upstream.content.readany() if streaming else upstream.read())
@@ -212,7 +227,11 @@ class Forwarder:
             ctx.upstream_s = time.monotonic() - started
             series.upstream_duration.observe(ctx.upstream_s)
             if upstream.status == 200:
-                series.output_tokens.inc(output_tokens(data, 0))
+                ctx.output_tokens = answer.output_tokens(data, 0)
+                ctx.prompt_tokens = answer.prompt_tokens(data)
+                series.output_tokens.inc(ctx.output_tokens)
+                empty = not answer.has_text(data)
+                ctx.finish_reason = series.completed(answer.finish_reason(data), empty=empty)
             upstream.release()
             self._finish(ctx, upstream.status)
             return web.Response(
@@ -245,8 +264,11 @@ class Forwarder:
         )
         await response.prepare(request)
         await response.write(first)
-        events = first.count(_SSE_EVENT)
-        usage = first if _USAGE_KEY in first else b""
+        events = first.count(answer.SSE_EVENT)
+        usage = first if answer.USAGE_KEY in first else b""
+        finish = answer.finish_reason(first)
+        texted = answer.has_text(first)
+        engine_error = answer.has_error_event(first)
         last = time.monotonic()
         code = upstream.status
         watchdog = _IdleWatchdog(idle_s, content)
@@ -260,6 +282,7 @@ class Forwarder:
                     idle = isinstance(exc, _StreamIdleError)
                     reason, code = ("stream_idle_timeout", 504) if idle else ("upstream_error", 502)
                     self._abort(upstream, series, reason)
+                    series.stream_failed(reason)
                     message = f"engine sent nothing for {idle_s} s" if idle else f"engine stream broke: {exc}"
                     error = {"error": {"message": message, "type": reason, "code": code}}
                     await response.write(f"data: {json.dumps(error)}\n\n".encode())
@@ -273,16 +296,25 @@ class Forwarder:
                 now = time.monotonic()
                 inter_token.observe(now - last)
                 last = now
-                events += chunk.count(_SSE_EVENT)
-                if _USAGE_KEY in chunk:
+                events += chunk.count(answer.SSE_EVENT)
+                if answer.USAGE_KEY in chunk:
                     usage = chunk
+                finish = answer.finish_reason(chunk) or finish
+                texted = texted or answer.has_text(chunk)
+                engine_error = engine_error or answer.has_error_event(chunk)
         finally:
             watchdog.cancel()
         ctx.upstream_s = time.monotonic() - started
         series.upstream_duration.observe(ctx.upstream_s)
         if code == 200:
-            series.output_tokens.inc(output_tokens(usage, events))
+            ctx.output_tokens = answer.output_tokens(usage, events)
+            ctx.prompt_tokens = answer.prompt_tokens(usage)
+            series.output_tokens.inc(ctx.output_tokens)
             upstream.release()
+            if engine_error:
+                series.stream_failed("engine_error")
+            else:
+                ctx.finish_reason = series.completed(finish, empty=not texted)
         await response.write_eof()
         self._finish(ctx, code)
         return response

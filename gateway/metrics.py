@@ -17,6 +17,7 @@ from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
 from gateway.admission import AdmissionController, RejectReason
+from gateway.answer import FINISH_REASONS, OTHER_FINISH, finish_label
 
 OTHER = "other"
 ROUTES = ("/v1/chat/completions", "/v1/completions", "/v1/models")
@@ -32,6 +33,9 @@ REJECT_REASONS = (
     "limit_exceeded",
 )
 ABORT_REASONS = ("first_byte_timeout", "stream_idle_timeout", "client_disconnect", "upstream_error")
+# Why a stream failed after its head went out: the engine went quiet, its connection broke, or it
+# sent an error event itself.
+STREAM_ERROR_REASONS = ("stream_idle_timeout", "upstream_error", "engine_error")
 # A healthy queue wait is under 200 ms and 1 s pages; 5 ms–60 s covers both ends.
 QUEUE_WAIT_BUCKETS_S = (0.005, 0.01, 0.025, 0.05, 0.1, 0.2, 0.5, 1.0, 2.0, 5.0, 10.0, 20.0, 30.0, 60.0)
 LATENCY_BUCKETS_S = (0.01, 0.025, 0.05, 0.1, 0.2, 0.5, 1.0, 2.0, 5.0, 10.0, 20.0, 30.0, 60.0, 120.0, 300.0)
@@ -163,6 +167,25 @@ class GatewayMetrics:
             (*BASE_LABELS, "reason"),
             registry=r,
         )
+        self.completions = Counter(
+            "oximeter_completions",
+            "Answers the engine completed (status 200), by the finish reason it reported "
+            "(other: none or an unknown one).",
+            (*BASE_LABELS, "finish_reason"),
+            registry=r,
+        )
+        self.empty_completions = Counter(
+            "oximeter_empty_completions",
+            "Completed answers that carried no text and no tool-call arguments.",
+            BASE_LABELS,
+            registry=r,
+        )
+        self.stream_errors = Counter(
+            "oximeter_stream_errors",
+            "Streamed answers that failed after their head was sent, by reason.",
+            (*BASE_LABELS, "reason"),
+            registry=r,
+        )
         r.register(_LevelsCollector(self, controller))
         self._series: dict[str, ModelSeries] = {}
         self.add_models(models)
@@ -205,7 +228,12 @@ class GatewayMetrics:
             self.rejected.labels(*base, reason)
         for reason in ABORT_REASONS:
             self.aborts.labels(*base, reason)
+        for reason in STREAM_ERROR_REASONS:
+            self.stream_errors.labels(*base, reason)
+        for reason in (*FINISH_REASONS, OTHER_FINISH):
+            self.completions.labels(*base, reason)
         self.output_tokens.labels(*base)
+        self.empty_completions.labels(*base)
 
 
 class ModelSeries:
@@ -221,6 +249,8 @@ class ModelSeries:
         self.inter_token = metrics.inter_token.labels(*base)
         self.output_tokens = metrics.output_tokens.labels(*base)
         self.upstream_duration = metrics.upstream_duration.labels(*base)
+        self._empty = metrics.empty_completions.labels(*base)
+        self._finished: dict[str, Any] = {}
         self._answers: dict[tuple[str, int], tuple[Any, Any]] = {}
 
     def answered(self, route: str, code: int, duration_s: float) -> None:
@@ -242,3 +272,18 @@ class ModelSeries:
     def aborted(self, reason: str) -> None:
         """Count one upstream abort."""
         self._metrics.aborts.labels(*self._base, reason).inc()
+
+    def completed(self, finish_reason: bytes | None, *, empty: bool) -> str:
+        """Count one completed answer by its finish reason; returns the reason's label value."""
+        label = finish_label(finish_reason)
+        child = self._finished.get(label)
+        if child is None:
+            child = self._finished[label] = self._metrics.completions.labels(*self._base, label)
+        child.inc()
+        if empty:
+            self._empty.inc()
+        return label
+
+    def stream_failed(self, reason: str) -> None:
+        """Count one stream that failed after its head was sent."""
+        self._metrics.stream_errors.labels(*self._base, reason).inc()

@@ -251,6 +251,8 @@ RECIPES: dict[str, Recipe] = {
     "prefix_cache_hit_ratio": Relabel(Ratio(
         Increase("vllm:prefix_cache_hits_total", 300, per_second=True),
         Increase("vllm:prefix_cache_queries_total", 300, per_second=True))),
+    "empty_output_ratio": Ratio(Increase("oximeter_empty_completions_total", 300),
+                                Increase("oximeter_completions_total", 300, drop=("finish_reason",))),
     "engine_ttft_p99": Relabel(HistogramQuantile(0.99, "vllm:time_to_first_token_seconds", 300)),
     "process_rss_trend": Ratio(Gauge("oximeter_process_resident_memory_bytes"),
                                Gauge("oximeter_host_memory_total_bytes"), on=("node",)),
@@ -265,6 +267,7 @@ RECIPES: dict[str, Recipe] = {
     "engine_ttft_p99:traffic": Relabel(Increase("vllm:time_to_first_token_seconds_count", 300)),
     "gpu_sm_clock_ratio:traffic": Gauge("oximeter_gpu_clock_event_active", {"reason": "!idle"},
                                         drop=("reason",)),
+    "empty_output_ratio:traffic": Increase("oximeter_completions_total", 300, drop=("finish_reason",)),
     "rejected_429_ratio:traffic": Increase("oximeter_requests_total", 60, drop=("code",)),
     "error_504_ratio:traffic": Increase("oximeter_requests_total", 60, drop=("code",)),
     "cache_hit_ratio:traffic": Increase("oximeter_cache_requests_total", 300, drop=("result",),

@@ -3,7 +3,9 @@
 The upstream records what reached it and how many requests it saw abandoned, so tests can check
 "nothing was forwarded" and "the gateway aborted" without timing anything. Behaviour is chosen per
 request by body fields: ``test_chunks`` (stream length), ``test_hold_after`` + ``test_hold_key``
-(hold the stream after that many chunks until ``release(key)``), ``test_hold_before_headers``.
+(hold the stream after that many chunks until ``release(key)``), ``test_hold_before_headers``,
+``test_finish`` (the finish reason reported), ``test_empty`` (chunks without text) and
+``test_error_event`` (an error event ends the stream).
 """
 
 from __future__ import annotations
@@ -33,6 +35,7 @@ class Upstream:
 
     url: str = ""
     received: list[tuple[str, bytes]] = field(default_factory=list)
+    headers: list[dict[str, str]] = field(default_factory=list)
     aborted: int = 0
     running: int = 0
     loop: asyncio.AbstractEventLoop | None = None
@@ -54,13 +57,13 @@ class Upstream:
         return self.holds.setdefault(key, asyncio.Event())
 
 
-def _chunk(i: int) -> bytes:
-    delta = {"content": f"tok{i} "}
+def _chunk(i: int, finish: str | None = None, *, empty: bool = False) -> bytes:
+    delta = {"content": "" if empty else f"tok{i} "}
     body = {
         "id": "c1",
         "object": "chat.completion.chunk",
         "model": MODEL,
-        "choices": [{"index": 0, "delta": delta}],
+        "choices": [{"index": 0, "delta": delta, "finish_reason": finish}],
     }
     return f"data: {json.dumps(body)}\n\n".encode()
 
@@ -69,6 +72,7 @@ async def _completion(state: Upstream, request: web.Request) -> web.StreamRespon
     raw = await request.read()
     with state.lock:
         state.received.append((request.path, raw))
+        state.headers.append(dict(request.headers))
     body = json.loads(raw)
     state.running += 1
     try:
@@ -77,7 +81,7 @@ async def _completion(state: Upstream, request: web.Request) -> web.StreamRespon
             await state._event(key).wait()
         chunks = int(body.get("test_chunks", 3))
         if not body.get("stream"):
-            text = " ".join(f"tok{i}" for i in range(chunks))
+            text = "" if body.get("test_empty") else " ".join(f"tok{i}" for i in range(chunks))
             return web.json_response(
                 {
                     "id": "c1",
@@ -87,7 +91,7 @@ async def _completion(state: Upstream, request: web.Request) -> web.StreamRespon
                         {
                             "index": 0,
                             "message": {"role": "assistant", "content": text},
-                            "finish_reason": "length",
+                            "finish_reason": body.get("test_finish", "length"),
                         }
                     ],
                     "usage": {"prompt_tokens": 3, "completion_tokens": chunks, "total_tokens": chunks + 3},
@@ -95,10 +99,13 @@ async def _completion(state: Upstream, request: web.Request) -> web.StreamRespon
             )
         response = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
         await response.prepare(request)
+        finish, empty = body.get("test_finish", "stop"), bool(body.get("test_empty"))
         for i in range(chunks):
-            await response.write(_chunk(i))
+            await response.write(_chunk(i, finish if i + 1 == chunks else None, empty=empty))
             if i + 1 == body.get("test_hold_after"):
                 await state._event(key).wait()
+        if body.get("test_error_event"):
+            await response.write(b'data: {"error": {"message": "engine failed", "code": 500}}\n\n')
         await response.write(b"data: [DONE]\n\n")
         await response.write_eof()
         return response

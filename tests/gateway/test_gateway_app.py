@@ -113,6 +113,8 @@ def test_stream_idle_timeout_sends_error_event_and_aborts(
     assert len(events) == 2
     wait_until(lambda: upstream.aborted == 1, 30, what="upstream abort")
     assert read_metric(gw, "oximeter_upstream_aborts_total", reason="stream_idle_timeout") == 1
+    assert read_metric(gw, "oximeter_stream_errors_total", reason="stream_idle_timeout") == 1
+    assert read_metric(gw, "oximeter_completions_total") == 0  # a broken stream is not a completion
 
 
 def test_client_disconnect_while_streaming_aborts_upstream(
@@ -305,4 +307,5 @@ def test_engine_dying_mid_stream_gives_error_event_and_502(
     assert json.loads(events[-1].removeprefix("data: "))["error"]["type"] == "upstream_error"
     assert read_metric(gw, "oximeter_requests_total", code="502") == 1
     assert read_metric(gw, "oximeter_upstream_aborts_total", reason="upstream_error") == 1
+    assert read_metric(gw, "oximeter_stream_errors_total", reason="upstream_error") == 1
     assert read_metric(gw, "oximeter_inflight_requests") == 0

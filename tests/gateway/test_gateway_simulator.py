@@ -45,8 +45,13 @@ def test_openai_client_through_gateway_to_simulator(
         model=MODEL, messages=[{"role": "user", "content": "hi"}], max_tokens=7, stream=True
     )
     assert sum(1 for c in stream if c.choices and c.choices[0].delta.content) == 7
-    assert read_metric(gw, "oximeter_requests_total", route=CHAT, code="200", **LABELS) == 2
+    # The client stops reading at [DONE]; the gateway counts the answer once the engine's stream ends.
+    wait_until(lambda: read_metric(gw, "oximeter_requests_total", route=CHAT, code="200", **LABELS) == 2,
+               30, what="both answers counted")
     assert read_metric(gw, "oximeter_output_tokens_total", **LABELS) == 12
+    # Both stopped at max_tokens; both carried text.
+    assert read_metric(gw, "oximeter_completions_total", finish_reason="length", **LABELS) == 2
+    assert read_metric(gw, "oximeter_empty_completions_total", **LABELS) == 0
     assert read_metric(gw, "oximeter_target_info", **LABELS) == 1
 
 
