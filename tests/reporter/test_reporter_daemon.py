@@ -64,9 +64,14 @@ def test_daemon_notifies_and_relays(tmp_path: Path, receiver: ChatReceiver,
     wait_until(lambda: len(receiver.accepted("webhook")) == 2, 30, what="the forwarded alert in chat")
     assert receiver.accepted("webhook")[1].data["title"] == "[FIRING:1] QueueBackedUp (all)"
     assert requests.post(url, json=body, timeout=10).status_code == 401
-    metrics = requests.get(f"http://127.0.0.1:{port}/metrics", timeout=5).text
-    assert 'oximeter_notifications_total{channel="chat",result="sent"} 2.0' in metrics
-    assert "oximeter_outbox_pending 0.0" in metrics
+    # The receiver has the message before the worker records the delivery: wait for the record.
+    def delivered() -> str | None:
+        text = requests.get(f"http://127.0.0.1:{port}/metrics", timeout=5).text
+        done = ('oximeter_notifications_total{channel="chat",result="sent"} 2.0' in text
+                and "oximeter_outbox_pending 0.0" in text)
+        return text if done else None
+
+    metrics = str(wait_until(delivered, 30, what="both deliveries recorded in the daemon's metrics"))
     assert "oximeter_relay_watchdog_last_seen_timestamp_seconds 0.0" in metrics
     # The next cycles attach the matching alert to the incident as evidence (a change event).
     incident_id = opened.data["idempotency_key"].rsplit(":", 2)[0]
