@@ -1,6 +1,8 @@
-"""A thermal throttle on n1 GPU 1 → one infrastructure incident on that GPU, exactly one
-"opened" and one "resolved" chat message in all, and Alertmanager's temperature alert attached to
-the incident as evidence (relayed by the analyzer, not sent to chat again). The fault runs alongside
+"""A thermal throttle on n1 GPU 1 → one infrastructure incident on that GPU whose root cause never
+changes, one "opened" and one "resolved" chat message with at most a severity change between them
+(the throttled node's queue may cross the line that makes it critical, depending on the load), and
+Alertmanager's temperature alert attached to the incident as evidence (relayed by the analyzer, not
+sent to chat again). The fault runs alongside
 an engine stall on n2 (``conftest.py``): n1's incident is n1's alone."""
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ from e2e_helpers import (
 )
 from shared_stack import open_deadline_s, resolve_deadline_s
 
+from analyzer.stability import MESSAGE_BUDGET
 from oximeter.procs import wait_until
 from oximeter.stack import Stack
 from reporter.sink import ChatSink
@@ -39,13 +42,15 @@ def test_thermal_throttle_is_one_infrastructure_incident(live_stack: Stack, faul
     wait_until(lambda: incident(api, opened["id"])["state"] == "resolved",
                resolve_deadline_s(THERMAL_S, "gpu_temperature", "gpu_sm_clock_ratio"), interval_s=1.0,
                what="the incident resolved after the fault ended")
-    wait_until(lambda: len(incident_messages([m for m in chat_sink.messages if opened["id"] in m.text])) >= 2,
-               60, what="the resolved message in chat")
+    def heads() -> list[str]:
+        return incident_messages([m for m in chat_sink.messages if opened["id"] in m.text])
+
+    wait_until(lambda: any("RESOLVED" in h for h in heads()), 60, what="the resolved message in chat")
     final = incident(api, opened["id"])
     assert final["rule"] == "thermal_throttle", final
-    sent = chat_sink.messages
-    heads = incident_messages([m for m in sent if opened["id"] in m.text])
-    assert len(heads) == 2 and "OPENED" in heads[0] and "RESOLVED" in heads[1], "\n".join(heads)
+    sent, told = chat_sink.messages, heads()
+    assert "OPENED" in told[0] and "RESOLVED" in told[-1] and len(told) <= MESSAGE_BUDGET, "\n".join(told)
+    assert all("SEVERITY UP" in h for h in told[1:-1]), "\n".join(told)
     # Other layers' alerts (TTFT above yesterday: ingress) are forwarded; the temperature alert is not.
     forwarded = [headline(m) for m in sent if kind_of(m) == "alert"]
     assert not any(THERMAL_ALERT in head for head in forwarded), forwarded
