@@ -24,8 +24,25 @@ head=$(git -C "$repo" rev-parse --short HEAD)
 [[ -d $shared ]] || echo "ci_soak: warning: no $shared beside the repository (tests that read it will fail)" >&2
 base=$(mktemp -d "${TMPDIR:-/tmp}/ci_soak.XXXXXX")
 hog_pid=""
+run_pid=""
+
+# A stopped soak stops its run too: each `make test` runs in its own process group, which gets
+# SIGINT and, if still there after 60 s, SIGKILL (before, pytest and its workers ran on). Servers the
+# tests started in their own sessions (Prometheus, Redis, the stack's daemons) can still outlive a
+# pytest that is killed before its fixtures' teardown: check `pgrep -f pytest-of-` after a kill.
+stop_run() {
+	[[ -n $run_pid ]] || return 0
+	kill -INT -- -"$run_pid" 2>/dev/null
+	for _ in $(seq 60); do
+		kill -0 -- -"$run_pid" 2>/dev/null || break
+		sleep 1
+	done
+	kill -KILL -- -"$run_pid" 2>/dev/null
+	run_pid=""
+}
 
 cleanup() {
+	stop_run
 	[[ -n $hog_pid ]] && kill "$hog_pid" 2>/dev/null
 	[[ $keep == 1 ]] || rm -rf "$base"
 }
@@ -47,8 +64,11 @@ for i in $(seq 1 "$runs"); do
 	git clone -q "$repo" "$dir/main"
 	log="$dir/make-test.log"
 	start=$(date +%s)
-	(cd "$dir/main" && CI=true make test) >"$log" 2>&1 </dev/null
+	setsid bash -c 'cd "$1" && CI=true exec make test' _ "$dir/main" >"$log" 2>&1 </dev/null &
+	run_pid=$!
+	wait "$run_pid"
 	rc=$?
+	run_pid=""
 	wall=$(( $(date +%s) - start ))
 	(( wall > slowest )) && slowest=$wall
 	# pytest's closing line, with or without its ===== frame ("1364 passed in 384.01s (0:06:24)").
