@@ -155,7 +155,7 @@ class NodeHistory:
     def _rate(self, t: float) -> float:
         wall = self.wall_origin_s + t
         day = 86400.0
-        rate = daily_rate(wall % day, day, self.sc.base_rps) if self.sc.daily_shape else self.sc.base_rps
+        rate = daily_rate(wall % day, day, self.sc.base_rps, shaped=self.sc.daily_shape)
         if datetime.fromtimestamp(wall, UTC).weekday() >= 5:
             rate *= self.sc.weekend_factor
         spike = self.fleet.faults.strongest(t, self.name, "traffic_spike")

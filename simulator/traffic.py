@@ -61,8 +61,12 @@ def day_multiplier(hour: float) -> float:
 _DAY_MEAN = sum(day_multiplier(m / 60) for m in range(1440)) / 1440
 
 
-def daily_rate(elapsed_s: float, day_s: float, base_rps: float, start_hour: float = 0.0) -> float:
-    """Requests per second at ``elapsed_s`` when one day lasts ``day_s``; ``base_rps`` is the daily mean."""
+def daily_rate(elapsed_s: float, day_s: float, base_rps: float, start_hour: float = 0.0, *,
+               shaped: bool = True) -> float:
+    """Requests per second at ``elapsed_s`` when one day lasts ``day_s``; ``base_rps`` is the daily mean
+    (and the rate at every hour when not ``shaped``: a scenario's ``daily_shape: false``)."""
+    if not shaped:
+        return base_rps
     hour = (start_hour + 24.0 * elapsed_s / day_s) % 24.0
     return base_rps * day_multiplier(hour) / _DAY_MEAN
 
@@ -335,9 +339,8 @@ def run(args: argparse.Namespace) -> int:
         return 2
     try:
         if args.trace is None:
-            arrivals = poisson_arrivals(
-                (lambda t: daily_rate(t, args.day_seconds, args.base_rps, args.start_hour))
-                if args.daily_shape else (lambda t: args.base_rps), args.seed)
+            arrivals = poisson_arrivals(lambda t: daily_rate(
+                t, args.day_seconds, args.base_rps, args.start_hour, shaped=args.daily_shape), args.seed)
         else:  # read whole, so a bad trace or config is reported before any request
             arrivals = iter(list(trace_arrivals(args, len(targets))))
     except ConfigError as exc:

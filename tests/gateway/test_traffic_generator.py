@@ -21,6 +21,8 @@ def test_daily_rate_has_base_as_mean_and_a_night_trough() -> None:
     assert daily_rate(240.0, day_s, 10.0) < 0.3 * daily_rate(1230.0, day_s, 10.0)
     # start_hour shifts the day: starting at 20:30 means the peak comes first.
     assert daily_rate(0.0, day_s, 10.0, start_hour=20.5) == pytest.approx(daily_rate(1230.0, day_s, 10.0))
+    # Without the shape it is the mean at every hour (the suite's live stack, flat scenarios).
+    assert {daily_rate(t, day_s, 10.0, shaped=False) for t in range(0, 1440, 60)} == {10.0}
 
 
 def test_builder_is_reproducible_and_mixes_streams_and_shared_prefixes() -> None:
