@@ -240,23 +240,37 @@ def serve_flags(sc: Scenario) -> list[str]:
     return [part for flag, value in flags.items() for part in (flag, str(value))]
 
 
+# Raw ``/metrics`` text and ``/fleet/gpus`` answer per node. The text is parsed after the run: the
+# replay's event loop only sends requests and fetches (parsing every second, on a loaded machine,
+# delayed the requests due meanwhile by up to a second).
+RawSnapshot = dict[str, tuple[str, dict[str, Any]]]
 Snapshot = dict[str, tuple[dict[tuple[str, str], float], dict[str, Any]]]
 
 
-async def _snapshot(session: aiohttp.ClientSession, sim: Sim) -> Snapshot:
-    async def one(i: int) -> tuple[str, tuple[dict[tuple[str, str], float], dict[str, Any]]]:
+async def _snapshot(session: aiohttp.ClientSession, sim: Sim) -> RawSnapshot:
+    async def one(i: int) -> tuple[str, tuple[str, dict[str, Any]]]:
         async with session.get(f"{sim.url(i)}/metrics") as resp:
             text = await resp.text()
         async with session.get(f"{sim.url(i)}/fleet/gpus", params={"node": f"n{i}"}) as resp:
             gpus = await resp.json()
-        samples = {
-            (s.name, s.labels.get("le", "")): s.value
-            for fam in text_string_to_metric_families(text)
-            for s in fam.samples
-        }
-        return f"n{i}", (samples, gpus)
+        return f"n{i}", (text, gpus)
 
     return dict(await asyncio.gather(*(one(i) for i in range(1, sim.nodes + 1))))
+
+
+def parsed(raw: RawSnapshot) -> Snapshot:
+    """A snapshot's metric samples keyed by (sample name, le)."""
+    return {
+        node: (
+            {
+                (s.name, s.labels.get("le", "")): s.value
+                for fam in text_string_to_metric_families(text)
+                for s in fam.samples
+            },
+            gpus,
+        )
+        for node, (text, gpus) in raw.items()
+    }
 
 
 async def live_run(
@@ -283,14 +297,15 @@ async def live_run(
             for node, arrivals in schedules.items()
             for a in arrivals
         ]
-        samples = []
+        raw: list[RawSnapshot] = []
         for j in range(1, DURATION_S // SAMPLE_S + 1):
             await asyncio.sleep(t0 + j * SAMPLE_S - loop.time())
-            samples.append(await _snapshot(session, sim))
+            raw.append(await _snapshot(session, sim))
         for task in tasks:
             task.cancel()  # requests still running at the end are not part of the comparison
         done = await asyncio.gather(*tasks, return_exceptions=True)
-    return start, samples, [r for r in done if isinstance(r, Result)], lateness
+    return (parsed(start), [parsed(r) for r in raw], [r for r in done if isinstance(r, Result)],
+            lateness)
 
 
 def live_observed(start: Snapshot, samples: list[Snapshot]) -> dict[str, Observed]:
