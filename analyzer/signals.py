@@ -282,6 +282,7 @@ CATALOGUE: dict[str, SignalSpec] = {s.name: s for s in (
        entity_labels=("node", "gpu"), increase=100, ratio=100, for_s=30, min_samples=2,
        description="corrected ECC +100 in 5 min, or × 100 its baseline rate with at least 5 in 5 min"),
     _s(name="ecc_corrected_burn", layer="infrastructure", kind="counter_growth",
+       record="node_gpu:oximeter_gpu_ecc_errors_corrected:increase1h",
        promql="sum without (instance, job, kind) "
               '(increase(oximeter_gpu_ecc_errors_total{kind="corrected"}[1h]))',
        # A steady burn (10 a minute for hours) never makes +100 in 5 min, and once it has lasted
@@ -304,6 +305,7 @@ CATALOGUE: dict[str, SignalSpec] = {s.name: s for s in (
        entity_labels=("node", "gpu", "xid"), increase=0.5, for_s=0, min_samples=1,
        description="a paging Xid (the GPU needs isolating)"),
     _s(name="pcie_replay_increase", layer="infrastructure", kind="counter_growth",
+       record="node_gpu:oximeter_gpu_pcie_replay:increase5m",
        promql="sum without (instance, job) (increase(oximeter_gpu_pcie_replay_total[5m]))",
        entity_labels=("node", "gpu"), increase=100, ratio=100, for_s=30, min_samples=2,
        description="PCIe replays +100 in 5 min"),
@@ -393,6 +395,7 @@ CATALOGUE: dict[str, SignalSpec] = {s.name: s for s in (
        entity_labels=("node", "process"), window_s=1800, capacity=1.0, for_s=600,
        description="process RSS rising steadily (leak), with the time until it fills the host's memory"),
     _s(name="gpu_memory_trend", layer="engine", kind="trend", unit="ratio",
+       record="node_gpu:oximeter_gpu_memory_used:ratio",
        promql="max without (instance, job) (oximeter_gpu_memory_used_bytes) "
               "/ max without (instance, job) (oximeter_gpu_memory_total_bytes)",
        # The share of the card in use, so that full is 1 whatever the card's size. An engine
