@@ -218,6 +218,19 @@ CATALOGUE: dict[str, SignalSpec] = {s.name: s for s in (
               "/ max without (instance, job) (oximeter_queue_limit)",
        entity_labels=("service", "node"), threshold=0.9, for_s=60,
        description="queue length at ≥ 90 % of its limit (P0)"),
+    # Work waiting outside the gateway (a Redis list or stream the exporter reads, fed by
+    # producers, drained by workers that call the gateway): growing means nobody drains it fast
+    # enough. A busy queue its workers drain touches bottom now and then; one nobody drains never
+    # does, so the growth counts only while the queue held 60 items or more (what 0.1 a second
+    # adds in its 10 min) all through the last 5 min.
+    _s(name="external_queue_growth", layer="scheduling", kind="gauge", unit="1/s",
+       record="node_queue:oximeter_external_queue_length:deriv10m",
+       promql="max without (instance, job) (deriv(oximeter_external_queue_length[10m]))",
+       entity_labels=("node", "queue"), threshold=0.1, for_s=300,
+       min_traffic=TrafficGuard(promql="max without (instance, job) "
+                                       "(min_over_time(oximeter_external_queue_length[5m]))", minimum=60),
+       description="an external work queue growing by more than 0.1 items a second over 10 min, "
+                   "never under 60 items in the last 5 min (nobody drains it)"),
     _s(name="rejected_429_ratio", layer="scheduling", kind="ratio",
        record="service_node_route:oximeter_requests_429:ratio_1m",
        promql='sum without (instance, job, code) (increase(oximeter_requests_total{code="429"}[1m])) '

@@ -66,6 +66,7 @@ ALERT_LIMITS = [
     ("GatewayQueueNearLimit", "queue_limit_ratio", "threshold", ">="),
     ("GatewayQueueWaitHigh", "queue_wait_p99", "threshold", ">"),
     ("Gateway504RatioHigh", "error_504_ratio", "threshold", ">"),
+    ("ExternalQueueGrowing", "external_queue_growth", "threshold", ">"),
 ]
 
 
@@ -90,6 +91,11 @@ def test_the_504_alert_and_signal_share_their_traffic_guard() -> None:
 def test_the_empty_output_alert_and_signal_share_their_traffic_guard() -> None:
     guard = CATALOGUE["empty_output_ratio"].min_traffic
     assert guard is not None and f"{guard.promql} >= {guard.minimum:g}" in _alert_expr("EngineEmptyOutputs")
+
+
+def test_the_external_queue_alert_and_signal_share_their_drain_guard() -> None:
+    guard = CATALOGUE["external_queue_growth"].min_traffic
+    assert guard is not None and f"{guard.promql} >= {guard.minimum:g}" in _alert_expr("ExternalQueueGrowing")
 
 
 def test_the_gpu_memory_alert_projects_as_far_as_the_trend_detector() -> None:
