@@ -266,6 +266,17 @@ CATALOGUE: dict[str, SignalSpec] = {s.name: s for s in (
        min_traffic=TrafficGuard(promql="sum without (instance, job, code) "
                                        "(increase(oximeter_requests_total[1m]))", minimum=20),
        description="504 ratio over 1 min > 1 % with at least 20 requests (P0)"),
+    # Requests the same client sent again within seconds (gateway/retries.py says how a retry is
+    # recognised): clients re-sending after timeouts or 429s multiply the load they react to.
+    _s(name="retry_ratio", layer="ingress", kind="ratio",
+       record="service_node_route:oximeter_requests_retried:ratio_5m",
+       promql="sum without (instance, job) (increase(oximeter_retried_requests_total[5m])) "
+              "/ sum without (instance, job, code) (increase(oximeter_requests_total[5m]))",
+       entity_labels=("service", "node", "route"), threshold=0.1, for_s=120,
+       min_traffic=TrafficGuard(promql="sum without (instance, job, code) "
+                                       "(increase(oximeter_requests_total[5m]))", minimum=20),
+       description="a retry storm: more than 10 % of requests over 5 min re-sent by their client "
+                   "within seconds, with at least 20 requests"),
     _s(name="gpu_temperature", layer="infrastructure", kind="gauge", unit="°C",
        promql="max without (instance, job) (oximeter_gpu_temperature_celsius)",
        entity_labels=("node", "gpu"), threshold=85, for_s=60,

@@ -67,6 +67,7 @@ ALERT_LIMITS = [
     ("GatewayQueueWaitHigh", "queue_wait_p99", "threshold", ">"),
     ("Gateway504RatioHigh", "error_504_ratio", "threshold", ">"),
     ("ExternalQueueGrowing", "external_queue_growth", "threshold", ">"),
+    ("GatewayRetryStorm", "retry_ratio", "threshold", ">"),
 ]
 
 
@@ -91,6 +92,11 @@ def test_the_504_alert_and_signal_share_their_traffic_guard() -> None:
 def test_the_empty_output_alert_and_signal_share_their_traffic_guard() -> None:
     guard = CATALOGUE["empty_output_ratio"].min_traffic
     assert guard is not None and f"{guard.promql} >= {guard.minimum:g}" in _alert_expr("EngineEmptyOutputs")
+
+
+def test_the_retry_alert_and_signal_share_their_traffic_guard() -> None:
+    guard = CATALOGUE["retry_ratio"].min_traffic
+    assert guard is not None and f"{guard.promql} >= {guard.minimum:g}" in _alert_expr("GatewayRetryStorm")
 
 
 def test_the_external_queue_alert_and_signal_share_their_drain_guard() -> None:
