@@ -440,6 +440,20 @@ def prefix_cache_collapse(case: Case) -> Diagnosis | None:
                     f"{describe(e)} while {describe(ttft[0])}", "warning", [e.signal])
 
 
+def empty_outputs(case: Case) -> Diagnosis | None:
+    """The engine completing answers with no text, more than its limit's share of them (5 % as
+    shipped). The engine is up and fast, so nothing else looks wrong: a broken chat template, a bad
+    adapter or sampling that stops at once; the gateway only counted what the engine produced."""
+    e = next((x for x in case.of("empty_output_ratio") if x.value > case.limit("empty_output_ratio")), None)
+    if e is None:
+        return None
+    cause = RootCause(e.signal, e.labels)
+    return _verdict(case, "empty_outputs", "engine", cause,
+                    f"{fmt_value(e.signal, e.value)} of the answers on {cause.entity} were empty: the engine "
+                    "answers with nothing (template, adapter or model)" + _impact_text(case, [e.signal]),
+                    "warning", [e.signal])
+
+
 def _queue_wait(case: Case) -> AnomalyEvent | None:
     return _first(case, "queue_wait_p99") or _first(case, *QUEUE_UP)
 
@@ -487,6 +501,21 @@ def scheduling_bottleneck(case: Case) -> Diagnosis | None:
                     list(QUEUE_UP))
 
 
+def queue_undrained(case: Case) -> Diagnosis | None:
+    """An external work queue (a Redis list or stream) growing, never emptied, with nothing wrong
+    below the scheduling layer: its producers outpace the workers that drain it into the gateway,
+    which are too few or stuck. With a lower layer at fault, that fault is the cause and the
+    queue its impact."""
+    e = _first(case, "external_queue_growth")
+    if e is None or any(x.layer in LOWER_LAYERS for x in case.events):
+        return None
+    cause = RootCause(e.signal, e.labels)
+    where = f"queue {e.entity.get('queue', '?')} on {e.entity.get('node', '?')}"
+    return _verdict(case, "queue_undrained", "scheduling", cause,
+                    f"{where} grows by {e.value:.2f} items a second and never empties: its workers "
+                    "do not keep up" + _impact_text(case, [e.signal]), "warning", [e.signal])
+
+
 def ingress_errors(case: Case) -> Diagnosis | None:
     """504 ratio up while the queue and everything upstream are healthy."""
     e = _first(case, "error_504_ratio")
@@ -500,7 +529,8 @@ Rule = Callable[[Case], Diagnosis | None]
 RULES: tuple[Rule, ...] = (
     xid_critical, ecc_uncorrectable, ecc_storm, ecc_slow_burn, nvlink_degraded, thermal_throttle,
     peer_outlier, telemetry_lost, dependency_degraded, engine_leak, gpu_memory_leak, kv_pressure,
-    prefix_cache_collapse, capacity_exhausted, scheduling_bottleneck, ingress_errors,
+    prefix_cache_collapse, empty_outputs, capacity_exhausted, scheduling_bottleneck, queue_undrained,
+    ingress_errors,
 )
 RULE_IDS: tuple[str, ...] = (*(r.__name__ for r in RULES), "unclassified")
 

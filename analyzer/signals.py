@@ -218,6 +218,19 @@ CATALOGUE: dict[str, SignalSpec] = {s.name: s for s in (
               "/ max without (instance, job) (oximeter_queue_limit)",
        entity_labels=("service", "node"), threshold=0.9, for_s=60,
        description="queue length at ≥ 90 % of its limit (P0)"),
+    # Work waiting outside the gateway (a Redis list or stream the exporter reads, fed by
+    # producers, drained by workers that call the gateway): growing means nobody drains it fast
+    # enough. A busy queue its workers drain touches bottom now and then; one nobody drains never
+    # does, so the growth counts only while the queue held 60 items or more (what 0.1 a second
+    # adds in its 10 min) all through the last 5 min.
+    _s(name="external_queue_growth", layer="scheduling", kind="gauge", unit="1/s",
+       record="node_queue:oximeter_external_queue_length:deriv10m",
+       promql="max without (instance, job) (deriv(oximeter_external_queue_length[10m]))",
+       entity_labels=("node", "queue"), threshold=0.1, for_s=300,
+       min_traffic=TrafficGuard(promql="max without (instance, job) "
+                                       "(min_over_time(oximeter_external_queue_length[5m]))", minimum=60),
+       description="an external work queue growing by more than 0.1 items a second over 10 min, "
+                   "never under 60 items in the last 5 min (nobody drains it)"),
     _s(name="rejected_429_ratio", layer="scheduling", kind="ratio",
        record="service_node_route:oximeter_requests_429:ratio_1m",
        promql='sum without (instance, job, code) (increase(oximeter_requests_total{code="429"}[1m])) '
@@ -253,6 +266,17 @@ CATALOGUE: dict[str, SignalSpec] = {s.name: s for s in (
        min_traffic=TrafficGuard(promql="sum without (instance, job, code) "
                                        "(increase(oximeter_requests_total[1m]))", minimum=20),
        description="504 ratio over 1 min > 1 % with at least 20 requests (P0)"),
+    # Requests the same client sent again within seconds (gateway/retries.py says how a retry is
+    # recognised): clients re-sending after timeouts or 429s multiply the load they react to.
+    _s(name="retry_ratio", layer="ingress", kind="ratio",
+       record="service_node_route:oximeter_requests_retried:ratio_5m",
+       promql="sum without (instance, job) (increase(oximeter_retried_requests_total[5m])) "
+              "/ sum without (instance, job, code) (increase(oximeter_requests_total[5m]))",
+       entity_labels=("service", "node", "route"), threshold=0.1, for_s=120,
+       min_traffic=TrafficGuard(promql="sum without (instance, job, code) "
+                                       "(increase(oximeter_requests_total[5m]))", minimum=20),
+       description="a retry storm: more than 10 % of requests over 5 min re-sent by their client "
+                   "within seconds, with at least 20 requests"),
     _s(name="gpu_temperature", layer="infrastructure", kind="gauge", unit="°C",
        promql="max without (instance, job) (oximeter_gpu_temperature_celsius)",
        entity_labels=("node", "gpu"), threshold=85, for_s=60,
@@ -282,6 +306,7 @@ CATALOGUE: dict[str, SignalSpec] = {s.name: s for s in (
        entity_labels=("node", "gpu"), increase=100, ratio=100, for_s=30, min_samples=2,
        description="corrected ECC +100 in 5 min, or × 100 its baseline rate with at least 5 in 5 min"),
     _s(name="ecc_corrected_burn", layer="infrastructure", kind="counter_growth",
+       record="node_gpu:oximeter_gpu_ecc_errors_corrected:increase1h",
        promql="sum without (instance, job, kind) "
               '(increase(oximeter_gpu_ecc_errors_total{kind="corrected"}[1h]))',
        # A steady burn (10 a minute for hours) never makes +100 in 5 min, and once it has lasted
@@ -304,6 +329,7 @@ CATALOGUE: dict[str, SignalSpec] = {s.name: s for s in (
        entity_labels=("node", "gpu", "xid"), increase=0.5, for_s=0, min_samples=1,
        description="a paging Xid (the GPU needs isolating)"),
     _s(name="pcie_replay_increase", layer="infrastructure", kind="counter_growth",
+       record="node_gpu:oximeter_gpu_pcie_replay:increase5m",
        promql="sum without (instance, job) (increase(oximeter_gpu_pcie_replay_total[5m]))",
        entity_labels=("node", "gpu"), increase=100, ratio=100, for_s=30, min_samples=2,
        description="PCIe replays +100 in 5 min"),
@@ -393,6 +419,7 @@ CATALOGUE: dict[str, SignalSpec] = {s.name: s for s in (
        entity_labels=("node", "process"), window_s=1800, capacity=1.0, for_s=600,
        description="process RSS rising steadily (leak), with the time until it fills the host's memory"),
     _s(name="gpu_memory_trend", layer="engine", kind="trend", unit="ratio",
+       record="node_gpu:oximeter_gpu_memory_used:ratio",
        promql="max without (instance, job) (oximeter_gpu_memory_used_bytes) "
               "/ max without (instance, job) (oximeter_gpu_memory_total_bytes)",
        # The share of the card in use, so that full is 1 whatever the card's size. An engine

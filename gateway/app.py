@@ -24,6 +24,7 @@ from gateway.forward import Forwarder, RequestContext, forwarded_headers, json_e
 from gateway.guard import ConnectionGuard
 from gateway.logsink import RequestLog
 from gateway.metrics import GatewayMetrics, route_label
+from gateway.retries import RetryTracker, retry_key
 from gateway.settings import GatewaySettings
 from gateway.tracecontext import trace_of
 from gateway.waiting import AsyncAdmission
@@ -97,6 +98,7 @@ class Gateway:
         self.metrics = GatewayMetrics(settings.service, settings.node, settings.models, self.controller)
         self.ready = not settings.warmup
         self._ids = _RequestIds()
+        self.retries = RetryTracker(settings.retry_window_s)
         self.forwarder = Forwarder(settings, self._finish)
         self.upstream = self.forwarder.upstream
         self._warmup_task: asyncio.Task[None] | None = None
@@ -261,6 +263,9 @@ class Gateway:
             return self._refuse(ctx, 400, "invalid_json", "the body must be a JSON object")
         model = payload.get("model")
         ctx.model = self.metrics.model_label(model)
+        # Before admission: a retry refused with 429 is still a retry (and storms follow 429s).
+        if self.retries.seen(retry_key(request.headers), time.monotonic()):
+            self.metrics.retried.labels(*self.metrics.base_labels(ctx.model), ctx.route).inc()
         ctx.model_name = model[:_MODEL_NAME_CHARS] if isinstance(model, str) else None
         ctx.max_tokens = _max_tokens(payload)
         if (problem := request_limits_problem(payload, self.settings)) is not None:

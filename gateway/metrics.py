@@ -186,6 +186,13 @@ class GatewayMetrics:
             (*BASE_LABELS, "reason"),
             registry=r,
         )
+        self.retried = Counter(
+            "oximeter_retried_requests",
+            "Requests re-sent within seconds: their Idempotency-Key (else client-chosen X-Request-ID) "
+            "was seen on this gateway within its retry window.",
+            (*BASE_LABELS, "route"),
+            registry=r,
+        )
         r.register(_LevelsCollector(self, controller))
         self._series: dict[str, ModelSeries] = {}
         self.add_models(models)
@@ -234,6 +241,8 @@ class GatewayMetrics:
             self.completions.labels(*base, reason)
         self.output_tokens.labels(*base)
         self.empty_completions.labels(*base)
+        for route in (*ROUTES, OTHER):
+            self.retried.labels(*base, route)
 
 
 class ModelSeries:

@@ -35,4 +35,7 @@ class GatewaySettings(BaseModel):
     # refuse (or spend minutes on) never takes a slot.
     max_tokens_limit: int = Field(131072, ge=1)  # max_tokens / max_completion_tokens
     max_prompt_chars: int = Field(1_000_000, ge=1)  # prompt text, or all message contents together
+    # A request whose Idempotency-Key (else client-chosen X-Request-ID) was seen this many seconds
+    # ago or less is counted as a retry (oximeter_retried_requests_total).
+    retry_window_s: float = Field(10.0, gt=0)
     warmup: bool = True

@@ -5,8 +5,10 @@ Slack's incoming webhooks, Feishu's custom bots and DingTalk's robots can only s
 So the chart is kept in the store (table ``digest_charts``, created by the outbox's migrations) and
 served at ``GET /api/charts/<name>.png``. The name is the PNG's SHA-256: it cannot be guessed
 without the image, and one name always means the same bytes, so a resent digest links the same
-chart. The URL starts with ``reporter.api_url``, which must be the address the chat service (Slack
-fetches server-side) or the reader's chat client (Feishu, DingTalk) can reach.
+chart. Only the newest ``digest.keep_charts`` charts are kept (90 as shipped: three months of
+daily digests); a link in an older message then answers 404. The URL starts with
+``reporter.api_url``, which must be the address the chat service (Slack fetches server-side) or
+the reader's chat client (Feishu, DingTalk) can reach.
 """
 
 from __future__ import annotations
@@ -35,12 +37,19 @@ def chart_url(api_url: str, png: bytes) -> str:
     return f"{api_url.rstrip('/')}{ROUTE.format(name=chart_name(png))}"
 
 
-def save_chart(conn: sqlite3.Connection, png: bytes, day: str, now: float | None = None) -> str:
-    """Keep ``png`` (the digest of ``day``) for the API; returns its name. Saving it again is a no-op."""
+def save_chart(conn: sqlite3.Connection, png: bytes, day: str, *, keep: int,
+               now: float | None = None) -> str:
+    """Keep ``png`` (the digest of ``day``) for the API and forget all but the newest ``keep``
+    charts; returns its name. Saving it again is a no-op."""
+    if keep < 1:
+        raise ValueError("keep must be at least 1: the chart just saved is linked from its digest")
     name = chart_name(png)
-    with lock_for(conn):  # one statement: atomic on its own in autocommit mode
+    with lock_for(conn):  # each statement is atomic on its own in autocommit mode
         conn.execute("INSERT OR IGNORE INTO digest_charts (name, day, png, created_at) VALUES (?, ?, ?, ?)",
                      (name, day, png, time.time() if now is None else now))
+        # Newest by when they were saved; the name breaks ties so the choice is stable.
+        conn.execute("DELETE FROM digest_charts WHERE name NOT IN (SELECT name FROM digest_charts "
+                     "ORDER BY created_at DESC, name DESC LIMIT ?)", (keep,))
     return name
 
 

@@ -50,7 +50,7 @@ def send(prom: PromQuery, store: IncidentStore | None, outbox: Outbox, day: date
     """Queue ``day``'s digest on ``channels`` (default: ``digest.channels``, else every channel)."""
     _, message = build(prom, store, day, settings)
     if message.image_png:  # before it is queued: the link in the message must already resolve
-        save_chart(outbox.conn, message.image_png, day.isoformat())
+        save_chart(outbox.conn, message.image_png, day.isoformat(), keep=settings.digest.keep_charts)
     chosen = list(channels) if channels is not None else settings.digest.channels
     outbox.enqueue(message, chosen, now=_time.time() if now is None else now)
     return message

@@ -62,6 +62,8 @@ class DigestSettings(BaseModel):
     slo_availability: float = Field(0.999, gt=0, lt=1)
     query_timeout_s: float = Field(30.0, gt=0)
     top_signals: int = Field(5, ge=1)
+    # Charts kept for the links in sent digests (the newest ones; older links then answer 404).
+    keep_charts: int = Field(90, ge=1)
 
     @field_validator("timezone")
     @classmethod

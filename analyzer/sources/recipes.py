@@ -15,6 +15,7 @@ import numpy as np
 import pandas as pd
 
 from analyzer.detectors.counter import counter_increase
+from analyzer.detectors.trend import rolling_ols
 from analyzer.sources.raw import Labeled, RawStore
 from oximeter.xids import xid_pattern
 
@@ -90,8 +91,25 @@ class Increase:
 
 
 @dataclass(frozen=True)
+class Deriv:
+    """``max without (…) (deriv(name[window]))``: each series' least-squares slope per second over
+    the trailing window (absent until the window is full), then the largest per entity."""
+
+    name: str
+    window_s: float
+
+    def evaluate(self, store: RawStore) -> Labeled:
+        """Rolling least squares per raw series, then aggregated."""
+        raw = store.select(self.name)
+        window = max(2, round(self.window_s / store.step_s))
+        slope, _ = rolling_ols(raw.values.astype(np.float64), window)
+        return aggregate(Labeled((slope / store.step_s).astype(np.float32), raw.labels), (), "max")
+
+
+@dataclass(frozen=True)
 class OverTime:
-    """``<q>_over_time(inner[window])``: a rolling quantile (q=1: max_over_time) of each series."""
+    """``<q>_over_time(inner[window])``: a rolling quantile (q=1: max_over_time, q=0:
+    min_over_time) of each series."""
 
     inner: Recipe
     window_s: float
@@ -102,7 +120,7 @@ class OverTime:
         data = self.inner.evaluate(store)
         window = max(1, round(self.window_s / store.step_s))
         roll = _frame(store, data).rolling(window, min_periods=1)
-        out = roll.max() if self.q >= 1.0 else roll.quantile(self.q)
+        out = roll.max() if self.q >= 1.0 else roll.min() if self.q <= 0.0 else roll.quantile(self.q)
         return Labeled(out.to_numpy(np.float32), data.labels)
 
 
@@ -224,12 +242,15 @@ RECIPES: dict[str, Recipe] = {
     "queue_wait_p99": HistogramQuantile(0.99, "oximeter_queue_wait_seconds", 300),
     "queue_length": OverTime(Gauge("oximeter_queue_length"), 60),
     "queue_limit_ratio": Ratio(Gauge("oximeter_queue_length"), Gauge("oximeter_queue_limit")),
+    "external_queue_growth": Deriv("oximeter_external_queue_length", 600),
     "rejected_429_ratio": Ratio(Increase("oximeter_requests_total", 60, {"code": "429"}, ("code",)),
                                 Increase("oximeter_requests_total", 60, drop=("code",))),
     "ttft_p99": HistogramQuantile(0.99, "oximeter_time_to_first_token_seconds", 300),
     "request_p99": HistogramQuantile(0.99, "oximeter_request_duration_seconds", 300),
     "error_504_ratio": Ratio(Increase("oximeter_requests_total", 60, {"code": "504"}, ("code",)),
                              Increase("oximeter_requests_total", 60, drop=("code",))),
+    "retry_ratio": Ratio(Increase("oximeter_retried_requests_total", 300),
+                         Increase("oximeter_requests_total", 300, drop=("code",))),
     "gpu_temperature": Gauge("oximeter_gpu_temperature_celsius"),
     "gpu_sm_clock_ratio": Ratio(Gauge("oximeter_gpu_sm_clock_hertz"),
                                 Gauge("oximeter_gpu_sm_clock_max_hertz")),
@@ -268,6 +289,8 @@ RECIPES: dict[str, Recipe] = {
     "gpu_sm_clock_ratio:traffic": Gauge("oximeter_gpu_clock_event_active", {"reason": "!idle"},
                                         drop=("reason",)),
     "empty_output_ratio:traffic": Increase("oximeter_completions_total", 300, drop=("finish_reason",)),
+    "external_queue_growth:traffic": OverTime(Gauge("oximeter_external_queue_length"), 300, q=0.0),
+    "retry_ratio:traffic": Increase("oximeter_requests_total", 300, drop=("code",)),
     "rejected_429_ratio:traffic": Increase("oximeter_requests_total", 60, drop=("code",)),
     "error_504_ratio:traffic": Increase("oximeter_requests_total", 60, drop=("code",)),
     "cache_hit_ratio:traffic": Increase("oximeter_cache_requests_total", 300, drop=("result",),

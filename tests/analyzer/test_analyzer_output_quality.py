@@ -51,3 +51,30 @@ def test_empty_outputs_fire_only_with_enough_answers(tmp_path: Path) -> None:
     events = evaluate_signal(spec, frame, traffic=traffic)
     assert [e.entity for e in events] == [{"model": "m", "node": "n1", "service": "chat"}]
     assert events[0].onset >= T0 + timedelta(seconds=ONSET * STEP)
+
+
+def test_a_retry_storm_fires_only_with_enough_requests(tmp_path: Path) -> None:
+    series = {}
+    # 4 requests per step (80 per 5 min) on n1 and n2: from ONSET, n1 re-sends one in five, n2 one in
+    # twenty (under the 10 % line); n3 re-sends every request but serves 10 per 5 min (under the guard).
+    for node, per_step, share in (("n1", 4.0, 0.2), ("n2", 4.0, 0.05), ("n3", 0.5, 1.0)):
+        requests = np.full(ROWS, per_step)
+        retried = np.r_[np.zeros(ONSET), np.full(ROWS - ONSET, per_step * share)]
+        route = {"route": "/v1/chat/completions"}
+        series[("oximeter_requests_total", _labels(node, code="200", **route))] = np.cumsum(requests * 0.75)
+        series[("oximeter_requests_total", _labels(node, code="429", **route))] = np.cumsum(requests * 0.25)
+        series[("oximeter_retried_requests_total", _labels(node, **route))] = np.cumsum(retried)
+    write_history(tmp_path, series, T0, STEP)
+    source = FrameSource.from_history(tmp_path)
+    spec = CATALOGUE["retry_ratio"]
+    end = T0 + timedelta(hours=1)
+    frame = source.fetch(spec, T0, end, STEP)
+    guard = spec.traffic_spec()
+    assert guard is not None
+    traffic = source.fetch(guard, T0, end, STEP).values
+    n1 = "model=m,node=n1,route=/v1/chat/completions,service=chat"
+    assert frame.values[n1].iloc[-1] == np.float32(0.2)
+    assert traffic[n1].iloc[-1] == 80.0
+    events = evaluate_signal(spec, frame, traffic=traffic)
+    assert [e.entity["node"] for e in events] == ["n1"]
+    assert events[0].layer == "ingress"

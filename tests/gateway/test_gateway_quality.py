@@ -1,4 +1,4 @@
-"""The output-quality counters (finish reason, empty output, stream errors) of the gateway process."""
+"""The gateway process's output-quality counters (finish reason, empty output, stream errors, retries)."""
 
 from __future__ import annotations
 
@@ -15,9 +15,9 @@ CHAT = "/v1/chat/completions"
 LABELS = {"service": "chat", "model": MODEL, "node": "n1"}
 
 
-def _ask(gw: str, **fields: Any) -> requests.Response:
+def _ask(gw: str, headers: dict[str, str] | None = None, **fields: Any) -> requests.Response:
     body = {"model": MODEL, "messages": [{"role": "user", "content": "x"}], **fields}
-    answer = requests.post(f"{gw}{CHAT}", json=body, timeout=30)
+    answer = requests.post(f"{gw}{CHAT}", json=body, headers=headers, timeout=30)
     answer.raise_for_status()
     return answer
 
@@ -57,3 +57,14 @@ def test_finish_reasons_empty_outputs_and_engine_error_events_are_counted(
     assert read_metric(gw, "oximeter_empty_completions_total", **LABELS) == 2
     assert read_metric(gw, "oximeter_stream_errors_total", reason="engine_error", **LABELS) == 1
     assert read_metric(gw, "oximeter_stream_errors_total", reason="upstream_error", **LABELS) == 0
+    # Retries: every route starts at 0, and only a re-sent key counts (the rule in gateway/retries.py:
+    # a gateway's default window is 10 s, and these requests all fall within it).
+    assert read_metric(gw, "oximeter_retried_requests_total", route=CHAT, **LABELS) == 0
+    for _ in range(3):
+        _ask(gw, {"Idempotency-Key": "order-7"})  # sent, then re-sent twice
+    for _ in range(2):
+        _ask(gw, {"X-Request-ID": "req-9"})  # sent, then re-sent once
+    for i in range(4):
+        _ask(gw, {"X-Request-ID": f"fresh-{i}"})  # ordinary traffic with its own ids
+        _ask(gw)  # and without any: never a retry
+    assert read_metric(gw, "oximeter_retried_requests_total", route=CHAT, **LABELS) == 3

@@ -45,6 +45,13 @@ RSS_LEAK = replace(ev("process_rss_trend", 0.03, None, node="node-0", process="v
 # 90 % of the card, rising 5 % of that per hour: 4.5 points an hour, full in 1.5 h.
 GPU_LEAK = replace(ev("gpu_memory_trend", 0.9, None, node="node-0", gpu="0"), score=0.05,
                    time_to_full_s=5400.0)
+# Answers without text: 12 % of them; just over the shipped 5 % line; exactly at it (an event a
+# configured baseline judge could open, which the limit does not back).
+EMPTY = ev("empty_output_ratio", 0.12, None, on=N0)
+EMPTY_JUST_OVER = ev("empty_output_ratio", 0.051, None, on=N0)
+EMPTY_AT_LIMIT = ev("empty_output_ratio", 0.05, 0.01, on=N0)
+# An external work queue growing by 0.25 items a second that never emptied.
+QGROW = ev("external_queue_growth", 0.25, None, node="node-0", queue="jobs")
 # Requests per 5 min of the same-model peers on other nodes.
 PEER_TRAFFIC = {(("model", "m"), ("node", f"node-{i}")): 600.0 for i in (1, 2, 3)}
 # Two nodes of four GPUs: node-0's GPU 2 busier than everything else, or all of node-0 busier.
@@ -227,6 +234,18 @@ ROWS = [
     Row("prefix drop without TTFT", dx.prefix_cache_collapse,
         (ev("prefix_cache_hit_ratio", 0.2, 0.7, node="node-0", model="m"),), fires=False,
         winner="unclassified", root="prefix_cache_hit_ratio"),
+    Row("empty answers", dx.empty_outputs, (EMPTY,), root="empty_output_ratio", severity="warning",
+        sentence="12 % of the answers on node=node-0,service=chat were empty: the engine answers with "
+                 "nothing (template, adapter or model)"),
+    Row("empty answers just over the limit", dx.empty_outputs, (EMPTY_JUST_OVER,), root="empty_output_ratio"),
+    Row("empty answers at the limit are not past it", dx.empty_outputs, (EMPTY_AT_LIMIT,), fires=False,
+        winner="unclassified", root="empty_output_ratio"),
+    Row("empty answers with the queue backed up and the GPUs busy: the engine's answers are the fault",
+        dx.empty_outputs, (EMPTY, ev("queue_wait_p99", 4.8, 0.787, onset=2, on=N0)), UTIL_HIGH,
+        root="empty_output_ratio", severity="critical"),
+    Row("empty answers from a card that filled up: the leak is the cause", dx.empty_outputs,
+        (GPU_LEAK, ev("empty_output_ratio", 0.12, None, onset=2, on=N0)),
+        winner="gpu_memory_leak", root="gpu_memory_trend"),
     Row("capacity", dx.capacity_exhausted, (Q,), UTIL_HIGH, root="queue_wait_p99", severity="critical",
         sentence="queue_wait p99 4.8 s = 6.1 × baseline while GPU util 93 %: capacity exhausted"),
     Row("bursts: the engine's own queue filled while utilisation looks low", dx.capacity_exhausted, (Q,),
@@ -261,6 +280,17 @@ ROWS = [
         fires=False, winner="kv_pressure"),
     Row("no utilisation known", dx.scheduling_bottleneck, (Q,), fires=False, winner="unclassified",
         root="queue_wait_p99"),
+    Row("an external queue nobody drains", dx.queue_undrained, (QGROW,), root="external_queue_growth",
+        severity="warning",
+        sentence="queue jobs on node-0 grows by 0.25 items a second and never empties: its workers do not "
+                 "keep up"),
+    Row("an external queue behind a slow dependency is its impact", dx.queue_undrained, (QGROW, DEP),
+        fires=False, winner="dependency_degraded", root="dependency_latency_p99"),
+    Row("an external queue behind a hot GPU is its impact", dx.queue_undrained,
+        (QGROW, ev("gpu_temperature", 91, 70, onset=2, node="node-0", gpu="0")), fires=False,
+        winner="unclassified", root="gpu_temperature"),
+    Row("an external queue growing while the fleet is full: capacity", dx.queue_undrained, (QGROW, Q),
+        UTIL_HIGH, winner="capacity_exhausted", root="queue_wait_p99"),
     Row("504s at the edge", dx.ingress_errors,
         (ev("error_504_ratio", 0.04, 0.001, service="chat", node="node-0", route="/v1/chat/completions"),),
         root="error_504_ratio", severity="critical",
@@ -301,8 +331,8 @@ def test_rule_order_is_the_architecture_table() -> None:
     assert dx.RULE_IDS == (
         "xid_critical", "ecc_uncorrectable", "ecc_storm", "ecc_slow_burn", "nvlink_degraded",
         "thermal_throttle", "peer_outlier", "telemetry_lost", "dependency_degraded", "engine_leak",
-        "gpu_memory_leak", "kv_pressure", "prefix_cache_collapse", "capacity_exhausted",
-        "scheduling_bottleneck", "ingress_errors", "unclassified")
+        "gpu_memory_leak", "kv_pressure", "prefix_cache_collapse", "empty_outputs", "capacity_exhausted",
+        "scheduling_bottleneck", "queue_undrained", "ingress_errors", "unclassified")
 
 
 def test_unclassified_ranks_by_layer_then_onset() -> None:
@@ -355,3 +385,11 @@ def test_a_configured_queue_wait_threshold_sets_the_p0_line() -> None:
     assert dx.symptom_severity(case) == "info"
     lowered = replace(case, catalogue=_configured({"queue_wait_p99": {"threshold": 0.5}}))
     assert dx.symptom_severity(lowered) == "critical"
+
+
+@pytest.mark.parametrize(("threshold", "rule"), [(0.05, "empty_outputs"), (0.2, "unclassified")])
+def test_a_configured_empty_output_threshold_reaches_its_rule(threshold: float, rule: str) -> None:
+    """12 % empty answers are past the shipped 5 % line, within a configured 20 % one."""
+    catalogue = _configured({"empty_output_ratio": {"threshold": threshold}})
+    case = Case((EMPTY,), frozenset({"node-0"}), catalogue=catalogue)
+    assert diagnose(case).rule == rule

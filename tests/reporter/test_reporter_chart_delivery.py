@@ -40,7 +40,7 @@ def api(tmp_path: Path) -> Iterator[ThreadedApp]:
     """The analyzer API over a store holding the chart, as the daemon mounts it."""
     conn = connect(tmp_path / "oximeter.db")
     Outbox(conn)  # the reporter's migrations: the chart table
-    chart_link.save_chart(conn, PNG, "2025-11-30")
+    chart_link.save_chart(conn, PNG, "2025-11-30", keep=90)
     app = build_app(IncidentStore(conn), None)
     chart_link.mount(app, conn)
     served = ThreadedApp(app).start()
@@ -94,10 +94,28 @@ def test_chart_route_refuses_unknown_names(api: ThreadedApp, name: str, status: 
 def test_saving_a_chart_twice_keeps_one_row(tmp_path: Path) -> None:
     conn = connect(tmp_path / "s.db")
     Outbox(conn)
-    names = {chart_link.save_chart(conn, PNG, "2025-11-30") for _ in range(2)}
+    names = {chart_link.save_chart(conn, PNG, "2025-11-30", keep=90) for _ in range(2)}
     assert names == {hashlib.sha256(PNG).hexdigest() + ".png"}
     assert conn.execute("SELECT COUNT(*) FROM digest_charts").fetchone()[0] == 1
     assert chart_link.load_chart(conn, names.pop()) == PNG
+    conn.close()
+
+
+def test_the_chart_store_keeps_only_the_newest_charts(tmp_path: Path) -> None:
+    saved = datetime(2025, 11, 1, 8, tzinfo=UTC).timestamp()
+    conn = connect(tmp_path / "s.db")
+    Outbox(conn)
+    charts = [PNG + bytes([day]) for day in range(5)]
+    names = [chart_link.save_chart(conn, png, f"2025-11-{day + 1:02d}", keep=3, now=saved + day * 86400.0)
+             for day, png in enumerate(charts)]
+    assert conn.execute("SELECT COUNT(*) FROM digest_charts").fetchone()[0] == 3
+    assert [chart_link.load_chart(conn, name) for name in names] == [None, None, *charts[2:]]
+    # Saving a kept chart again neither duplicates it nor evicts another.
+    chart_link.save_chart(conn, charts[2], "2025-11-03", keep=3, now=saved + 10 * 86400.0)
+    kept = [chart_link.load_chart(conn, name) is not None for name in names]
+    assert kept == [False, False, True, True, True]
+    with pytest.raises(ValueError):
+        chart_link.save_chart(conn, PNG, "2025-11-30", keep=0)
     conn.close()
 
 

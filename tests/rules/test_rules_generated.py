@@ -55,12 +55,19 @@ ALERT_LIMITS = [
     ("GpuTemperatureHigh", "gpu_temperature", "threshold", ">"),
     ("GpuSaturated", "gpu_utilization_p95", "threshold", ">"),
     ("GpuEccCorrectedStorm", "ecc_corrected_increase", "increase", ">"),
+    ("GpuEccCorrectedRising", "ecc_corrected_increase", "ratio", ">="),
+    ("GpuEccCorrectedSlowBurn", "ecc_corrected_burn", "increase", ">"),
+    ("GpuPcieReplayBurst", "pcie_replay_increase", "increase", ">"),
+    ("GpuMemoryGrowing", "gpu_memory_trend", "capacity", ">="),
+    ("EngineEmptyOutputs", "empty_output_ratio", "threshold", ">"),
     ("EngineKvCacheFull", "kv_cache_usage", "threshold", ">="),
     ("EnginePreemptionStorm", "preemption_rate", "threshold", ">"),
     ("GatewayQueueBacklog", "queue_length", "threshold", ">"),
     ("GatewayQueueNearLimit", "queue_limit_ratio", "threshold", ">="),
     ("GatewayQueueWaitHigh", "queue_wait_p99", "threshold", ">"),
     ("Gateway504RatioHigh", "error_504_ratio", "threshold", ">"),
+    ("ExternalQueueGrowing", "external_queue_growth", "threshold", ">"),
+    ("GatewayRetryStorm", "retry_ratio", "threshold", ">"),
 ]
 
 
@@ -73,10 +80,38 @@ def test_alerts_compare_with_the_catalogues_limits(alert: str, signal: str, fiel
     assert re.search(rf"{re.escape(op)} {limit:g}(?![\d.])", expr), (expr, limit)
 
 
+def _alert_expr(alert: str) -> str:
+    return " ".join(next(r for r in alerting_rules() if r["alert"] == alert)["expr"].split())
+
+
 def test_the_504_alert_and_signal_share_their_traffic_guard() -> None:
-    expr = next(r for r in alerting_rules() if r["alert"] == "Gateway504RatioHigh")["expr"]
     guard = CATALOGUE["error_504_ratio"].min_traffic
-    assert guard is not None and f"increase1m >= {guard.minimum:g}" in " ".join(expr.split())
+    assert guard is not None and f"increase1m >= {guard.minimum:g}" in _alert_expr("Gateway504RatioHigh")
+
+
+def test_the_empty_output_alert_and_signal_share_their_traffic_guard() -> None:
+    guard = CATALOGUE["empty_output_ratio"].min_traffic
+    assert guard is not None and f"{guard.promql} >= {guard.minimum:g}" in _alert_expr("EngineEmptyOutputs")
+
+
+def test_the_retry_alert_and_signal_share_their_traffic_guard() -> None:
+    guard = CATALOGUE["retry_ratio"].min_traffic
+    assert guard is not None and f"{guard.promql} >= {guard.minimum:g}" in _alert_expr("GatewayRetryStorm")
+
+
+def test_the_external_queue_alert_and_signal_share_their_drain_guard() -> None:
+    guard = CATALOGUE["external_queue_growth"].min_traffic
+    assert guard is not None and f"{guard.promql} >= {guard.minimum:g}" in _alert_expr("ExternalQueueGrowing")
+
+
+def test_the_gpu_memory_alert_projects_as_far_as_the_trend_detector() -> None:
+    """The alert's horizon is the trend criterion said as a time: a rise of ``min_rise_rel`` of the
+    headroom per window fills the card in window / min_rise_rel."""
+    spec = CATALOGUE["gpu_memory_trend"]
+    (trend,) = spec.build_detectors()
+    horizon = spec.window_s / trend.min_rise_rel  # type: ignore[attr-defined]
+    projection = f"predict_linear({spec.record}[{spec.window_s / 60:g}m], {horizon:g})"
+    assert projection in _alert_expr("GpuMemoryGrowing")
 
 
 def _rules_build(*args: str) -> subprocess.CompletedProcess[str]:
