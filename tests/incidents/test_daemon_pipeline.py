@@ -44,23 +44,34 @@ def week(fault_minutes: float | None = None) -> SeriesFrame:
     return SeriesFrame(pd.DataFrame(values.astype(np.float32), index=index, columns=KEYS), labels)
 
 
-def _cycles(frame: SeriesFrame, until_min: int) -> tuple[list[AnomalyEvent], list[AnomalyEvent]]:
-    """The pipeline and a bare SignalCycle (no anomaly mask), every minute from FAULT − 30 min."""
+def _cycles(frame: SeriesFrame, until_min: int, *, bare: bool = False
+            ) -> tuple[list[AnomalyEvent], list[AnomalyEvent]]:
+    """The pipeline and (with ``bare``) a bare SignalCycle with no anomaly mask, every minute from
+    FAULT − 30 min."""
     source = FrameSource({SPEC.name: frame})
     pipeline = CyclePipeline(source, {SPEC.name: SPEC}, step_s=STEP, live_s=3600.0, cold_rows=None)
-    bare = SignalCycle(SPEC, step_s=STEP, cold_rows=None)
+    cycle = SignalCycle(SPEC, step_s=STEP, cold_rows=None)
     events: list[AnomalyEvent] = []
     unmasked: list[AnomalyEvent] = []
     for minute in range(-30, until_min + 1):
         now = FAULT + timedelta(minutes=minute)
         events, frames = pipeline.run(now)
-        unmasked = bare.run(source, now)
+        if bare:
+            unmasked = cycle.run(source, now)
         assert set(frames) == {SPEC.name, *CONTEXT}
     return events, unmasked
 
 
-def test_live_cycles_find_what_only_yesterday_reveals() -> None:
-    [event], _ = _cycles(week(), 30)
+@pytest.fixture(scope="module")
+def persisting_hour() -> tuple[list[AnomalyEvent], list[AnomalyEvent]]:
+    """An hour of a fault that does not end, with and without the mask (each cycle costs ~0.1 s of
+    CPU over the week of samples, so the tests that read this run share it)."""
+    return _cycles(week(), 60, bare=True)
+
+
+def test_live_cycles_find_what_only_yesterday_reveals(
+        persisting_hour: tuple[list[AnomalyEvent], list[AnomalyEvent]]) -> None:
+    [event], _ = persisting_hour
     assert (event.signal, event.entity) == ("queue_wait_p99", {"node": "n1", "service": "b"})
     # Detected after 8 of 10 one-minute samples: the 5-min p99 window plus the seed's 5 minutes.
     assert (event.onset, event.detected_at, event.cleared_at) == (FAULT, FAULT + timedelta(minutes=7), None)
@@ -70,8 +81,9 @@ def test_live_cycles_find_what_only_yesterday_reveals() -> None:
     assert evaluate_signal(SPEC, SeriesFrame(live, week().labels), step_s=STEP) == []
 
 
-def test_a_persisting_fault_stays_out_of_its_own_baseline() -> None:
-    [event], [unmasked] = _cycles(week(), 60)
+def test_a_persisting_fault_stays_out_of_its_own_baseline(
+        persisting_hour: tuple[list[AnomalyEvent], list[AnomalyEvent]]) -> None:
+    [event], [unmasked] = persisting_hour
     assert (event.onset, event.cleared_at) == (FAULT, None)
     # Without the mask the recent median adopts the fault within the hour and the event clears.
     assert unmasked.cleared_at == FAULT + timedelta(minutes=34)
