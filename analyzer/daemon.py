@@ -258,7 +258,8 @@ async def serve(analyzer: Analyzer, interval_s: float, host: str, port: int | No
 
 def configure(parser: argparse.ArgumentParser) -> None:
     """Arguments of ``oximeter analyze``."""
-    parser.add_argument("--once", action="store_true", help="run one cycle and exit (no API)")
+    parser.add_argument("--once", action="store_true",
+                        help="run one cycle and exit (no API); a replay's cycle is at its start")
     parser.add_argument("--replay", metavar="DIR",
                         help="replay `oximeter sim history` output instead of Prometheus")
     parser.add_argument("--signals", metavar="FILE", help="replay a long signal file (CSV/Parquet)")
@@ -309,10 +310,13 @@ def _source(args: argparse.Namespace, config: AnalyzeConfig) -> Source:
     from analyzer.sources.frames import FrameSource
 
     start = parse_iso(args.replay_start) if args.replay_start else None
+    # One cycle judges the replay at its start: at the running speed the instant would depend on
+    # how long the set-up took (60 × a slow machine's 20 s of imports is 20 minutes later).
+    speed = 0.0 if args.once else args.speed
     if args.replay:
-        return replay_source(args.replay, speed=args.speed, start=start)
+        return replay_source(args.replay, speed=speed, start=start)
     if args.signals:
-        return FrameSource.from_signal_file(args.signals, speed=args.speed, start=start)
+        return FrameSource.from_signal_file(args.signals, speed=speed, start=start)
     try:
         prometheus = importlib.import_module("analyzer.sources.prometheus")
     except ImportError:

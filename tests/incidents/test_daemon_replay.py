@@ -3,10 +3,13 @@
 
 from __future__ import annotations
 
+import argparse
 import subprocess
+import time
 from datetime import UTC, datetime
 from pathlib import Path
 
+from analyzer.daemon import AnalyzeConfig, _source
 from analyzer.incident_store import IncidentQuery, IncidentStore
 from oximeter.procs import oximeter_argv
 from oximeter.store import connect
@@ -47,3 +50,11 @@ def test_replay_once_opens_the_scenario_incident(tmp_path: Path) -> None:
     assert {k: v for k, v in incident.root_cause.labels if k in ("node", "gpu", "xid")} == {
         "node": "n1", "gpu": "1", "xid": "79"}
     assert incident.first_onset == datetime(2026, 1, 7, 17, 30, tzinfo=UTC)
+
+    # The one cycle is at --replay-start however long the set-up took (at the replay's 60 × a
+    # loaded machine's 20 s of imports moved it 20 minutes on, past the Xid).
+    args = argparse.Namespace(once=True, replay=str(tmp_path / "history"), signals=None, speed=60.0,
+                              replay_start="2026-01-07T17:38:00Z")
+    source = _source(args, AnalyzeConfig.load(None))
+    time.sleep(0.05)
+    assert source.now() == datetime(2026, 1, 7, 17, 38, tzinfo=UTC)
