@@ -1,4 +1,4 @@
-"""The empty-output share: the gateway's counters → the signal's recipe, its traffic guard, an event."""
+"""The empty-output share: the gateway's counters → its replayed query, its traffic guard, an event."""
 
 from __future__ import annotations
 
