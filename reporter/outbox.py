@@ -30,9 +30,9 @@ from loguru import logger
 from prometheus_client import CollectorRegistry, Counter, Gauge
 
 from oximeter.store import lock_for, migrate
-from oximeter.vocabulary import SEVERITY_RANK
+from oximeter.vocabulary import SEVERITY_RANK, as_severity, priority
 from reporter.channels.base import Channel, DeliveryResult, Outcome
-from reporter.message import Message, Section, Severity
+from reporter.message import Message, Section
 from reporter.settings import ReporterSettings
 
 COMPONENT = "reporter"
@@ -206,7 +206,7 @@ class Outbox:
                 cursor = conn.execute(
                     "INSERT OR IGNORE INTO outbox (channel, idempotency_key, title, severity, payload, state,"
                     " created_at, next_attempt_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
-                    (name, message.idempotency_key, message.title, message.severity.value,
+                    (name, message.idempotency_key, message.title, message.severity,
                      message.to_json(), state.value, now, now))
                 if cursor.rowcount != 1:
                     continue
@@ -219,7 +219,7 @@ class Outbox:
                         " payload, state, created_at, next_attempt_at)"
                         " VALUES (?, ?, 'summary', ?, ?, '', 'pending', ?, ?)",
                         (name, f"storm-summary:{window_start:.0f}", "storm control summary",
-                         Severity.INFO.value, now, window_start + window))
+                         "info", now, window_start + window))
         self._refresh_pending()
         return inserted
 
@@ -263,9 +263,9 @@ class Outbox:
                 "SELECT severity, title, payload FROM outbox WHERE channel = ? AND state = 'suppressed'"
                 " AND created_at >= ? AND created_at < ? ORDER BY id",
                 (row["channel"], start, start + window)).fetchall()
-        severities = [Severity(r["severity"]) for r in suppressed] or [Severity.INFO]
+        severities = [as_severity(r["severity"]) for r in suppressed] or ["info"]
         worst = max(severities, key=SEVERITY_RANK.__getitem__)
-        lines = [f"- [{Severity(r['severity']).priority}] {r['title']}" for r in suppressed]
+        lines = [f"- [{priority(r['severity'])}] {r['title']}" for r in suppressed]
         simulation = bool(suppressed) and all(Message.from_json(r["payload"]).simulation for r in suppressed)
         return Message(
             title=f"{len(suppressed)} more notifications held back by storm control",
