@@ -35,6 +35,7 @@ from prometheus_client import CollectorRegistry, Gauge, Histogram, generate_late
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
 from analyzer.api import build_app, start_api
+from analyzer.catalogue import CATALOGUE
 from analyzer.events import AnomalyEvent, parse_iso
 from analyzer.incident_store import IncidentStore
 from analyzer.incidents import Change, Incident, IncidentSettings, IncidentTracker, findings
@@ -48,7 +49,7 @@ from analyzer.pipeline import (
     topology_from_frames,
 )
 from analyzer.settings import AnalyzerSettings, InputProfile
-from analyzer.signals import CATALOGUE, SignalSpec
+from analyzer.signals import SignalSpec
 from analyzer.sources.base import ReplayClock, Source
 from analyzer.topology import Topology, TopologySettings
 from oximeter.config import DEFAULT_CONFIG_PATH, read_config, section

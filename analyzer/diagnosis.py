@@ -12,9 +12,10 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from statistics import fmean, median
 
+from analyzer.catalogue import CATALOGUE
 from analyzer.events import AnomalyEvent
 from analyzer.opening import distinct, opens_incident
-from analyzer.signals import CATALOGUE, SignalSpec, traffic_name
+from analyzer.signals import SignalSpec, traffic_name
 from oximeter.runbook import runbook_ref
 from oximeter.vocabulary import LAYERS, SEVERITY_RANK, Severity
 

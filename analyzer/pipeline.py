@@ -23,13 +23,14 @@ import pandas as pd
 
 from analyzer import query as q
 from analyzer.baselines import BaselinePolicy, ChangeWindow
+from analyzer.catalogue import THROTTLED
 from analyzer.cycle import SignalCycle
 from analyzer.diagnosis import ENGINE_WAITING, THERMAL_REASON, THROTTLE_REASON, Labels, Snapshot
 from analyzer.evaluate import needs_history
 from analyzer.events import AnomalyEvent
 from analyzer.frame import SeriesFrame
 from analyzer.incidents import NOT_DECLARED, ChangeEvent
-from analyzer.signals import THROTTLED, SignalSpec, traffic_name
+from analyzer.signals import SignalSpec, traffic_name
 from analyzer.sources.base import LiveWindow, Source, grid_index
 from analyzer.topology import Topology
 

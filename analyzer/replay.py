@@ -31,13 +31,14 @@ import numpy as np
 import pandas as pd
 
 from analyzer.baselines import BaselinePolicy
+from analyzer.catalogue import CATALOGUE
 from analyzer.daemon import CONTEXT, topology_from_frames
 from analyzer.diagnosis import Labels, Snapshot
 from analyzer.evaluate import evaluate_signal
 from analyzer.events import AnomalyEvent
 from analyzer.frame import SeriesFrame
 from analyzer.incidents import Change, Incident, IncidentSettings, IncidentTracker, findings
-from analyzer.signals import CATALOGUE, SignalSpec
+from analyzer.signals import SignalSpec
 from analyzer.sources.frames import FrameSource
 from analyzer.sources.raw import RawStore
 from analyzer.topology import Topology

@@ -102,7 +102,7 @@ class AnalyzerSettings(BaseModel):
     @field_validator("signals")
     @classmethod
     def _signals_valid(cls, signals: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
-        from analyzer.signals import build_catalogue
+        from analyzer.catalogue import build_catalogue
 
         try:
             build_catalogue(signals)
@@ -112,7 +112,7 @@ class AnalyzerSettings(BaseModel):
 
     def _configured(self) -> dict[str, SignalSpec]:
         """The catalogue with overrides, minus the disabled signals."""
-        from analyzer.signals import build_catalogue
+        from analyzer.catalogue import build_catalogue
 
         built = build_catalogue(self.signals)
         return {name: spec for name, spec in built.items() if name not in self.disabled_signals}

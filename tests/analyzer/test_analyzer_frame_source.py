@@ -11,10 +11,11 @@ import pandas as pd
 import pytest
 from analyzer_frames import write_history
 
+from analyzer.catalogue import CATALOGUE
 from analyzer.evaluate import evaluate_signal
 from analyzer.frame import SeriesFrame
 from analyzer.query import bucket_quantile
-from analyzer.signals import CATALOGUE, SignalSpec
+from analyzer.signals import SignalSpec
 from analyzer.sources.base import LiveWindow, ReplayClock, align
 from analyzer.sources.frames import FrameSource, write_signal_file
 

@@ -8,8 +8,8 @@ from pathlib import Path
 import numpy as np
 from analyzer_frames import write_history
 
+from analyzer.catalogue import CATALOGUE
 from analyzer.evaluate import evaluate_signal
-from analyzer.signals import CATALOGUE
 from analyzer.sources.frames import FrameSource
 
 T0 = datetime(2026, 3, 1, tzinfo=UTC)

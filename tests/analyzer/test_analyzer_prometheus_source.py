@@ -19,10 +19,10 @@ import pytest
 from analyzer_frames import write_history
 from pydantic import SecretStr
 
+from analyzer.catalogue import CATALOGUE
 from analyzer.evaluate import evaluate_signal
 from analyzer.frame import series_key
 from analyzer.settings import AnalyzerSettings
-from analyzer.signals import CATALOGUE
 from analyzer.sources.base import align
 from analyzer.sources.frames import FrameSource
 from analyzer.sources.matrix import decode_matrix

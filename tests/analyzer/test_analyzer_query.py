@@ -16,8 +16,9 @@ import pytest
 import yaml
 
 from analyzer import query as q
+from analyzer.catalogue import CATALOGUE, build_catalogue
 from analyzer.pipeline import CONTEXT
-from analyzer.signals import CATALOGUE, SignalSpec, build_catalogue
+from analyzer.signals import SignalSpec
 from analyzer.sources.frames import FrameSource
 from analyzer.sources.raw import RawStore
 
