@@ -15,15 +15,10 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 
+from analyzer.case import Case, Diagnosis, RootCause, Snapshot
 from analyzer.catalogue import CATALOGUE
 from analyzer.correlate import Group, correlate
-from analyzer.diagnosis import (
-    Case,
-    Diagnosis,
-    RootCause,
-    Snapshot,
-    diagnose,
-)
+from analyzer.diagnosis import diagnose
 from analyzer.events import AnomalyEvent
 from analyzer.incident_model import (
     NOT_DECLARED,

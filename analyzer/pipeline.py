@@ -23,9 +23,9 @@ import pandas as pd
 
 from analyzer import query as q
 from analyzer.baselines import BaselinePolicy, ChangeWindow
+from analyzer.case import ENGINE_WAITING, THERMAL_REASON, THROTTLE_REASON, Labels, Snapshot
 from analyzer.catalogue import THROTTLED
 from analyzer.cycle import SignalCycle
-from analyzer.diagnosis import ENGINE_WAITING, THERMAL_REASON, THROTTLE_REASON, Labels, Snapshot
 from analyzer.evaluate import needs_history
 from analyzer.events import AnomalyEvent
 from analyzer.frame import SeriesFrame

@@ -31,9 +31,9 @@ import numpy as np
 import pandas as pd
 
 from analyzer.baselines import BaselinePolicy
+from analyzer.case import Labels, Snapshot
 from analyzer.catalogue import CATALOGUE
 from analyzer.daemon import CONTEXT, topology_from_frames
-from analyzer.diagnosis import Labels, Snapshot
 from analyzer.evaluate import evaluate_signal
 from analyzer.events import AnomalyEvent
 from analyzer.frame import SeriesFrame

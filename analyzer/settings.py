@@ -10,7 +10,7 @@ from oximeter.errors import ConfigError
 
 if TYPE_CHECKING:
     from analyzer.baselines import BaselinePolicy
-    from analyzer.diagnosis import Thresholds
+    from analyzer.case import Thresholds
     from analyzer.signals import SignalSpec
     from analyzer.stock_inputs import StockInputs
 
@@ -162,6 +162,6 @@ class IncidentSettings(BaseModel):
 
     def thresholds(self) -> Thresholds:
         """The diagnosis rules' own limits (the others are signal thresholds: ``analyzer.signals``)."""
-        from analyzer.diagnosis import Thresholds
+        from analyzer.case import Thresholds
 
         return Thresholds(gpu_util_low=self.gpu_util_low, gpu_util_high=self.gpu_util_high)
