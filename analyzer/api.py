@@ -6,7 +6,6 @@ outright when no token is configured (a write API without a secret is not a defa
 
 from __future__ import annotations
 
-import hmac
 import json
 from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime, timedelta
@@ -18,6 +17,7 @@ from pydantic import SecretStr
 from analyzer.events import AnomalyEvent, iso_utc
 from analyzer.incident_store import IncidentQuery, IncidentStore, QueryError, parse_duration
 from analyzer.incidents import ChangeEvent
+from oximeter.auth import bearer_refusal
 from oximeter.inputs import InputValueError, parse_epoch_ms, parse_label_value, parse_timestamp
 
 Clock = Callable[[], datetime]
@@ -36,16 +36,8 @@ def _error(status: int, reason: str) -> web.Response:
 
 
 def _authorized(request: web.Request) -> web.Response | None:
-    token = request.app[TOKEN]
-    if token is None:
-        return _error(403, "writes are disabled: OXIMETER_API_TOKEN is not set on the analyzer")
-    header = request.headers.get("Authorization", "")
-    given = header[7:] if header.startswith("Bearer ") else ""
-    if not given or not hmac.compare_digest(given.encode(), token.get_secret_value().encode()):
-        response = _error(401, "missing or wrong bearer token")
-        response.headers["WWW-Authenticate"] = "Bearer"
-        return response
-    return None
+    return bearer_refusal(request.headers, request.app[TOKEN],
+                          "writes are disabled: OXIMETER_API_TOKEN is not set on the analyzer")
 
 
 async def _body(request: web.Request) -> dict[str, Any]:

@@ -35,13 +35,13 @@ from prometheus_client import CollectorRegistry, Gauge, Histogram, generate_late
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
 from analyzer.api import build_app, start_api
+from analyzer.catalogue import CATALOGUE
 from analyzer.events import AnomalyEvent, parse_iso
 from analyzer.incident_store import IncidentStore
 from analyzer.incidents import Change, Incident, IncidentSettings, IncidentTracker, findings
 from analyzer.kube_changes import KubeChangePoller
 from analyzer.pipeline import (
     CONTEXT,
-    CONTEXT_RECIPES,
     TARGET_INFO,
     CyclePipeline,
     Pipeline,
@@ -49,8 +49,7 @@ from analyzer.pipeline import (
     topology_from_frames,
 )
 from analyzer.settings import AnalyzerSettings, InputProfile
-from analyzer.signals import CATALOGUE, SignalSpec
-from analyzer.sources import recipes
+from analyzer.signals import SignalSpec
 from analyzer.sources.base import ReplayClock, Source
 from analyzer.topology import Topology, TopologySettings
 from oximeter.config import DEFAULT_CONFIG_PATH, read_config, section
@@ -65,7 +64,7 @@ if TYPE_CHECKING:
     from reporter.wiring import Reporting
 
 # Kept importable from here (analyzer/replay.py and the tests import them from the daemon).
-__all__ = ["CONTEXT", "CONTEXT_RECIPES", "TARGET_INFO", "Analyzer", "CyclePipeline", "DaemonMetrics",
+__all__ = ["CONTEXT", "TARGET_INFO", "Analyzer", "CyclePipeline", "DaemonMetrics",
            "LogNotifier", "Notifier", "Pipeline", "configure", "run", "serve", "snapshot_from_frames",
            "topology_from_frames"]
 SOURCE_ERRORS = (OximeterError, OSError, requests.RequestException)
@@ -284,7 +283,7 @@ def replay_source(directory: str, *, speed: float = 60.0, start: datetime | None
 
     raw = RawStore.from_history(directory)
     clock = ReplayClock(start or raw.index[0].to_pydatetime(), speed).now
-    return FrameSource(raw=raw, clock=clock, recipes={**recipes.RECIPES, **CONTEXT_RECIPES})
+    return FrameSource(raw=raw, clock=clock)
 
 
 @dataclass(frozen=True)

@@ -15,10 +15,10 @@ import numpy as np
 import pandas as pd
 
 from analyzer.baselines import BaselinePolicy
+from analyzer.catalogue import KIND_DEFAULTS
 from analyzer.evaluate import evaluate_signal
 from analyzer.events import AnomalyEvent, iso_utc
 from analyzer.frame import FrameError
-from analyzer.signals import KIND_DEFAULTS
 from analyzer.sources.files import InputError, load_regular, parse_step
 
 KIND_CHOICES = ("auto", *KIND_DEFAULTS)

@@ -12,7 +12,8 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Literal
 
-from analyzer.diagnosis import RootCause, Severity
+from analyzer.case import RootCause
+from analyzer.diagnosis import Severity
 from analyzer.events import AnomalyEvent, iso_utc, parse_iso
 from analyzer.topology import Labels
 

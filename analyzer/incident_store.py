@@ -10,8 +10,7 @@ from __future__ import annotations
 
 import json
 import sqlite3
-from collections.abc import Iterable, Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -19,7 +18,7 @@ from typing import Any
 from analyzer.diagnosis import RULE_IDS
 from analyzer.incidents import Change, ChangeEvent, Incident
 from oximeter.inputs import InputValueError, parse_duration_s, parse_int, parse_label_value
-from oximeter.store import lock_for, migrate
+from oximeter.store import lock_for, migrate, transaction
 from oximeter.vocabulary import LAYERS
 
 COMPONENT = "analyzer"
@@ -129,21 +128,10 @@ class IncidentStore:
         with lock_for(conn):
             migrate(conn, COMPONENT, MIGRATIONS)
 
-    @contextmanager
-    def _tx(self) -> Iterator[sqlite3.Connection]:
-        with lock_for(self.conn):
-            self.conn.execute("BEGIN IMMEDIATE")
-            try:
-                yield self.conn
-            except BaseException:
-                self.conn.execute("ROLLBACK")
-                raise
-            self.conn.execute("COMMIT")
-
     # -- the daemon's side ----------------------------------------------------------------------
     def save(self, incidents: Iterable[Incident], changes: Sequence[Change] = ()) -> None:
         """Upsert ``incidents`` and record ``changes`` (each key once) in one transaction."""
-        with self._tx() as db:
+        with transaction(self.conn) as db:
             for inc in incidents:
                 db.execute(
                     "INSERT INTO incidents (id, state, severity, layer, rule, root_signal, root_entity,"
@@ -187,7 +175,7 @@ class IncidentStore:
 
     def mark_emitted(self, keys: Iterable[str], now: datetime) -> None:
         """Remember that these change records reached the outbox."""
-        with self._tx() as db:
+        with transaction(self.conn) as db:
             db.executemany("UPDATE incident_changes SET emitted_at = ? WHERE key = ?",
                            [(now.timestamp(), k) for k in keys])
 
@@ -249,7 +237,7 @@ class IncidentStore:
     # -- change events, acks, silences ----------------------------------------------------------
     def record_change_event(self, change: ChangeEvent, now: datetime) -> int:
         """Store a declared change (deploy, config, restart, maintenance); returns its id."""
-        with self._tx() as db:
+        with transaction(self.conn) as db:
             cur = db.execute(
                 "INSERT INTO change_events (at, kind, description, labels, source, recorded_at)"
                 " VALUES (?,?,?,?,?,?)", (change.at.timestamp(), change.kind, change.description,
@@ -278,7 +266,7 @@ class IncidentStore:
                           incident_id, (now.timestamp(), until.timestamp(), by, note))
 
     def _mark(self, sql: str, incident_id: str, values: tuple[Any, ...]) -> bool:
-        with self._tx() as db:
+        with transaction(self.conn) as db:
             if db.execute("SELECT 1 FROM incidents WHERE id = ?", (incident_id,)).fetchone() is None:
                 return False
             db.execute(sql, (incident_id, *values))

@@ -15,14 +15,10 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 
+from analyzer.case import Case, Diagnosis, RootCause, Snapshot
+from analyzer.catalogue import CATALOGUE
 from analyzer.correlate import Group, correlate
-from analyzer.diagnosis import (
-    Case,
-    Diagnosis,
-    RootCause,
-    Snapshot,
-    diagnose,
-)
+from analyzer.diagnosis import diagnose
 from analyzer.events import AnomalyEvent
 from analyzer.incident_model import (
     NOT_DECLARED,
@@ -36,7 +32,7 @@ from analyzer.incident_model import (
 )
 from analyzer.opening import may_open, opens_incident
 from analyzer.settings import IncidentSettings
-from analyzer.signals import CATALOGUE, SignalSpec
+from analyzer.signals import SignalSpec
 from analyzer.stability import Pending, announced, choose, held
 from analyzer.topology import Labels, Topology
 from oximeter.vocabulary import SEVERITY_RANK

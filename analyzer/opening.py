@@ -13,7 +13,7 @@ from analyzer.events import AnomalyEvent
 from analyzer.signals import SignalSpec
 
 if TYPE_CHECKING:
-    from analyzer.diagnosis import Case, Diagnosis
+    from analyzer.case import Case, Diagnosis
 
 
 def opens_incident(signal: str, catalogue: Mapping[str, SignalSpec]) -> bool:

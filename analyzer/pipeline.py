@@ -21,42 +21,34 @@ from typing import Protocol
 import numpy as np
 import pandas as pd
 
+from analyzer import query as q
 from analyzer.baselines import BaselinePolicy, ChangeWindow
+from analyzer.case import ENGINE_WAITING, THERMAL_REASON, THROTTLE_REASON, Labels, Snapshot
+from analyzer.catalogue import THROTTLED
 from analyzer.cycle import SignalCycle
-from analyzer.diagnosis import ENGINE_WAITING, THERMAL_REASON, THROTTLE_REASON, Labels, Snapshot
 from analyzer.evaluate import needs_history
 from analyzer.events import AnomalyEvent
 from analyzer.frame import SeriesFrame
 from analyzer.incidents import NOT_DECLARED, ChangeEvent
 from analyzer.signals import SignalSpec, traffic_name
-from analyzer.sources import recipes
 from analyzer.sources.base import LiveWindow, Source, grid_index
 from analyzer.topology import Topology
 
 TARGET_INFO = "target_info"
 # Context the rules read but that is not itself judged (analyzer/diagnosis.py "Snapshot").
 CONTEXT: dict[str, SignalSpec] = {s.name: s for s in (
-    SignalSpec(name=THERMAL_REASON, layer="infrastructure", kind="gauge", entity_labels=("node", "gpu"),
-               promql="max without (instance, job, reason) "
-                      '(oximeter_gpu_clock_event_active{reason=~"hw_thermal|sw_thermal"})'),
-    SignalSpec(name=THROTTLE_REASON, layer="infrastructure", kind="gauge", entity_labels=("node", "gpu"),
-               promql="max without (instance, job, reason) "
-                      '(oximeter_gpu_clock_event_active{reason!="idle"})'),
-    SignalSpec(name=ENGINE_WAITING, layer="engine", kind="gauge", entity_labels=("node",),
-               promql="max without (instance, job, engine, model_name) "
-                      "(max_over_time(vllm:num_requests_waiting[15m]))"),
-    SignalSpec(name=TARGET_INFO, layer="platform", kind="gauge", entity_labels=("service", "model", "node"),
-               promql="oximeter_target_info"),
+    SignalSpec.of(name=THERMAL_REASON, layer="infrastructure", kind="gauge", entity_labels=("node", "gpu"),
+                  expr=q.gauge("oximeter_gpu_clock_event_active", {"reason": "~hw_thermal|sw_thermal"},
+                               drop=("reason",))),
+    SignalSpec.of(name=THROTTLE_REASON, layer="infrastructure", kind="gauge", entity_labels=("node", "gpu"),
+                  expr=THROTTLED),
+    SignalSpec.of(name=ENGINE_WAITING, layer="engine", kind="gauge", entity_labels=("node",),
+                  expr=q.Aggregate(q.OverTime(q.select("vllm:num_requests_waiting"), 900),
+                                   drop=("engine", "model_name"))),
+    # Every label kept: the instance names the node a scrape target runs on.
+    SignalSpec.of(name=TARGET_INFO, layer="platform", kind="gauge",
+                  entity_labels=("service", "model", "node"), expr=q.select("oximeter_target_info")),
 )}
-# The same context for replay frames (analyzer/sources/recipes.py operations).
-CONTEXT_RECIPES: dict[str, recipes.Recipe] = {
-    THERMAL_REASON: recipes.Gauge("oximeter_gpu_clock_event_active", {"reason": "~hw_thermal|sw_thermal"},
-                          drop=("reason",)),
-    THROTTLE_REASON: recipes.Gauge("oximeter_gpu_clock_event_active", {"reason": "!idle"}, drop=("reason",)),
-    ENGINE_WAITING: recipes.OverTime(
-        recipes.Gauge("vllm:num_requests_waiting", drop=("engine", "model_name")), 900),
-    TARGET_INFO: recipes.Gauge("oximeter_target_info"),
-}
 # How long after a declared change its effects (restart, warm-up, cache refill) stay out of baselines.
 CHANGE_SETTLE_S = 600.0
 

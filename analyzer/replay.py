@@ -31,14 +31,14 @@ import numpy as np
 import pandas as pd
 
 from analyzer.baselines import BaselinePolicy
-from analyzer.daemon import CONTEXT, CONTEXT_RECIPES, topology_from_frames
-from analyzer.diagnosis import Labels, Snapshot
+from analyzer.case import Labels, Snapshot
+from analyzer.catalogue import CATALOGUE
+from analyzer.daemon import CONTEXT, topology_from_frames
 from analyzer.evaluate import evaluate_signal
 from analyzer.events import AnomalyEvent
 from analyzer.frame import SeriesFrame
 from analyzer.incidents import Change, Incident, IncidentSettings, IncidentTracker, findings
-from analyzer.signals import CATALOGUE, SignalSpec
-from analyzer.sources import recipes
+from analyzer.signals import SignalSpec
 from analyzer.sources.frames import FrameSource
 from analyzer.sources.raw import RawStore
 from analyzer.topology import Topology
@@ -187,7 +187,7 @@ def signal_frames(directory: Path, catalogue: Mapping[str, SignalSpec] = CATALOG
                   ) -> tuple[dict[str, SeriesFrame], float]:
     """Every catalogue signal, its traffic guard and the rules' context over the whole history."""
     raw = RawStore.from_history(directory)
-    source = FrameSource(raw=raw, recipes={**recipes.RECIPES, **CONTEXT_RECIPES})
+    source = FrameSource(raw=raw)
     specs: dict[str, SignalSpec] = {**catalogue, **CONTEXT}
     for spec in catalogue.values():
         traffic = spec.traffic_spec()

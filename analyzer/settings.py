@@ -10,7 +10,7 @@ from oximeter.errors import ConfigError
 
 if TYPE_CHECKING:
     from analyzer.baselines import BaselinePolicy
-    from analyzer.diagnosis import Thresholds
+    from analyzer.case import Thresholds
     from analyzer.signals import SignalSpec
     from analyzer.stock_inputs import StockInputs
 
@@ -102,7 +102,7 @@ class AnalyzerSettings(BaseModel):
     @field_validator("signals")
     @classmethod
     def _signals_valid(cls, signals: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
-        from analyzer.signals import build_catalogue
+        from analyzer.catalogue import build_catalogue
 
         try:
             build_catalogue(signals)
@@ -112,7 +112,7 @@ class AnalyzerSettings(BaseModel):
 
     def _configured(self) -> dict[str, SignalSpec]:
         """The catalogue with overrides, minus the disabled signals."""
-        from analyzer.signals import build_catalogue
+        from analyzer.catalogue import build_catalogue
 
         built = build_catalogue(self.signals)
         return {name: spec for name, spec in built.items() if name not in self.disabled_signals}
@@ -162,6 +162,6 @@ class IncidentSettings(BaseModel):
 
     def thresholds(self) -> Thresholds:
         """The diagnosis rules' own limits (the others are signal thresholds: ``analyzer.signals``)."""
-        from analyzer.diagnosis import Thresholds
+        from analyzer.case import Thresholds
 
         return Thresholds(gpu_util_low=self.gpu_util_low, gpu_util_high=self.gpu_util_high)

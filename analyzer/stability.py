@@ -19,7 +19,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 
-from analyzer.diagnosis import Diagnosis, RootCause
+from analyzer.case import Diagnosis, RootCause
 from analyzer.incident_model import Incident
 from oximeter.vocabulary import LAYERS
 

@@ -38,9 +38,10 @@ import requests
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from analyzer.baselines import BaselinePolicy
+from analyzer.catalogue import CATALOGUE
 from analyzer.cycle import SignalCycle
 from analyzer.frame import SeriesFrame
-from analyzer.signals import CATALOGUE, SignalSpec
+from analyzer.signals import SignalSpec
 from analyzer.sources.prometheus import PrometheusSource
 from gateway.metrics import LATENCY_BUCKETS_S, QUEUE_WAIT_BUCKETS_S
 from oximeter.ports import start_reserved

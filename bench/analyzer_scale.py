@@ -26,9 +26,10 @@ import pandas as pd
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from analyzer.catalogue import CATALOGUE
 from analyzer.cycle import SignalCycle
 from analyzer.frame import SeriesFrame
-from analyzer.signals import CATALOGUE, SignalSpec
+from analyzer.signals import SignalSpec
 from analyzer.sources.frames import FrameSource
 
 GPU_SIGNALS = ("gpu_temperature", "gpu_sm_clock_ratio", "gpu_utilization_p95", "ecc_corrected_increase",

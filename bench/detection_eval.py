@@ -34,6 +34,7 @@ import yaml
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from analyzer.catalogue import CATALOGUE, build_catalogue
 from analyzer.drill import DEFAULT_CACHE
 from analyzer.events import AnomalyEvent
 from analyzer.incident_store import parse_duration
@@ -48,7 +49,7 @@ from analyzer.replay import (
     same_time_window,
     signal_frames,
 )
-from analyzer.signals import CATALOGUE, SignalSpec, build_catalogue
+from analyzer.signals import SignalSpec
 from simulator.scenario import Scenario, load_scenario
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -27,8 +27,8 @@ from types import ModuleType
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from analyzer.catalogue import KIND_DEFAULTS
 from analyzer.detect_cli import detect_file
-from analyzer.signals import KIND_DEFAULTS
 
 ROOT = Path(__file__).resolve().parents[1]
 DEFAULT_DATA = ROOT.parent / "shared" / "nab-train"

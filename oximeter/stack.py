@@ -31,9 +31,10 @@ import requests
 from alert_rules import rule_files
 from alert_rules.scale import format_duration, write_scaled_rules
 from oximeter.backfill import BackfillResult, BackfillSpec, build_backfill
-from oximeter.errors import OximeterError
+from oximeter.errors import DependencyError, OximeterError
 from oximeter.ports import start_reserved, wait_port, wait_ports
 from oximeter.procs import ManagedProcess, http_ok, oximeter_argv, wait_until
+from oximeter.prometheus import PrometheusClient
 from oximeter.stack_config import (
     ANALYZER_JOB,
     ENGINE_JOB,
@@ -342,10 +343,11 @@ class Stack:
         params: dict[str, str] = {"query": promql}
         if at_s is not None:
             params["time"] = f"{at_s:.3f}"
-        reply = requests.get(f"{self.endpoints.prometheus}/api/v1/query", params=params, timeout=30).json()
-        if reply.get("status") != "success":
-            raise StackError(f"query failed: {reply.get('error')}: {promql}")
-        result: list[dict[str, Any]] = reply["data"]["result"]
+        try:
+            data = PrometheusClient(self.endpoints.prometheus, retries=0).post("/api/v1/query", params)
+        except DependencyError as exc:
+            raise StackError(f"query failed: {exc}: {promql}") from None
+        result: list[dict[str, Any]] = data["result"]
         return result
 
     def alerts(self) -> list[dict[str, Any]]:

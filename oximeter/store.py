@@ -10,7 +10,8 @@ from __future__ import annotations
 import sqlite3
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 
 from loguru import logger
@@ -88,6 +89,20 @@ _LOCKS: dict[int, threading.Lock] = {}
 def lock_for(conn: sqlite3.Connection) -> threading.Lock:
     """The lock that serialises use of ``conn`` across threads."""
     return _LOCKS.setdefault(id(conn), threading.Lock())
+
+
+@contextmanager
+def transaction(conn: sqlite3.Connection) -> Iterator[sqlite3.Connection]:
+    """One write transaction on ``conn`` under its lock: taken at once (``BEGIN IMMEDIATE``, so two
+    writers never deadlock upgrading a read), committed on success, rolled back on any exception."""
+    with lock_for(conn):
+        conn.execute("BEGIN IMMEDIATE")
+        try:
+            yield conn
+        except BaseException:
+            conn.execute("ROLLBACK")
+            raise
+        conn.execute("COMMIT")
 
 
 def schema_version(conn: sqlite3.Connection, component: str) -> int:

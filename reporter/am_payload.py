@@ -7,9 +7,7 @@ from datetime import datetime
 from typing import Any
 
 from analyzer.events import parse_iso
-from reporter.message import Severity
-
-_SEVERITIES = {"critical": Severity.CRITICAL, "warning": Severity.WARNING, "info": Severity.INFO}
+from oximeter.vocabulary import SEVERITIES, Severity, as_severity
 
 
 class PayloadError(ValueError):
@@ -53,7 +51,8 @@ class Alert:
     @property
     def severity(self) -> Severity:
         """The rule's ``severity`` label; warning when absent or unknown."""
-        return _SEVERITIES.get(self.labels.get("severity", ""), Severity.WARNING)
+        value = self.labels.get("severity", "")
+        return as_severity(value) if value in SEVERITIES else "warning"
 
     @classmethod
     def parse(cls, data: Any, where: str) -> Alert:

@@ -24,8 +24,9 @@ from zoneinfo import ZoneInfo
 
 from analyzer.incident_store import IncidentQuery, IncidentStore
 from analyzer.incidents import Incident
+from oximeter.prometheus import Series
 from reporter.digest_capacity import Headroom, NMinusOne, headroom, n_minus_one, placement
-from reporter.prom import PromQuery, Series, counter_increase
+from reporter.prom import PromQuery, counter_increase
 from reporter.settings import DigestSettings
 
 STEP_S = 60.0  # the contract's 1m resolution

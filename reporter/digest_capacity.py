@@ -24,7 +24,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import datetime
 
-from reporter.prom import PromQuery, Series
+from oximeter.prometheus import Series
+from reporter.prom import PromQuery
 
 # name, PromQL per (service, node) or per node, and which label the series are keyed by.
 LIMITS: tuple[tuple[str, str, str], ...] = (

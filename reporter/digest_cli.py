@@ -56,14 +56,13 @@ def run(args: argparse.Namespace) -> int:
     from analyzer.incident_store import IncidentStore
     from analyzer.settings import IncidentSettings
     from reporter.digest_schedule import build, send
-    from reporter.prom import PrometheusClient
+    from reporter.prom import digest_client
 
     try:
         sections, where = read_config(args.config)
         settings = section(sections, "reporter", ReporterSettings, where)
         day = _day(args.date, settings.digest.timezone)
-        prom = PrometheusClient(args.prometheus or settings.digest.prometheus_url,
-                                settings.digest.query_timeout_s)
+        prom = digest_client(settings.digest, args.prometheus)
         store_path = Path(args.store or section(sections, "incidents", IncidentSettings, where).store_path)
         # A preview must not create an empty store as a side effect.
         store = IncidentStore(connect(store_path)) if store_path.exists() or not args.dry_run else None

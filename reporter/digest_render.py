@@ -4,10 +4,11 @@ from __future__ import annotations
 
 from datetime import datetime, tzinfo
 
+from oximeter.vocabulary import Severity
 from reporter.chart_link import chart_url
 from reporter.digest import Digest, zone
 from reporter.digest_capacity import Peak
-from reporter.message import Link, Message, Section, Severity
+from reporter.message import Link, Message, Section
 from reporter.render import OVERVIEW_UID, dashboard_url, fmt_number
 from reporter.settings import ReporterSettings
 
@@ -106,7 +107,7 @@ def to_message(d: Digest, settings: ReporterSettings, png: bytes | None) -> Mess
     """The chat message (idempotency key ``digest:<date>``: one per day)."""
     at_risk = (d.queue_colour == "red" or d.spread_colour == "yellow"
                or any(not n.holds for n in d.n_minus_one))
-    worst = Severity.WARNING if at_risk else Severity.INFO
+    worst: Severity = "warning" if at_risk else "info"
     link = overview_link(d, settings)
     tz = zone(settings.digest.timezone)
     start, end = d.start.astimezone(tz), d.end.astimezone(tz)

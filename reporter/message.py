@@ -9,22 +9,9 @@ from __future__ import annotations
 import base64
 import json
 from dataclasses import dataclass, field
-from enum import StrEnum
 from typing import Any
 
-
-class Severity(StrEnum):
-    """The one severity enum: critical pages (P0), warning is P1, info is P2; chat prints P0–P2."""
-
-    CRITICAL = "critical"
-    WARNING = "warning"
-    INFO = "info"
-
-    @property
-    def priority(self) -> str:
-        """``P0`` (pages), ``P1`` or ``P2``."""
-        return {"critical": "P0", "warning": "P1", "info": "P2"}[self.value]
-
+from oximeter.vocabulary import Severity, as_severity, priority
 
 SIMULATION_MARKER = "SIMULATION"
 CHART_LABEL = "Chart (PNG)"  # the link to ``Message.image_url`` where a channel shows no image
@@ -56,7 +43,7 @@ class Message:
     """
 
     title: str
-    severity: Severity = Severity.INFO
+    severity: Severity = "info"
     sections: tuple[Section, ...] = ()
     fields: tuple[tuple[str, str], ...] = ()
     links: tuple[Link, ...] = ()
@@ -69,13 +56,13 @@ class Message:
     def __post_init__(self) -> None:
         if not self.title.strip():
             raise ValueError("message title is empty")
-        object.__setattr__(self, "severity", Severity(self.severity))
+        object.__setattr__(self, "severity", as_severity(self.severity))
 
     @property
     def heading(self) -> str:
         """The title line every channel shows: ``[SIMULATION] [P0] title``."""
         prefix = f"[{SIMULATION_MARKER}] " if self.simulation else ""
-        return f"{prefix}[{self.severity.priority}] {self.title}"
+        return f"{prefix}[{priority(self.severity)}] {self.title}"
 
     @property
     def has_tables(self) -> bool:
@@ -86,8 +73,8 @@ class Message:
         """A JSON-ready dict (the image as base64)."""
         return {
             "title": self.title,
-            "severity": self.severity.value,
-            "priority": self.severity.priority,
+            "severity": self.severity,
+            "priority": priority(self.severity),
             "sections": [
                 {"title": s.title, "body": s.body, "table": [list(row) for row in s.table]}
                 for s in self.sections
@@ -110,7 +97,7 @@ class Message:
         image = data.get("image_png_base64")
         return cls(
             title=data["title"],
-            severity=Severity(data.get("severity", "info")),
+            severity=as_severity(data.get("severity", "info")),
             sections=tuple(
                 Section(s["title"], s.get("body", ""), tuple(tuple(row) for row in s.get("table", ())))
                 for s in data.get("sections", ())

@@ -20,8 +20,7 @@ import os
 import socket
 import sqlite3
 import uuid
-from collections.abc import Iterable, Iterator, Mapping
-from contextlib import contextmanager
+from collections.abc import Iterable, Mapping
 from dataclasses import asdict, dataclass
 from enum import StrEnum
 from typing import Any
@@ -29,10 +28,10 @@ from typing import Any
 from loguru import logger
 from prometheus_client import CollectorRegistry, Counter, Gauge
 
-from oximeter.store import lock_for, migrate
-from oximeter.vocabulary import SEVERITY_RANK
+from oximeter.store import lock_for, migrate, transaction
+from oximeter.vocabulary import SEVERITY_RANK, as_severity, priority
 from reporter.channels.base import Channel, DeliveryResult, Outcome
-from reporter.message import Message, Section, Severity
+from reporter.message import Message, Section
 from reporter.settings import ReporterSettings
 
 COMPONENT = "reporter"
@@ -170,17 +169,6 @@ class Outbox:
                 self.notifications.labels(name, result)
         self._refresh_pending()
 
-    @contextmanager
-    def _transaction(self) -> Iterator[sqlite3.Connection]:
-        with self._lock:
-            self.conn.execute("BEGIN IMMEDIATE")
-            try:
-                yield self.conn
-            except BaseException:
-                self.conn.execute("ROLLBACK")
-                raise
-            self.conn.execute("COMMIT")
-
     def _refresh_pending(self) -> None:
         with self._lock:
             row = self.conn.execute(
@@ -197,7 +185,7 @@ class Outbox:
         window = self.policy.storm_window_s
         window_start = math.floor(now / window) * window
         inserted: list[int] = []
-        with self._transaction() as conn:
+        with transaction(self.conn) as conn:
             for name in names:
                 (recent,) = conn.execute(
                     "SELECT COUNT(*) FROM outbox WHERE channel = ? AND kind = 'message' AND created_at >= ?"
@@ -206,7 +194,7 @@ class Outbox:
                 cursor = conn.execute(
                     "INSERT OR IGNORE INTO outbox (channel, idempotency_key, title, severity, payload, state,"
                     " created_at, next_attempt_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
-                    (name, message.idempotency_key, message.title, message.severity.value,
+                    (name, message.idempotency_key, message.title, message.severity,
                      message.to_json(), state.value, now, now))
                 if cursor.rowcount != 1:
                     continue
@@ -219,7 +207,7 @@ class Outbox:
                         " payload, state, created_at, next_attempt_at)"
                         " VALUES (?, ?, 'summary', ?, ?, '', 'pending', ?, ?)",
                         (name, f"storm-summary:{window_start:.0f}", "storm control summary",
-                         Severity.INFO.value, now, window_start + window))
+                         "info", now, window_start + window))
         self._refresh_pending()
         return inserted
 
@@ -230,7 +218,7 @@ class Outbox:
             claimed = self.conn.execute("SELECT 1 FROM outbox WHERE state = 'delivering' LIMIT 1").fetchone()
         if claimed is None:
             return
-        with self._transaction() as conn:
+        with transaction(self.conn) as conn:
             rows = conn.execute(
                 "SELECT id, claimed_by, claimed_at FROM outbox WHERE state = 'delivering'").fetchall()
             for row in rows:
@@ -245,7 +233,7 @@ class Outbox:
         due = self.next_due_at()
         if due is None or due > now:
             return []
-        with self._transaction() as conn:
+        with transaction(self.conn) as conn:
             rows = conn.execute(
                 "SELECT * FROM outbox WHERE state = 'pending' AND next_attempt_at <= ?"
                 " ORDER BY next_attempt_at, id LIMIT ?", (now, limit)).fetchall()
@@ -263,9 +251,9 @@ class Outbox:
                 "SELECT severity, title, payload FROM outbox WHERE channel = ? AND state = 'suppressed'"
                 " AND created_at >= ? AND created_at < ? ORDER BY id",
                 (row["channel"], start, start + window)).fetchall()
-        severities = [Severity(r["severity"]) for r in suppressed] or [Severity.INFO]
+        severities = [as_severity(r["severity"]) for r in suppressed] or ["info"]
         worst = max(severities, key=SEVERITY_RANK.__getitem__)
-        lines = [f"- [{Severity(r['severity']).priority}] {r['title']}" for r in suppressed]
+        lines = [f"- [{priority(r['severity'])}] {r['title']}" for r in suppressed]
         simulation = bool(suppressed) and all(Message.from_json(r["payload"]).simulation for r in suppressed)
         return Message(
             title=f"{len(suppressed)} more notifications held back by storm control",
@@ -310,7 +298,7 @@ class Outbox:
             state = State.FAILED
         else:
             next_at = now + max(self.policy.backoff_s(attempts), result.retry_after_s or 0.0)
-        with self._transaction() as conn:
+        with transaction(self.conn) as conn:
             conn.execute(
                 "UPDATE outbox SET state = ?, attempts = ?, parts_sent = ?, next_attempt_at = ?,"
                 " last_error = ?, sent_at = ?, claimed_by = NULL WHERE id = ? AND claimed_by = ?",
@@ -344,7 +332,7 @@ class Outbox:
         Suppressed rows are kept until their window's summary is out, so purge with a margin of
         at least ``storm_window_s``.
         """
-        with self._transaction() as conn:
+        with transaction(self.conn) as conn:
             cursor = conn.execute(
                 "DELETE FROM outbox WHERE state IN ('sent', 'suppressed') AND created_at < ?", (before,))
         return int(cursor.rowcount)

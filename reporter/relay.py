@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
-import hmac
 import json
 import sqlite3
 import time
@@ -33,11 +32,13 @@ from pydantic import SecretStr
 
 from analyzer.incident_store import IncidentQuery, IncidentStore
 from analyzer.incidents import ChangeEvent, Incident
+from oximeter.auth import bearer_refusal
 from oximeter.errors import OximeterError
 from oximeter.runbook import runbook_link
-from oximeter.store import lock_for, migrate
+from oximeter.store import lock_for, migrate, transaction
+from oximeter.vocabulary import SEVERITY_RANK
 from reporter.am_payload import Alert, Payload, PayloadError, moment_of
-from reporter.message import SIMULATION_MARKER, Link, Message, Section, Severity
+from reporter.message import SIMULATION_MARKER, Link, Message, Section
 from reporter.outbox import Outbox
 from reporter.routing import Router
 from reporter.settings import ReporterSettings
@@ -65,7 +66,6 @@ PATH = "/api/alertmanager"
 MAX_BODY_BYTES = 4 * 1024 * 1024
 SHOWN_ALERTS = 20  # a chat message lists this many alerts of a group, then counts the rest
 WATCHDOG = "Watchdog"
-_RANK = {Severity.INFO: 0, Severity.WARNING: 1, Severity.CRITICAL: 2}
 
 
 @dataclass(frozen=True)
@@ -138,7 +138,7 @@ class Relay:
             return False
         minutes = (now - last_seen) / 60
         when = datetime.fromtimestamp(last_seen, UTC).strftime("%Y-%m-%d %H:%M:%SZ")
-        message = Message("Alerting path broken: no Watchdog from Alertmanager", Severity.CRITICAL, (Section(
+        message = Message("Alerting path broken: no Watchdog from Alertmanager", "critical", (Section(
             "Watchdog lost", f"The always-firing Watchdog last arrived at {when} ({minutes:.0f} min ago): "
             "Prometheus rule evaluation, Alertmanager or its webhook to the analyzer is not working, "
             "so alerts may not be reaching anyone."),), simulation=self.settings.simulated,
@@ -199,7 +199,7 @@ class Relay:
             layer = payload.common_labels.get("layer", "")
             services = sorted({a.labels["service"] for a in forward if "service" in a.labels})
             self.outbox.enqueue(message, self.router.channels_for(
-                severity=message.severity.value, layer=layer, services=services), now=now)
+                severity=message.severity, layer=layer, services=services), now=now)
         for alert, incident in attached:
             # The incident it was matched to: the alert's service may run on other incidents' nodes.
             scope = [(k, alert.labels[k]) for k in ("node", "service", "layer") if k in alert.labels]
@@ -214,21 +214,15 @@ class Relay:
                     *((a, inc, "evidence") for a, inc in attached),
                     *((a, None, "forwarded") for a in forward),
                     *((a, None, "heartbeat") for a in heartbeats))]
-        with lock_for(self.conn):
-            self.conn.execute("BEGIN IMMEDIATE")
-            try:
-                self.conn.executemany(
-                    "INSERT OR IGNORE INTO relay_alerts (fingerprint, status, starts_at, alertname, labels,"
-                    " annotations, group_key, disposition, incident_id, message_key, received_at)"
-                    " VALUES (?,?,?,?,?,?,?,?,?,?,?)",
-                    [(a.fingerprint, a.status, a.starts_at, a.name, json.dumps(a.labels, sort_keys=True),
-                      json.dumps(a.annotations, sort_keys=True), payload.group_key, disposition, incident_id,
-                      message_key if disposition == "forwarded" else None, now)
-                     for a, incident_id, disposition in rows])
-            except BaseException:
-                self.conn.execute("ROLLBACK")
-                raise
-            self.conn.execute("COMMIT")
+        with transaction(self.conn) as db:
+            db.executemany(
+                "INSERT OR IGNORE INTO relay_alerts (fingerprint, status, starts_at, alertname, labels,"
+                " annotations, group_key, disposition, incident_id, message_key, received_at)"
+                " VALUES (?,?,?,?,?,?,?,?,?,?,?)",
+                [(a.fingerprint, a.status, a.starts_at, a.name, json.dumps(a.labels, sort_keys=True),
+                  json.dumps(a.annotations, sort_keys=True), payload.group_key, disposition, incident_id,
+                  message_key if disposition == "forwarded" else None, now)
+                 for a, incident_id, disposition in rows])
         return Outcome(tuple((a.fingerprint, inc.id) for a, inc in attached),
                        tuple(a.fingerprint for a in forward), len(payload.alerts) - len(fresh),
                        len(heartbeats), message_key)
@@ -237,7 +231,7 @@ class Relay:
         """One message for the group's new alerts."""
         firing = [a for a in alerts if a.status == "firing"]
         status = "FIRING" if firing else "RESOLVED"
-        severity = max((a.severity for a in alerts), key=_RANK.__getitem__)
+        severity = max((a.severity for a in alerts), key=SEVERITY_RANK.__getitem__)
         group = ", ".join(f"{k}={v}" for k, v in sorted(payload.group_labels.items())) or "all"
         names = sorted({a.name for a in alerts})
         sections = []
@@ -283,14 +277,7 @@ class Relay:
 
     def authorized(self, headers: Mapping[str, str]) -> web.Response | None:
         """None when the bearer token matches; otherwise the 401/403 answer."""
-        if self.token is None:
-            return web.json_response({"error": "relay disabled: no API token is configured"}, status=403)
-        header = headers.get("Authorization", "")
-        given = header[7:] if header.startswith("Bearer ") else ""
-        if not given or not hmac.compare_digest(given.encode(), self.token.get_secret_value().encode()):
-            return web.json_response({"error": "missing or wrong bearer token"}, status=401,
-                                     headers={"WWW-Authenticate": "Bearer"})
-        return None
+        return bearer_refusal(headers, self.token, "relay disabled: no API token is configured")
 
     async def handle(self, request: web.Request) -> web.Response:
         """``POST /api/alertmanager``."""

@@ -20,7 +20,8 @@ from urllib.parse import urlencode
 
 from analyzer.incidents import NOT_DECLARED, Change, Incident, TimelineEntry
 from oximeter.runbook import runbook_link
-from reporter.message import Link, Message, Section, Severity
+from oximeter.vocabulary import priority
+from reporter.message import Link, Message, Section
 from reporter.outbox import Outbox
 from reporter.routing import Router
 from reporter.settings import ReporterSettings
@@ -124,7 +125,7 @@ def render_change(change: Change, incident: Incident, settings: ReporterSettings
             f"{c.at:%Y-%m-%d %H:%M:%S}Z {c.kind}: {c.description}" for c in declared[-5:])))
     fields = [("Layer", incident.layer), ("Rule", incident.rule),
               ("Root cause", f"{incident.root_cause.signal} on {incident.root_cause.entity or '-'}"),
-              ("Severity", Severity(change.severity).priority),
+              ("Severity", priority(change.severity)),
               ("Nodes", ", ".join(incident.nodes) or "-"), ("Services", ", ".join(incident.services) or "-"),
               ("Onset", f"{incident.first_onset:%Y-%m-%d %H:%M:%S}Z")]
     if incident.resolved_at is not None:
@@ -138,7 +139,7 @@ def render_change(change: Change, incident: Incident, settings: ReporterSettings
                                                       services=incident.services)))
     links.append(Link("Incident", f"{settings.api_url.rstrip('/')}/api/incidents/{incident.id}"))
     return Message(
-        title=f"{_VERB[change.kind]}: {incident.title}", severity=Severity(change.severity),
+        title=f"{_VERB[change.kind]}: {incident.title}", severity=change.severity,
         sections=tuple(sections), fields=tuple(fields), links=tuple(links),
         simulation=is_simulated(incident, settings.simulated), idempotency_key=change.key)
 
@@ -155,7 +156,7 @@ class OutboxNotifier:
         """Queue the change's message on the routed channels (idempotent on ``change.key``)."""
         if incident is None:  # the record outlived its incident row: say what we know
             message = Message(f"{_VERB[change.kind]}: incident {change.incident_id}",
-                              Severity(change.severity), (Section("Change", change.text),),
+                              change.severity, (Section("Change", change.text),),
                               simulation=self.settings.simulated, idempotency_key=change.key)
             channels = self.router.channels_for(severity=change.severity)
         else:
@@ -166,7 +167,7 @@ class OutboxNotifier:
 
     def notice(self, key: str, text: str) -> None:
         """An operational notice (e.g. "analyzer cannot see") to every channel, as a warning."""
-        message = Message("Oximeter notice", Severity.WARNING, (Section("Notice", text),),
+        message = Message("Oximeter notice", "warning", (Section("Notice", text),),
                           simulation=self.settings.simulated, idempotency_key=key)
         self.outbox.enqueue(message, self.router.channels_for(severity="warning", layer="platform"),
                             now=self.clock())

@@ -26,7 +26,7 @@ from oximeter.errors import OximeterError
 from reporter import chart_link, digest_schedule
 from reporter.channels import build_channels
 from reporter.outbox import Outbox, OutboxPolicy
-from reporter.prom import PrometheusClient
+from reporter.prom import digest_client
 from reporter.relay import Relay, mount
 from reporter.render import OutboxNotifier
 from reporter.routing import Router
@@ -73,7 +73,7 @@ def build_reporting(store: IncidentStore, settings: ReporterSettings, token: Sec
     outbox = Outbox(store.conn, build_channels(settings.channels), OutboxPolicy.from_settings(settings),
                     registry=registry)
     router = Router.from_settings(settings.routes, outbox.channels)
-    prom = PrometheusClient(settings.digest.prometheus_url, settings.digest.query_timeout_s)
+    prom = digest_client(settings.digest)
 
     def send_day(day: date) -> None:
         digest_schedule.send(prom, store, outbox, day, settings)

@@ -7,12 +7,12 @@ The fleet read API (``/fleet/*``) is what the exporter's sim backend scrapes: no
 
 from __future__ import annotations
 
-import hmac
 import json
 from typing import TYPE_CHECKING, Any
 
 from aiohttp import web
 
+from oximeter.auth import bearer_refusal
 from simulator.faults import FaultError
 
 if TYPE_CHECKING:
@@ -26,16 +26,8 @@ def _json(data: Any, status: int = 200) -> web.Response:
 
 
 def _refused(request: web.Request, server: SimServer) -> web.Response | None:
-    if server.admin_token is None:
-        return _json(
-            {"error": f"admin API disabled: start the simulator with {TOKEN_ENV} (or {TOKEN_ENV}_FILE) set"},
-            403,
-        )
-    header = request.headers.get("Authorization", "")
-    expected = f"Bearer {server.admin_token.get_secret_value()}"
-    if not hmac.compare_digest(header.encode(), expected.encode()):
-        return _json({"error": "missing or wrong bearer token"}, 401)
-    return None
+    disabled = f"admin API disabled: start the simulator with {TOKEN_ENV} (or {TOKEN_ENV}_FILE) set"
+    return bearer_refusal(request.headers, server.admin_token, disabled)
 
 
 def add_routes(app: web.Application, server: SimServer) -> None:

@@ -71,7 +71,7 @@ def open_deadline_s(*signals: str) -> float:
     """
     config = _analyzer_settings()
     catalogue = config["analyzer"]["signals"]
-    from analyzer.signals import CATALOGUE
+    from analyzer.catalogue import CATALOGUE
 
     need = max(CATALOGUE[s].window_s / SCALE + catalogue[s]["for_s"] for s in signals)
     need += config["incidents"]["root_cause_dwell_s"]
@@ -82,7 +82,7 @@ def resolve_deadline_s(fault_s: float, *signals: str) -> float:
     """How long an incident of ``signals`` may take to resolve once a ``fault_s`` fault started:
     the fault, its anomalies clearing (a window), the quiet time before resolving; as above."""
     config = _analyzer_settings()
-    from analyzer.signals import CATALOGUE
+    from analyzer.catalogue import CATALOGUE
 
     clear = max(CATALOGUE[s].window_s / SCALE for s in signals) + config["incidents"]["resolve_after_s"]
     return fault_s + 3 * clear + 30 * ANALYZER_STEP_S

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
-from analyzer.diagnosis import LOWER_LAYERS
-from oximeter.vocabulary import LAYERS, SEVERITIES, SEVERITY_RANK
-from reporter.message import Severity
+import pytest
+
+from analyzer.case import LOWER_LAYERS
+from oximeter.vocabulary import LAYERS, SEVERITIES, SEVERITY_RANK, as_severity, priority
+from reporter.message import Message
 from simulator.scenario import LAYERS as SCENARIO_LAYERS
 
 
@@ -17,5 +19,9 @@ def test_layers_run_bottom_up() -> None:
 def test_severities_rank_least_first_and_the_reporter_speaks_them() -> None:
     assert SEVERITIES == ("info", "warning", "critical")
     assert SEVERITY_RANK["critical"] > SEVERITY_RANK["warning"] > SEVERITY_RANK["info"]
-    assert {s.value for s in Severity} == set(SEVERITIES)
-    assert max(Severity, key=SEVERITY_RANK.__getitem__) is Severity.CRITICAL
+    assert [priority(s) for s in SEVERITIES] == ["P2", "P1", "P0"]
+    assert Message("disk full", "critical").heading == "[P0] disk full"
+    with pytest.raises(ValueError, match="unknown severity 'urgent'"):
+        as_severity("urgent")
+    with pytest.raises(ValueError, match="unknown severity"):
+        Message.from_dict({"title": "t", "severity": "urgent"})

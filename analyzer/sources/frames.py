@@ -19,20 +19,18 @@ from analyzer.signals import SignalSpec
 from analyzer.sources.base import ReplayClock, grid_index
 from analyzer.sources.files import InputError, parse_table, read_table
 from analyzer.sources.raw import RawStore
-from analyzer.sources.recipes import RECIPES, Recipe
 
 LOOKBACK_S = 300.0  # Prometheus's default lookback delta
 
 
 class FrameSource:
-    """Signals from frames: given directly, read from a signal file, or derived from raw history."""
+    """Signals from frames: given directly, read from a signal file, or derived from raw history
+    by evaluating each signal's query expression (``SignalSpec.expr``)."""
 
     def __init__(self, signals: Mapping[str, SeriesFrame] | None = None, raw: RawStore | None = None,
-                 clock: Callable[[], datetime] | None = None,
-                 recipes: Mapping[str, Recipe] | None = None) -> None:
+                 clock: Callable[[], datetime] | None = None) -> None:
         self._signals: dict[str, SeriesFrame] = dict(signals or {})
         self._raw = raw
-        self._recipes = dict(RECIPES if recipes is None else recipes)
         first = self._first_timestamp()
         self._clock = clock or ReplayClock(first).now
 
@@ -76,10 +74,9 @@ class FrameSource:
         found = self._signals.get(spec.name)
         if found is not None:
             return found
-        recipe = self._recipes.get(spec.name)
-        if self._raw is None or recipe is None:
+        if self._raw is None or spec.expr is None:
             return SeriesFrame(pd.DataFrame(index=pd.DatetimeIndex([], tz="UTC"), dtype=np.float32), {})
-        data = recipe.evaluate(self._raw)
+        data = spec.expr.evaluate(self._raw)
         keys = [series_key(lab) for lab in data.labels]
         values = pd.DataFrame(data.values, index=self._raw.index, columns=keys)
         values = values.loc[:, ~values.columns.duplicated()]

@@ -7,22 +7,19 @@ recording rule is read when the store evaluates that rule (its rules API says so
 few minutes), else its raw PromQL: a rule that has produced no sample yet (a fresh Prometheus, no
 traffic) is still the right query. Where the store has no rules API, the data decide: the rule's
 series if it has any, else the raw PromQL, remembered. Connection errors and 5xx answers are
-retried with exponential back-off; the bearer token is never logged or put into an error.
+retried with exponential back-off by the shared client (oximeter/prometheus.py).
 """
 
 from __future__ import annotations
 
 import math
 import time
-from collections.abc import Mapping
 from datetime import UTC, datetime, timedelta
-from typing import Any
 
 import numpy as np
 import pandas as pd
 import requests
 from pydantic import SecretStr
-from tenacity import Retrying, retry_if_exception_type, stop_after_attempt, wait_exponential
 
 from analyzer.frame import SeriesFrame
 from analyzer.settings import PrometheusSettings
@@ -30,14 +27,11 @@ from analyzer.signals import SignalSpec
 from analyzer.sources.base import align, grid_index
 from analyzer.sources.matrix import decode_matrix
 from oximeter.errors import DependencyError
+from oximeter.prometheus import PrometheusClient, RetryableError
 from oximeter.secrets import read_secret
 
 MAX_POINTS = 11_000  # Prometheus refuses range queries of more points per series
 RULES_REFRESH_S = 300.0  # how long the store's list of recording rules is trusted
-
-
-class _RetryableError(Exception):
-    """A failure worth retrying (connection, timeout, 5xx, 429)."""
 
 
 class PrometheusSource:
@@ -47,15 +41,10 @@ class PrometheusSource:
                  token: SecretStr | None = None, verify: bool | str = True,
                  use_recording_rules: bool = True, max_points: int = MAX_POINTS,
                  session: requests.Session | None = None, backoff_s: float = 0.5) -> None:
-        self.url = url.rstrip("/")
-        self.timeout_s = timeout_s
-        self.retries = retries
-        self.verify = verify
+        self.http = PrometheusClient(url, timeout_s=timeout_s, retries=retries, token=token, verify=verify,
+                                     session=session, backoff_s=backoff_s)
         self.use_recording_rules = use_recording_rules
         self.max_points = max_points
-        self.backoff_s = backoff_s
-        self.session = session or requests.Session()
-        self._headers = {"Authorization": f"Bearer {token.get_secret_value()}"} if token else {}
         # Without a rules API: signal name → the query that answered (rule or raw), found once.
         self.chosen: dict[str, str] = {}
         self._rules: frozenset[str] | None = None
@@ -67,12 +56,6 @@ class PrometheusSource:
         token = read_secret(settings.bearer_token_env) if settings.bearer_token_env else None
         return cls(settings.url, timeout_s=settings.timeout_s, retries=settings.retries, token=token,
                    verify=settings.tls_verify, use_recording_rules=settings.use_recording_rules)
-
-    @property
-    def where(self) -> str:
-        """The URL without any ``user:password@`` part, for messages."""
-        scheme, _, rest = self.url.partition("://")
-        return f"{scheme}://{rest.rsplit('@', 1)[-1]}" if rest else self.url
 
     def now(self) -> datetime:
         """Wall-clock time."""
@@ -107,8 +90,8 @@ class PrometheusSource:
         if self._rules_read_at is not None and now - self._rules_read_at < RULES_REFRESH_S:
             return self._rules
         try:
-            data = self._call_once("GET", "/api/v1/rules", {"type": "record"})
-        except _RetryableError:
+            data = self.http.call_once("GET", "/api/v1/rules", {"type": "record"})
+        except RetryableError:
             return self._rules  # unreachable now: the last answer stands, asked again next time
         except DependencyError:
             data = None  # 404, not JSON, not success: no rules API here
@@ -121,52 +104,7 @@ class PrometheusSource:
     def _frame(self, query: str, grid: pd.DatetimeIndex, step_s: float) -> SeriesFrame:
         per_chunk = self.max_points - 1
         chunks = (grid[lo:lo + per_chunk] for lo in range(0, len(grid), per_chunk))
-        return decode_matrix((self._query_range(query, c[0], c[-1], step_s) for c in chunks), grid, step_s)
-
-    def _query_range(self, query: str, start: pd.Timestamp, end: pd.Timestamp, step_s: float) -> list[Any]:
-        form = {"query": query, "start": f"{start.timestamp():.3f}", "end": f"{end.timestamp():.3f}",
-                "step": f"{step_s:g}"}
-        data = self._post("/api/v1/query_range", form)
-        if data.get("resultType") != "matrix":
-            kind = data.get("resultType")
-            raise DependencyError(f"prometheus: expected a matrix for {query!r}, got {kind}")
-        return list(data.get("result", []))
-
-    def _post(self, path: str, form: Mapping[str, str]) -> dict[str, Any]:
-        retrying = Retrying(
-            stop=stop_after_attempt(self.retries + 1),
-            wait=wait_exponential(multiplier=self.backoff_s, max=30),
-            retry=retry_if_exception_type(_RetryableError),
-            reraise=True,
-        )
-        try:
-            for attempt in retrying:
-                with attempt:
-                    return self._call_once("POST", path, form)
-        except _RetryableError as exc:
-            tries = self.retries + 1
-            raise DependencyError(f"prometheus at {self.where} failed after {tries} tries: {exc}") from None
-        raise AssertionError("unreachable")
-
-    def _call_once(self, method: str, path: str, form: Mapping[str, str]) -> dict[str, Any]:
-        # The rules API is GET only; queries are POSTed (long PromQL stays out of URLs and logs).
-        args: dict[str, Any] = {"data": form} if method == "POST" else {"params": form}
-        try:
-            resp = self.session.request(method, f"{self.url}{path}", headers=self._headers,
-                                        timeout=self.timeout_s, verify=self.verify, **args)
-        except (requests.ConnectionError, requests.Timeout) as exc:
-            raise _RetryableError(type(exc).__name__) from None
-        if resp.status_code >= 500 or resp.status_code == 429:
-            raise _RetryableError(f"HTTP {resp.status_code}")
-        try:
-            body = resp.json()
-        except ValueError:
-            raise DependencyError(f"prometheus at {self.where}{path}: HTTP {resp.status_code}, not JSON") \
-                from None
-        if resp.status_code != 200 or body.get("status") != "success":
-            error = str(body.get("error", ""))[:200]
-            raise DependencyError(f"prometheus at {self.where}{path}: HTTP {resp.status_code}: {error}")
-        return dict(body.get("data", {}))
+        return decode_matrix((self.http.matrix(query, c[0], c[-1], step_s) for c in chunks), grid, step_s)
 
 
 def same_time_window(lag_s: float, live_start: datetime, live_end: datetime, half_s: float,

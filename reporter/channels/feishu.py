@@ -7,8 +7,9 @@ import hashlib
 import hmac
 from typing import Any, ClassVar
 
+from oximeter.vocabulary import Severity
 from reporter.channels.base import Channel
-from reporter.message import CHART_LABEL, Link, Message, Severity
+from reporter.message import CHART_LABEL, Link, Message
 
 
 def feishu_sign(timestamp_s: int | str, secret: str) -> str:
@@ -34,7 +35,7 @@ class FeishuChannel(Channel):
     links_in_body = False  # buttons instead
 
     _template: ClassVar[dict[Severity, str]] = {
-        Severity.CRITICAL: "red", Severity.WARNING: "orange", Severity.INFO: "blue",
+        "critical": "red", "warning": "orange", "info": "blue",
     }
 
     def payload(self, text: str, message: Message, index: int, total: int) -> dict[str, Any]:

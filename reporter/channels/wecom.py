@@ -6,8 +6,9 @@ import base64
 import hashlib
 from typing import Any, ClassVar
 
+from oximeter.vocabulary import Severity
 from reporter.channels.base import Channel
-from reporter.message import Message, Severity
+from reporter.message import Message
 
 
 class WeComChannel(Channel):
@@ -23,7 +24,7 @@ class WeComChannel(Channel):
 
     # <font color> takes only these three: warning (orange-red), info (green), comment (grey).
     _colour: ClassVar[dict[Severity, str]] = {
-        Severity.CRITICAL: "warning", Severity.WARNING: "comment", Severity.INFO: "info",
+        "critical": "warning", "warning": "comment", "info": "info",
     }
 
     def render_heading(self, message: Message) -> str:

@@ -12,10 +12,10 @@ import pandas as pd
 import pytest
 from analyzer_frames import frame
 
+from analyzer.catalogue import CATALOGUE
 from analyzer.detectors import CounterGrowth
 from analyzer.evaluate import evaluate_signal
 from analyzer.frame import Baseline, SeriesFrame
-from analyzer.signals import CATALOGUE
 
 DAY_ROWS = 1440  # one day of one-minute rows
 

@@ -8,10 +8,10 @@ from datetime import UTC, datetime, timedelta
 import numpy as np
 import pandas as pd
 
+from analyzer.catalogue import CATALOGUE
 from analyzer.cycle import SignalCycle
 from analyzer.evaluate import evaluate_signal
 from analyzer.frame import SeriesFrame
-from analyzer.signals import CATALOGUE
 from analyzer.sources.frames import FrameSource
 
 STEP = 60.0

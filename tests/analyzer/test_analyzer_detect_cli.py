@@ -12,8 +12,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from analyzer.catalogue import KIND_DEFAULTS
 from analyzer.detect_cli import detect_file, infer_kind
-from analyzer.signals import KIND_DEFAULTS
 from analyzer.sources.files import InputError
 from oximeter.procs import oximeter_argv
 

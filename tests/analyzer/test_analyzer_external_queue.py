@@ -1,4 +1,4 @@
-"""External queue growth: the exporter's queue lengths → the signal's replay recipe (least-squares
+"""External queue growth: the exporter's queue lengths → the signal's replay expression (least-squares
 slope, the lowest length in 5 min) → an event only for a queue that grows and never empties."""
 
 from __future__ import annotations
@@ -10,8 +10,8 @@ import numpy as np
 import pytest
 from analyzer_frames import write_history
 
+from analyzer.catalogue import CATALOGUE
 from analyzer.evaluate import evaluate_signal
-from analyzer.signals import CATALOGUE
 from analyzer.sources.frames import FrameSource
 
 T0 = datetime(2026, 3, 1, tzinfo=UTC)
@@ -43,7 +43,7 @@ def source(tmp_path_factory: pytest.TempPathFactory) -> FrameSource:
     return FrameSource.from_history(root)
 
 
-def test_the_recipe_is_the_slope_per_second_and_the_guard_the_lowest_length(source: FrameSource) -> None:
+def test_the_expression_is_the_slope_per_second_and_the_guard_the_lowest_length(source: FrameSource) -> None:
     spec = CATALOGUE["external_queue_growth"]
     end = T0 + timedelta(hours=1)
     slope = source.fetch(spec, T0, end, STEP).values

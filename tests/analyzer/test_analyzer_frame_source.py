@@ -11,12 +11,13 @@ import pandas as pd
 import pytest
 from analyzer_frames import write_history
 
+from analyzer.catalogue import CATALOGUE
 from analyzer.evaluate import evaluate_signal
 from analyzer.frame import SeriesFrame
-from analyzer.signals import CATALOGUE, SignalSpec
+from analyzer.query import bucket_quantile
+from analyzer.signals import SignalSpec
 from analyzer.sources.base import LiveWindow, ReplayClock, align
 from analyzer.sources.frames import FrameSource, write_signal_file
-from analyzer.sources.recipes import RECIPES, bucket_quantile
 
 T0 = datetime(2026, 3, 1, tzinfo=UTC)
 STEP = 15.0
@@ -168,7 +169,3 @@ def test_replay_clock_runs_accelerated() -> None:
     ticks = iter([100.0, 101.5])
     clock = ReplayClock(T0, speed=60.0, monotonic=lambda: next(ticks))
     assert clock.now() == T0 + timedelta(seconds=90)
-
-
-def test_every_catalogue_signal_has_a_recipe() -> None:
-    assert set(CATALOGUE) - set(RECIPES) == {"target_down"}

@@ -8,10 +8,11 @@ import pandas as pd
 import pytest
 from analyzer_frames import at, frame
 
+from analyzer.catalogue import CATALOGUE, P99_MIN_COUNT, PEER_MIN_COUNT
 from analyzer.detectors import BaselineRatio
 from analyzer.evaluate import evaluate_signal
 from analyzer.frame import Baseline, SeriesFrame
-from analyzer.signals import CATALOGUE, LATENCY_NOISE_Z, P99_MIN_COUNT, PEER_MIN_COUNT
+from analyzer.signals import LATENCY_NOISE_Z
 
 ROWS = 40
 

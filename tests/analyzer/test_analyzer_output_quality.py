@@ -1,4 +1,4 @@
-"""The empty-output share: the gateway's counters → the signal's recipe, its traffic guard, an event."""
+"""The empty-output share: the gateway's counters → its replayed query, its traffic guard, an event."""
 
 from __future__ import annotations
 
@@ -8,8 +8,8 @@ from pathlib import Path
 import numpy as np
 from analyzer_frames import write_history
 
+from analyzer.catalogue import CATALOGUE
 from analyzer.evaluate import evaluate_signal
-from analyzer.signals import CATALOGUE
 from analyzer.sources.frames import FrameSource
 
 T0 = datetime(2026, 3, 1, tzinfo=UTC)

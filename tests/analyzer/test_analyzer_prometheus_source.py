@@ -19,10 +19,10 @@ import pytest
 from analyzer_frames import write_history
 from pydantic import SecretStr
 
+from analyzer.catalogue import CATALOGUE
 from analyzer.evaluate import evaluate_signal
 from analyzer.frame import series_key
 from analyzer.settings import AnalyzerSettings
-from analyzer.signals import CATALOGUE
 from analyzer.sources.base import align
 from analyzer.sources.frames import FrameSource
 from analyzer.sources.matrix import decode_matrix
@@ -30,6 +30,8 @@ from analyzer.sources.prometheus import PrometheusSource
 from oximeter.errors import DependencyError
 from oximeter.ports import refusing_port, start_reserved
 from oximeter.procs import ManagedProcess, http_ok
+from reporter.prom import digest_client
+from reporter.settings import DigestSettings
 
 STEP = 15.0
 ROWS = 240
@@ -212,6 +214,10 @@ def test_from_settings_reads_the_token_from_the_env(canned: str, monkeypatch: py
     # The recording rule answered nothing, so the raw PromQL was tried next; both with the token.
     assert [h["Authorization"] for h, _ in Canned.seen] == ["Bearer from-env"] * 2
     assert "queue_wait_seconds%3Ap99_5m" in Canned.seen[0][1] and "histogram_quantile" in Canned.seen[1][1]
+    # The digest queries through the same client, with its own section's token.
+    digest = DigestSettings(prometheus_url=canned, prometheus_bearer_token_env="OXIMETER_TEST_PROM_TOKEN")
+    assert digest_client(digest).range("up", now - timedelta(minutes=1), now, STEP) == []
+    assert Canned.seen[2][0]["Authorization"] == "Bearer from-env" and "query=up" in Canned.seen[2][1]
 
 
 def reference_decode(answers: Sequence[Sequence[Mapping[str, Any]]], grid: pd.DatetimeIndex,

@@ -8,8 +8,9 @@ from pathlib import Path
 
 import pytest
 
+from analyzer.catalogue import CATALOGUE
 from analyzer.settings import AnalyzerSettings
-from analyzer.signals import CATALOGUE, SignalSpec
+from analyzer.signals import SignalSpec
 from analyzer.stock_inputs import DCGM_DEFAULT_FIELDS, AdapterRule, StockInputs, adapter_rules, describe
 from oximeter.cli import main
 

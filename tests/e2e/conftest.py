@@ -22,7 +22,7 @@ import yaml
 from e2e_helpers import THERMAL_S, Faults, Victoria, analyzer_url, incidents
 from shared_stack import ANALYZER_STEP_S, SCALE, open_deadline_s
 
-from analyzer.signals import CATALOGUE
+from analyzer.catalogue import CATALOGUE
 from oximeter.demo_stack import CHAT_URL_ENV, analyzer_config
 from oximeter.ports import start_reserved, wait_port
 from oximeter.procs import ManagedProcess, http_ok, oximeter_argv, wait_until

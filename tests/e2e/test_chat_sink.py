@@ -10,7 +10,7 @@ import requests
 from pydantic import SecretStr
 
 from reporter.channels.wecom import WeComChannel
-from reporter.message import Message, Section, Severity
+from reporter.message import Message, Section
 from reporter.sink import ChatSink, SinkMessage
 
 
@@ -24,7 +24,7 @@ def sink() -> Iterator[ChatSink]:
 def test_the_wecom_channel_is_accepted_and_shown(sink: ChatSink) -> None:
     shown: list[SinkMessage] = []
     sink.on_message = shown.append
-    message = Message(title="GPU n1/1 at 91 °C", severity=Severity.WARNING,
+    message = Message(title="GPU n1/1 at 91 °C", severity="warning",
                       fields=(("layer", "infrastructure"),),
                       sections=(Section("Diagnosis", "thermal_throttle"),), simulation=True,
                       idempotency_key="inc-1:opened:1")

@@ -13,6 +13,7 @@ import pandas as pd
 import pytest
 from incident_cases import at, ev
 
+from analyzer.catalogue import CATALOGUE
 from analyzer.cycle import SignalCycle
 from analyzer.daemon import DaemonMetrics
 from analyzer.evaluate import evaluate_signal
@@ -20,7 +21,6 @@ from analyzer.events import AnomalyEvent
 from analyzer.frame import SeriesFrame
 from analyzer.incidents import ChangeEvent, IncidentTracker, findings
 from analyzer.pipeline import CHANGE_SETTLE_S, CONTEXT, CyclePipeline, anomalous_mask, change_windows
-from analyzer.signals import CATALOGUE
 from analyzer.sources.frames import FrameSource
 from analyzer.topology import Topology
 

@@ -8,10 +8,11 @@ from collections.abc import Mapping
 import pytest
 from incident_cases import at, ev
 
+from analyzer.catalogue import CATALOGUE
 from analyzer.events import AnomalyEvent
 from analyzer.incidents import IncidentSettings, findings
 from analyzer.settings import AnalyzerSettings
-from analyzer.signals import CATALOGUE, SignalSpec
+from analyzer.signals import SignalSpec
 from analyzer.topology import Topology, TopologySettings
 
 TOPO = Topology.from_settings(TopologySettings(services={"chat": ["node-0", "node-1"]}))

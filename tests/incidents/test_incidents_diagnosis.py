@@ -10,7 +10,8 @@ import pytest
 from incident_cases import ev, gpu
 
 from analyzer import diagnosis as dx
-from analyzer.diagnosis import Case, Snapshot, diagnose
+from analyzer.case import Case, Snapshot
+from analyzer.diagnosis import diagnose
 from analyzer.events import AnomalyEvent
 from analyzer.signals import SignalSpec
 from oximeter.config import parse_config

@@ -8,8 +8,8 @@ from datetime import timedelta
 import pytest
 from incident_cases import T0, at, ev, gpu
 
+from analyzer.case import Snapshot
 from analyzer.correlate import correlate
-from analyzer.diagnosis import Snapshot
 from analyzer.events import AnomalyEvent
 from analyzer.incidents import ChangeEvent, Incident, IncidentSettings, IncidentTracker, findings
 from analyzer.topology import Topology, TopologySettings

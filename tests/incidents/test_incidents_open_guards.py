@@ -7,7 +7,8 @@ from dataclasses import replace
 import pytest
 from incident_cases import at, ev
 
-from analyzer.diagnosis import Case, unclassified
+from analyzer.case import Case
+from analyzer.diagnosis import unclassified
 from analyzer.events import AnomalyEvent
 from analyzer.incidents import IncidentSettings, IncidentTracker, findings
 from analyzer.opening import distinct

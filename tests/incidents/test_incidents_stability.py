@@ -7,7 +7,7 @@ from dataclasses import replace
 
 from incident_cases import at, ev, gpu
 
-from analyzer.diagnosis import THERMAL_REASON, Snapshot
+from analyzer.case import THERMAL_REASON, Snapshot
 from analyzer.events import AnomalyEvent
 from analyzer.incidents import ChangeEvent, IncidentSettings, IncidentTracker, findings
 from analyzer.topology import Topology, TopologySettings

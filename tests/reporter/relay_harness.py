@@ -9,7 +9,7 @@ from datetime import datetime, timedelta
 from aiohttp import web
 
 from analyzer.api import start_api
-from analyzer.diagnosis import RootCause
+from analyzer.case import RootCause
 from analyzer.incidents import Evidence, Incident
 from oximeter.procs import http_ok, wait_until
 

@@ -2,14 +2,14 @@
 
 from __future__ import annotations
 
-from reporter.message import Link, Message, Section, Severity
+from reporter.message import Link, Message, Section
 
 
 def alert(key: str = "incident-7:opened:1", **overrides: object) -> Message:
     """A typical incident alert."""
     fields: dict[str, object] = dict(
         title="queue_wait p99 4.2 s on llm@node-1 (scheduling_bottleneck)",
-        severity=Severity.CRITICAL,
+        severity="critical",
         fields=(("layer", "scheduling"), ("root cause", "gateway concurrency limit"), ("node", "node-1")),
         sections=(Section("Diagnosis", "queue_wait p99 4.2 s vs 0.15 s yesterday; GPU util 22 %"),
                   Section("Impact", "1.8 % of requests answered 504 in the last 5 min")),

@@ -18,7 +18,7 @@ from reporter.channels.base import TRUNCATED, retry_after_s, split_text
 from reporter.channels.dingtalk import dingtalk_sign
 from reporter.channels.feishu import feishu_sign
 from reporter.channels.wecom import WeComChannel
-from reporter.message import Message, Section, Severity
+from reporter.message import Message, Section
 
 SERVICES = sorted(CHANNELS)
 
@@ -165,7 +165,7 @@ def _png(size: int) -> bytes:
 
 
 def test_wecom_image_message_and_digest_tables(receiver: ChatReceiver, make_channel: MakeChannel) -> None:
-    digest = alert(severity=Severity.INFO, simulation=False, image_png=_png(50_000), sections=(
+    digest = alert(severity="info", simulation=False, image_png=_png(50_000), sections=(
         Section("Top routes by 504", table=(("route", "504s"), ("/v1/chat/completions", "41")),),))
     big = alert(image_png=_png(WeComChannel.image_limit_bytes + 10))
     channel = make_channel("wecom")

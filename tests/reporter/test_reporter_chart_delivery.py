@@ -28,7 +28,7 @@ from reporter.channels import CHANNELS, Outcome
 from reporter.channels.slack import fetchable_by_slack
 from reporter.channels.wecom import WeComChannel
 from reporter.chart import render_chart
-from reporter.message import CHART_LABEL, Link, Message, Section, Severity
+from reporter.message import CHART_LABEL, Link, Message, Section
 from reporter.outbox import Outbox
 
 T0 = datetime(2025, 11, 30, tzinfo=UTC).timestamp()
@@ -50,7 +50,7 @@ def api(tmp_path: Path) -> Iterator[ThreadedApp]:
 
 
 def digest(url: str) -> Message:
-    return Message("Daily health digest 2025-11-30", Severity.WARNING, (
+    return Message("Daily health digest 2025-11-30", "warning", (
         Section("Headroom at the peak", table=(("service", "concurrency"), ("chat", "100 % (n1 14:05)"))),
         Section("N-1 at the day's peak", "**N-1 does not hold**")),
         (("Day", "2025-11-30"),), (Link("Overview dashboard", "http://grafana.example/d/o"),),

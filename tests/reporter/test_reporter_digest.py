@@ -13,10 +13,11 @@ import pytest
 from oximeter.errors import OximeterError
 from oximeter.ports import refusing_port
 from oximeter.procs import oximeter_argv
+from oximeter.prometheus import Series
 from reporter.digest import colour, day_bounds, histogram_quantile, share_below
 from reporter.digest_capacity import CONCURRENCY_LIMIT, DEMAND, LIMITS, Peak, headroom, n_minus_one
 from reporter.digest_schedule import DigestScheduler
-from reporter.prom import Series, counter_increase
+from reporter.prom import counter_increase
 from reporter.settings import DigestSettings, ReporterSettings
 
 INF = math.inf
@@ -114,7 +115,9 @@ def test_scheduler_retries_after_a_failure_and_skips_what_was_queued() -> None:
 
 @pytest.mark.parametrize(("args", "error"), [
     (["--date", "30/11/2025"], "--date: expected YYYY-MM-DD"),
-    (["--date", "2025-11-30", "--prometheus", "http://127.0.0.1:{port}"], "/api/v1/query: ConnectionError"),
+    # The shared client retries (3 by default) before it gives up.
+    (["--date", "2025-11-30", "--prometheus", "http://127.0.0.1:{port}"],
+     "/api/v1/query: failed after 4 tries: ConnectionError"),
 ])
 def test_report_cli_errors(tmp_path: Path, args: list[str], error: str) -> None:
     with refusing_port() as port:

@@ -16,7 +16,6 @@ from analyzer.api import build_app
 from analyzer.incident_store import IncidentStore
 from analyzer.incidents import Change
 from oximeter.store import connect
-from reporter.message import Severity
 from reporter.routing import Router
 from reporter.settings import ChannelSettings, ReporterSettings, RouteSettings
 from reporter.wiring import build_reporting
@@ -61,7 +60,7 @@ def test_incident_message_has_diagnosis_evidence_and_links(kind: str, prefix: st
     message = render_change(change, incident, _settings(), now=NOW)
     assert message.title == f"{prefix}: {incident.title}"
     assert (message.severity, message.idempotency_key, message.simulation) == (
-        Severity.CRITICAL, f"{incident.id}:{kind}:3", False)
+        "critical", f"{incident.id}:{kind}:3", False)
     assert dict(message.fields)["Root cause"] == "gpu_temperature on gpu=2,node=n1"
     sections = {s.title: s for s in message.sections}
     assert sections["Diagnosis"].body == f"{incident.sentence}\n{kind} text"

@@ -11,8 +11,8 @@ import pytest
 import yaml
 
 from alert_rules import alerting_rules, recording_rules
+from analyzer.catalogue import CATALOGUE, build_catalogue
 from analyzer.recording_rules import SIGNALS_RULES, render
-from analyzer.signals import CATALOGUE, build_catalogue
 from oximeter.procs import oximeter_argv
 
 
