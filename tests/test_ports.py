@@ -32,7 +32,7 @@ time.sleep(600)
 
 # Opens and closes outgoing loopback connections until its stdin closes; prints a running count.
 CHURN = """
-import os, socket, sys, threading
+import os, socket, sys, threading, time
 server = socket.socket()
 server.bind(("127.0.0.1", 0))
 server.listen(512)
@@ -49,6 +49,7 @@ while True:
     count += 1
     if count % 100 == 0:
         print(count, flush=True)
+    time.sleep(0.004)  # ~200 a second, thousands while the stacks start, without a busy core
 """
 
 
