@@ -4,8 +4,6 @@ installed command in a process of its own, the rest through the same ``main()`` 
 
 from __future__ import annotations
 
-import contextlib
-import io
 import json
 import subprocess
 from dataclasses import replace
@@ -14,11 +12,11 @@ from pathlib import Path
 
 import pytest
 from incident_cases import ev, gpu
+from inprocess import run_main
 
 from analyzer.incident_store import IncidentStore
 from analyzer.incidents import IncidentSettings, IncidentTracker, findings
 from analyzer.topology import Topology, TopologySettings
-from oximeter.cli import main
 from oximeter.procs import oximeter_argv
 from oximeter.store import connect
 
@@ -45,15 +43,7 @@ def store_path(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return path
 
 
-def oxi(*args: str) -> subprocess.CompletedProcess[str]:
-    """``oximeter ARGS`` through ``main()``: exit status, stdout and stderr."""
-    out, err = io.StringIO(), io.StringIO()
-    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-        try:
-            code = main(list(args))
-        except SystemExit as exc:  # argparse's usage errors
-            code = int(exc.code or 0)
-    return subprocess.CompletedProcess(list(args), code, out.getvalue(), err.getvalue())
+oxi = run_main
 
 
 def test_list_json_and_filters(store_path: Path) -> None:
