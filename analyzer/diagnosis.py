@@ -496,6 +496,11 @@ def ingress_errors(case: Case) -> Diagnosis | None:
                     f"{describe(e)} with a healthy queue and upstream", "critical", [e.signal])
 
 
+# Rules whose cause is the service's, not one replica's: the load balancer spreads a service's
+# traffic over all its nodes, so one shortage of the fleet shows on each of them at about the same
+# time. Their findings on nodes of one service are one incident (analyzer.incidents).
+SERVICE_WIDE_RULES = frozenset({"capacity_exhausted"})
+
 Rule = Callable[[Case], Diagnosis | None]
 RULES: tuple[Rule, ...] = (
     xid_critical, ecc_uncorrectable, ecc_storm, ecc_slow_burn, nvlink_degraded, thermal_throttle,
