@@ -3,16 +3,22 @@
 ``python bench/drill_sweep.py --n 200 --seed 1 [--jobs 2]`` generates ``--n`` scenarios in the
 library's format, each with its truth: every fault kind alone, pairs of unrelated faults on
 different nodes, and fault-free stretches; with a random fleet (2-8 nodes, 4-8 GPUs, part of them
-with four or more same-model nodes), traffic from light to near capacity at the daily peak (weekend factors
-included), strength from near its detection limit to severe, onset at any hour, and durations from
-10 minutes to 6 hours. Each is replayed through the same pipeline as ``oximeter drill --replay``
-(histories in the shared per-user cache, so a re-run only replays).
+with four or more same-model nodes), traffic from light to busy at the daily peak (13-60 % of the
+capacity of the engine in use; weekend factors included), strength from near its detection limit
+to severe, onset at any hour, and durations from 10 minutes to 6 hours. Each is replayed through
+the same pipeline as ``oximeter drill --replay`` (histories in the shared per-user cache, so a
+re-run only replays).
 
 Reported per fault kind and overall: attribution (layer, entity and rule all right), time to detect
-(p50/p95), how much of the fault's duration its incident stayed open, chat messages per incident,
-and false incidents per fault-free node-day (the paging ones, warning or critical, apart); per
-kind, the weakest strength that was attributed right. The scenarios are written under
-``--out`` so a miss can be replayed alone (``oximeter drill --replay NAME --scenarios DIR``).
+(p50/p95), how much of a lasting fault's duration its incident stayed open (not of one-off events:
+an Xid is over at its onset), chat messages per incident, and false incidents per fault-free
+node-day (the paging ones, warning or critical, apart); per kind, the weakest strength that was
+attributed right. A fault that only a busy engine feels (a smaller KV pool, a colder prefix cache,
+an admission limit, more traffic) may harm no request at light traffic: when its node's requests
+fared as well as at the same hours the day before and no incident named it, it is reported as
+harmless (not visible at its strength and traffic) and left out of attribution. The scenarios
+are written under ``--out`` so a miss can be replayed alone (``oximeter drill --replay NAME
+--scenarios DIR``).
 
 Last line: ``sweep: scenarios=N attribution=A% coverage_p10=C% messages_median=M messages_max=X
 false_per_node_day=F paging_false=P``.

@@ -3,12 +3,8 @@ coverage only of faults that last."""
 
 from __future__ import annotations
 
-import importlib.util
 import math
 import random
-import sys
-from pathlib import Path
-from types import ModuleType
 
 import pytest
 
@@ -16,19 +12,9 @@ from simulator.arrivals import ArrivalStream, mean_lengths
 from simulator.scenario import EngineOverrides
 from simulator.trace import Capacity
 from simulator.traffic import RequestMix
+from tests.script_module import load_script
 
-
-def _load() -> ModuleType:
-    path = Path(__file__).resolve().parents[2] / "bench" / "drill_sweep.py"
-    spec = importlib.util.spec_from_file_location("drill_sweep", path)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["drill_sweep"] = module
-    spec.loader.exec_module(module)
-    return module
-
-
-ds = _load()
+ds = load_script("bench/drill_sweep.py")
 
 
 def test_the_mean_request_is_what_the_arrival_stream_draws() -> None:
