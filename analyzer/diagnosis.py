@@ -180,7 +180,7 @@ def peer_outlier(case: Case) -> Diagnosis | None:
     # peer gap (a 5-min median) closes, and that gap is the throttle's, not a slow card's.
     throttled = throttled or any(x.entity.get("node") == node
                                  for x in case.of("gpu_temperature", "gpu_sm_clock_ratio"))
-    if throttled or _node_moved(case, e) or _busier(case, e):
+    if throttled or _node_moved(case, e) or _busier(case, e) or _kv_starved(case, e):
         return None
     cause = RootCause(e.signal, e.labels)
     return _verdict(case, "peer_outlier", "infrastructure", cause,
@@ -200,6 +200,20 @@ def _node_moved(case: Case, e: AnomalyEvent) -> bool:
     if not mates:
         return False
     return util.get((node, gpu), e.value) - median(mates) < case.catalogue[e.signal].min_delta
+
+
+def _kv_starved(case: Case, e: AnomalyEvent) -> bool:
+    """Whether a node's latency gap to its peers is its engine running out of KV blocks: it preempts
+    (recomputing sequences slows every token of the batch) or its KV cache is full. That is KV
+    pressure on a sound card; a GPU's own peer gap is not explained by it (the whole engine,
+    every GPU of it, waits on the same pool)."""
+    node = e.entity.get("node")
+    if e.signal != "engine_itl_peer":
+        return False
+    if any(x.entity.get("node") == node for x in case.of("preemption_rate")):
+        return True
+    limit = case.limit("kv_cache_usage")
+    return any(dict(k).get("node") == node and v >= limit for k, v in case.context("kv_cache_usage").items())
 
 
 def _busier(case: Case, e: AnomalyEvent) -> bool:
@@ -408,6 +422,11 @@ def ingress_errors(case: Case) -> Diagnosis | None:
     return _verdict(case, "ingress_errors", "ingress", RootCause(e.signal, e.labels),
                     f"{describe(e)} with a healthy queue and upstream", "critical", [e.signal])
 
+
+# Rules whose cause is the service's, not one replica's: the load balancer spreads a service's
+# traffic over all its nodes, so one shortage of the fleet shows on each of them at about the same
+# time. Their findings on nodes of one service are one incident (analyzer.incidents).
+SERVICE_WIDE_RULES = frozenset({"capacity_exhausted"})
 
 Rule = Callable[[Case], Diagnosis | None]
 RULES: tuple[Rule, ...] = (

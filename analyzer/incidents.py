@@ -18,7 +18,7 @@ from datetime import datetime, timedelta
 from analyzer.case import Case, Diagnosis, RootCause, Snapshot
 from analyzer.catalogue import CATALOGUE
 from analyzer.correlate import Group, correlate
-from analyzer.diagnosis import diagnose
+from analyzer.diagnosis import SERVICE_WIDE_RULES, diagnose
 from analyzer.events import AnomalyEvent
 from analyzer.incident_model import (
     NOT_DECLARED,
@@ -53,6 +53,14 @@ def _concerns(incident: Incident, labels: Mapping[str, str]) -> bool:
     if "service" in labels:
         return labels["service"] in incident.services
     return True
+
+
+def _one_shortage(incident: Incident, finding: Finding) -> bool:
+    """Whether ``finding`` names the service-wide cause ``incident`` already names (a capacity
+    shortage of the same service, seen on another of its nodes)."""
+    rule = finding.diagnosis.rule
+    shared = set(incident.services) & set(finding.services)
+    return rule in SERVICE_WIDE_RULES and incident.rule == rule and bool(shared)
 
 
 @dataclass(frozen=True)
@@ -156,9 +164,12 @@ class IncidentTracker:
         window = timedelta(seconds=self.settings.reopen_window_s)
         open_hits, resolved_hits = [], []
         for inc in self.incidents:
-            if inc.id in exclude:
+            # The same service-wide shortage seen on another node joins the open incident, even one
+            # another finding already updated this cycle.
+            shortage = inc.state == "open" and _one_shortage(inc, finding)
+            if inc.id in exclude and not shortage:
                 continue
-            overlap = bool(members & inc.members) or bool(keys & set(inc.keys))
+            overlap = bool(members & inc.members) or bool(keys & set(inc.keys)) or shortage
             if inc.state == "open" and overlap:
                 open_hits.append(inc)
             elif inc.state == "resolved" and self._recurs(inc, finding, members, now, window):

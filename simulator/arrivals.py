@@ -50,6 +50,22 @@ class ArrivalStream:
         return min(cap, max(1, round(self._rng.lognormvariate(math.log(median), self.mix.length_sigma))))
 
 
+def _capped_lognormal_mean(median: float, sigma: float, cap: float) -> float:
+    """E[min(cap, X)] for a log-normal X: the part below the cap plus the cap times P(X > cap)."""
+    mu, below = math.log(median), (math.log(cap) - math.log(median)) / sigma
+
+    def phi(z: float) -> float:
+        return 0.5 * (1.0 + math.erf(z / math.sqrt(2.0)))
+
+    return math.exp(mu + sigma**2 / 2) * phi(below - sigma) + cap * (1.0 - phi(below))
+
+
+def mean_lengths(mix: RequestMix) -> tuple[float, float]:
+    """The mean prompt and output tokens of the requests an ``ArrivalStream`` draws from ``mix``."""
+    return (_capped_lognormal_mean(mix.prompt_tokens_median, mix.length_sigma, MAX_PROMPT_TOKENS),
+            _capped_lognormal_mean(mix.output_tokens_median, mix.length_sigma, mix.max_output_tokens))
+
+
 def constant_rate_schedule(
     seed: int, node: str, mix: RequestMix, rate_rps: float, duration_s: float
 ) -> list[Arrival]:

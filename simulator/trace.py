@@ -187,21 +187,26 @@ class Capacity:
         fields = {f: getattr(engine, f) for f in cls.__dataclass_fields__ if f != "max_concurrency"}
         return cls(max_concurrency=max_concurrency, **fields)
 
+    def rps(self, prompt_tokens: float, output_tokens: float) -> float:
+        """Requests per second one node completes when every request has these (mean) lengths,
+        batch full.
+
+        The batch is as large as the engine, the gateway's concurrency and the KV pool (at the mean
+        request's size) allow; each request then costs its uncached prefill plus its output tokens
+        at the full batch's per-token decode time shared by the batch.
+        """
+        blocks = max(1.0, math.ceil((prompt_tokens + output_tokens) / self.block_tokens))
+        batch = max(1, min(self.max_num_seqs, self.max_concurrency, int(self.kv_blocks // blocks)))
+        per_token_s = self.decode_s_per_token * (1 + self.decode_batch_factor * (batch - 1)) / batch
+        prefill_s = prompt_tokens * (1 - self.prefix_hit_rate) * self.prefill_s_per_token
+        return 1.0 / (output_tokens * per_token_s + prefill_s)
+
 
 def capacity_rps(trace: Trace, cap: Capacity, max_prompt: int, max_output: int) -> float:
-    """Requests per second one node completes with the trace's mean request, batch full.
-
-    The batch is as large as the engine, the gateway's concurrency and the KV pool (at the mean
-    request's size) allow; each request then costs its uncached prefill plus its output tokens
-    at the full batch's per-token decode time shared by the batch.
-    """
+    """Requests per second one node completes with the trace's mean request (``Capacity.rps``)."""
     prompt = float(np.minimum(trace.prompt_tokens, max_prompt).mean())
     output = float(np.clip(trace.output_tokens, 1, max_output).mean())
-    blocks = max(1.0, math.ceil((prompt + output) / cap.block_tokens))
-    batch = max(1, min(cap.max_num_seqs, cap.max_concurrency, int(cap.kv_blocks // blocks)))
-    per_token_s = cap.decode_s_per_token * (1 + cap.decode_batch_factor * (batch - 1)) / batch
-    service_s = output * per_token_s + prompt * (1 - cap.prefix_hit_rate) * cap.prefill_s_per_token
-    return 1.0 / service_s
+    return cap.rps(prompt, output)
 
 
 Arrivals = tuple[np.ndarray, np.ndarray, np.ndarray]  # times, prompt tokens, output tokens

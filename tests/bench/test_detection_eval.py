@@ -2,31 +2,16 @@
 
 from __future__ import annotations
 
-import importlib.util
-import sys
 from datetime import UTC, datetime, timedelta
-from pathlib import Path
-from types import ModuleType
 from typing import NamedTuple
 
 import pytest
 
 from analyzer.events import AnomalyEvent
+from tests.script_module import load_script
 
 T0 = datetime(2026, 1, 7, 15, 0, tzinfo=UTC)
-
-
-def _load() -> ModuleType:
-    path = Path(__file__).resolve().parents[2] / "bench" / "detection_eval.py"
-    spec = importlib.util.spec_from_file_location("detection_eval", path)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["detection_eval"] = module
-    spec.loader.exec_module(module)
-    return module
-
-
-de = _load()
+de = load_script("bench/detection_eval.py")
 
 
 def event(signal: str, onset_min: float, detected_min: float, cleared_min: float | None = None,

@@ -179,6 +179,13 @@ ROWS = [
     Row("a node slower than its peers only as much as it is busier: load", dx.peer_outlier, (PEER,),
         {"engine_itl_peer:traffic": {MODEL: 1800.0, **PEER_TRAFFIC}}, fires=False, winner="unclassified",
         root="engine_itl_peer"),
+    # Preempting sequences for KV blocks slows every token of the batch: the gap is KV pressure.
+    Row("a node slower than its peers while its engine preempts", dx.peer_outlier, (PEER, PREEMPT),
+        fires=False, winner="kv_pressure", root="preemption_rate"),
+    Row("a node slower than its peers with its KV cache full", dx.peer_outlier, (PEER, Q_SOFT), KV_FULL,
+        fires=False, winner="kv_pressure", root="kv_cache_usage"),
+    Row("a node slower than its peers with room in its KV cache", dx.peer_outlier, (PEER, Q_SOFT), KV_OK,
+        root="engine_itl_peer"),
     Row("a cooling GPU's peer gap is not a peer outlier (throttle anomaly still in the window)",
         dx.peer_outlier, (ev("gpu_utilization_peer", 0.5, 0.22, node="node-0", gpu="0"),
                           ev("gpu_temperature", 91, 70, node="node-0", gpu="0")),

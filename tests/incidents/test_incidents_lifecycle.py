@@ -270,3 +270,30 @@ def test_stale_cleared_group_does_not_split_the_open_incident() -> None:
     changes = _step(tracker, cleared, 47)
     assert changes == [("root_cause_changed", 2, "warning")]  # carrying the severity it rose to
     assert [(i.state, i.rule) for i in tracker.incidents] == [("open", "dependency_degraded")]
+
+
+BUSY: Snapshot = {"gpu_utilization_p95": {gpu("node-0"): 0.97, gpu("node-1"): 0.96, gpu("node-2"): 0.97}}
+SHORTAGES = [
+    # A fleet too small for its traffic: every replica of the service queues at about the same time.
+    ("one service's nodes all short: one incident", ["node-0", "node-1"], 1),
+    # Two services short at once are two shortages (and two owners).
+    ("two services short: two incidents", ["node-0", "node-2"], 2),
+]
+
+
+@pytest.mark.parametrize(("name", "nodes", "expected"), SHORTAGES, ids=[c[0] for c in SHORTAGES])
+def test_a_capacity_shortage_of_one_service_is_one_incident(name: str, nodes: list[str],
+                                                             expected: int) -> None:
+    tracker = IncidentTracker(SETTINGS)
+    service = {"node-0": "chat", "node-1": "chat", "node-2": "embed"}
+    events = [ev("queue_wait_p99", 2.5, 0.01, onset=i, node=n, service=service[n])
+              for i, n in enumerate(nodes)]
+    told = [*_step(tracker, events[:1], 2, BUSY), *_step(tracker, events, 3, BUSY),
+            *_step(tracker, events, 4, BUSY)]
+    assert [c[0] for c in told] == ["opened"] * expected
+    assert len(tracker.incidents) == expected
+    assert all(i.rule == "capacity_exhausted" for i in tracker.incidents)
+    # The first node seen keeps the root cause; the other node's queue is its evidence.
+    first = tracker.incidents[0]
+    assert dict(first.root_cause.labels)["node"] == "node-0"
+    assert first.nodes == (("node-0", "node-1") if expected == 1 else ("node-0",))

@@ -1,0 +1,95 @@
+"""bench/drill_sweep.py's truth: traffic within capacity, harmless faults out of attribution, and
+coverage only of faults that last."""
+
+from __future__ import annotations
+
+import math
+import random
+
+import pytest
+
+from simulator.arrivals import ArrivalStream, mean_lengths
+from simulator.scenario import EngineOverrides
+from simulator.trace import Capacity
+from simulator.traffic import RequestMix
+from tests.script_module import load_script
+
+ds = load_script("bench/drill_sweep.py")
+
+
+def test_the_mean_request_is_what_the_arrival_stream_draws() -> None:
+    stream = ArrivalStream(7, "n1", RequestMix())
+    drawn = [stream.lengths() for _ in range(20_000)]
+    prompt, output = mean_lengths(RequestMix())
+    assert prompt == pytest.approx(sum(p for p, _ in drawn) / len(drawn), rel=0.03)
+    assert output == pytest.approx(sum(o for _, o in drawn) / len(drawn), rel=0.03)
+
+
+def test_a_costlier_prefill_lowers_capacity() -> None:
+    lengths = mean_lengths(RequestMix())
+    default = Capacity.of(EngineOverrides(), 12).rps(*lengths)
+    slow = Capacity.of(EngineOverrides(prefill_s_per_token=0.001), 12).rps(*lengths)
+    assert 4.0 < default < 7.0 and slow < 0.7 * default
+
+
+def test_generated_traffic_stays_within_capacity_at_the_daily_peak() -> None:
+    """Whatever the pattern's engine settings: a fleet overloaded every evening would be a real
+    capacity incident on every node, not the fault-free stretch the truth says it is."""
+    rng = random.Random(3)
+    docs = [ds.generate(rng, i) for i in range(150)]
+    for doc in docs:
+        assert ds.peak_utilisation(doc) <= 0.62, (doc["name"], doc.get("engine"), doc["base_rps"])
+    # Light to busy: the range is used, not squeezed to one end.
+    levels = [ds.peak_utilisation(d) for d in docs]
+    assert min(levels) < 0.2 and max(levels) > 0.5
+
+
+HARM = [
+    ("nothing served during the fault: no one harmed", None, (0.04, 2.0), 1.0),
+    ("no fault-free day to compare with: never excused", (0.04, 2.0), None, math.inf),
+    ("the worse of TTFT and duration", (0.12, 2.2), (0.04, 2.0), 3.0),
+    ("as fast as the day before", (0.041, 1.9), (0.04, 2.0), 1.025),
+]
+
+
+@pytest.mark.parametrize(("name", "fault_run", "day_before", "expected"), HARM, ids=[h[0] for h in HARM])
+def test_harm(name: str, fault_run: tuple[float, float] | None, day_before: tuple[float, float] | None,
+              expected: float) -> None:
+    assert ds.harm(fault_run, day_before) == pytest.approx(expected)
+
+
+XID, THERMAL = ds.KINDS["xid_critical"], ds.KINDS["thermal_throttle"]
+COVERAGE = [
+    ("a lasting fault covered from detection to its end", THERMAL, 0, 100, 10, None, 0.9),
+    ("resolved half way through", THERMAL, 0, 100, 0, 50, 0.5),
+    # The Xid incident opened 40 s into the 60-s nominal span and stayed open long after.
+    ("a one-off event has no coverage", XID, 0, 60, 40, 900, None),
+    ("never opened", THERMAL, 0, 100, None, None, None),
+]
+
+
+@pytest.mark.parametrize(("name", "kind", "start", "end", "opened", "resolved", "expected"), COVERAGE,
+                         ids=[c[0] for c in COVERAGE])
+def test_coverage(name: str, kind: object, start: float, end: float, opened: float | None,
+                  resolved: float | None, expected: float | None) -> None:
+    got = ds.coverage(kind, start, end, opened, resolved)
+    assert got == (None if expected is None else pytest.approx(expected))
+
+
+def _row(rule: str, right: bool, visible: bool = True) -> dict[str, object]:
+    return {"rule": rule, "right": right, "ttd_s": 60.0 if right else None,
+            "coverage": 1.0 if right else None, "messages": 2 if right else None, "visible": visible}
+
+
+def test_a_harmless_miss_is_reported_not_counted() -> None:
+    results = [{"name": "a", "rows": [_row("kv_pressure", False, visible=False)], "false": [],
+                "node_days": 1.0, "per_incident": []},
+               {"name": "b", "rows": [_row("kv_pressure", True)], "false": [], "node_days": 1.0,
+                "per_incident": [2]},
+               {"name": "c", "rows": [_row("ecc_storm", False)], "false": [], "node_days": 1.0,
+                "per_incident": []}]
+    lines = ds.report(results, {"a": [0.3], "b": [0.05], "c": [9.0]})
+    kv = next(line for line in lines if line.startswith("kv_pressure"))
+    assert kv.split()[1:4] == ["2", "1", "100%"]  # two faults, one harmless, the other right
+    assert kv.endswith("0.3..0.3")  # the harmless one's strength
+    assert lines[-1].startswith("sweep: scenarios=3 attribution=50% ")  # the ECC miss still counts
