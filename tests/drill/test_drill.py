@@ -36,12 +36,27 @@ def drill(*args: str) -> subprocess.CompletedProcess[str]:
                           capture_output=True, text=True, timeout=COLD_TIMEOUT_S, check=False)
 
 
+@pytest.fixture(scope="module")
+def library() -> dict[str, Any]:
+    """``oximeter drill --all --replay --json`` over the library: one run that the tests below read
+    (each drill run on its own would replay its scenario again)."""
+    result = drill("--all", "--json")
+    assert result.returncode == 0, result.stdout + result.stderr
+    doc: dict[str, Any] = json.loads(result.stdout)
+    return doc
+
+
+def one_drill(library: dict[str, Any], name: str) -> dict[str, Any]:
+    """The library run's drill of scenario ``name``."""
+    [found] = [d for d in library["drills"] if d["scenario"] == name]
+    return found
+
+
 @pytest.mark.timeout(COLD_TIMEOUT_S)
-def test_every_library_scenario_passes_in_replay() -> None:
-    result = drill("--all")
+def test_every_library_scenario_passes_in_replay(library: dict[str, Any]) -> None:
     count = len(list(LIBRARY.glob("*.yaml")))
-    lines = result.stdout.strip().splitlines()
-    assert (result.returncode, lines[-1]) == (0, f"{count} passed, 0 failed"), result.stdout + result.stderr
+    failed = [(d["scenario"], d["reason"]) for d in library["drills"] if not d["passed"]]
+    assert (library["passed"], library["failed"], failed) == (count, 0, [])
 
 
 @pytest.mark.timeout(COLD_TIMEOUT_S)
@@ -56,12 +71,9 @@ def test_a_wrong_truth_fails(tmp_path: Path) -> None:
 
 
 @pytest.mark.timeout(COLD_TIMEOUT_S)
-def test_json_output() -> None:
-    result = drill("xid_critical", "--json")
-    assert result.returncode == 0, result.stdout + result.stderr
-    doc = json.loads(result.stdout)
-    assert (doc["passed"], doc["failed"], doc["skipped"], len(doc["drills"])) == (1, 0, [], 1)
-    one = doc["drills"][0]
+def test_json_output(library: dict[str, Any]) -> None:
+    assert (library["skipped"], len(library["drills"])) == ([], len(list(LIBRARY.glob("*.yaml"))))
+    one = one_drill(library, "xid_critical")
     assert sorted(one) == ["attributed", "budget", "detected", "expected", "messages", "mode", "passed",
                            "reason", "scenario", "time_to_detect_s"]
     assert (one["scenario"], one["mode"], one["passed"], one["detected"], one["reason"]) == \
@@ -77,19 +89,15 @@ def test_json_output() -> None:
 
 @pytest.mark.timeout(COLD_TIMEOUT_S)
 @pytest.mark.parametrize("name", ["gpu_memory_leak", "engine_leak"])
-def test_a_leak_incident_says_when_it_will_be_full(name: str) -> None:
-    result = drill(name, "--json")
-    assert result.returncode == 0, result.stdout + result.stderr
-    [got] = json.loads(result.stdout)["drills"][0]["attributed"]
+def test_a_leak_incident_says_when_it_will_be_full(library: dict[str, Any], name: str) -> None:
+    [got] = one_drill(library, name)["attributed"]
     assert re.search(r"full in \d+(\.\d)? (min|h|d)\b", got["sentence"]), got["sentence"]
 
 
 @pytest.mark.timeout(COLD_TIMEOUT_S)
-def test_a_degraded_nvlink_is_named_by_its_link() -> None:
+def test_a_degraded_nvlink_is_named_by_its_link(library: dict[str, Any]) -> None:
     # The engine on that node slows too; the incident still names the link, with the slowdown as impact.
-    result = drill("nvlink_degraded", "--json")
-    assert result.returncode == 0, result.stdout + result.stderr
-    [got] = json.loads(result.stdout)["drills"][0]["attributed"]
+    [got] = one_drill(library, "nvlink_degraded")["attributed"]
     assert (got["layer"], got["rule"], got["signal"]) == ("infrastructure", "nvlink_degraded",
                                                           "nvlink_errors_increase")
     assert {k: got["entity"][k] for k in ("node", "gpu", "link")} == {"node": "n1", "gpu": "1", "link": "2"}
