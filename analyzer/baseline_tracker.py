@@ -31,6 +31,7 @@ class BaselineTracker:
         self._scale = pd.DataFrame()
         self._recent_center = pd.DataFrame()
         self._recent_scale = pd.DataFrame()
+        self._provisional = pd.DataFrame()
 
     def update(self, values: pd.DataFrame, history: Mapping[float, pd.DataFrame], *,
                anomalous: pd.DataFrame | None = None, changes: Sequence[ChangeWindow] = ()) -> Baseline:
@@ -50,7 +51,7 @@ class BaselineTracker:
         clean = exclude(values, anomalous, changes)
         windows = {lag: exclude(w, anomalous, changes) for lag, w in history.items()
                    if lag in self.policy.lags_s}
-        center, scale, rc, rs = self._rows(clean, values, windows, todo, known)
+        center, scale, rc, rs, young = self._rows(clean, values, windows, todo, known)
         # Reindexed to the window, so rows skipped by max_new_rows are remembered as NaN.
         self._center = (pd.concat([cached.loc[known], center]) if len(known) else center).reindex(index)
         self._scale = (pd.concat([self._scale.loc[known], scale]) if len(known) else scale).reindex(index)
@@ -58,7 +59,9 @@ class BaselineTracker:
                                ).reindex(index)
         self._recent_scale = (pd.concat([self._recent_scale.loc[known], rs]) if len(known) else rs
                               ).reindex(index)
-        return Baseline(self._center, self._scale)
+        self._provisional = (pd.concat([self._provisional.loc[known], young]) if len(known) else young
+                             ).reindex(index, fill_value=False)
+        return Baseline(self._center, self._scale, provisional=self._provisional)
 
     def _rows(self, clean: pd.DataFrame, values: pd.DataFrame, windows: Mapping[float, pd.DataFrame],
               todo: np.ndarray, known: pd.DatetimeIndex) -> tuple[pd.DataFrame, ...]:
@@ -83,7 +86,8 @@ class BaselineTracker:
         starts = history_start([clean, *windows.values()])
         base = combine(values.loc[rows], [c for c, _ in seasonal], rc, rs, self.policy, starts,
                        [spread for _, spread in seasonal])
-        return base.center, base.scale, rc, rs
+        assert base.provisional is not None
+        return base.center, base.scale, rc, rs, base.provisional
 
     def _seasonal(self, window: pd.DataFrame, lag_s: float, rows: pd.DatetimeIndex,
                   columns: pd.Index) -> tuple[pd.DataFrame, pd.DataFrame]:

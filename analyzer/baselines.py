@@ -6,8 +6,11 @@ from the value wins, so a day that differed for a good reason (a holiday, last w
 does not raise an alarm. The recent baseline is a trailing median with an IQR scale over the
 window *before* the current sample. Samples inside known anomalies and declared change events
 are removed first, so one spike does not blind the baseline for a day. With less than
-``min_history_s`` of history there is no seasonal baseline and the centre is NaN: the signal's
-static threshold takes over (unless ``recent_alone`` allows the recent baseline by itself).
+``min_history_s`` of history (the first day after install) there is no seasonal baseline yet: the
+recent window stands alone, beside the signal's static threshold, and the baseline marks those
+samples *provisional* so that the events and incidents they raise say what they were judged
+against. Anomalies are kept out of the recent window (``exclude``; the daemon and the replay keep
+open incidents out too), so a fault that lasts is not learnt as the new normal within the hour.
 """
 
 from __future__ import annotations
@@ -41,7 +44,6 @@ class BaselinePolicy:
     min_history_s: float = 86400.0
     margin_abs: float = 0.0
     margin_rel: float = 0.05
-    recent_alone: bool = False
 
 
 def exclude(history: pd.DataFrame, anomalous: pd.DataFrame | None = None,
@@ -107,8 +109,9 @@ def combine(values: pd.DataFrame, candidates: Sequence[pd.DataFrame], recent_cen
     same-time spread (``seasonal_spreads``, from :func:`seasonal_spread`) stands in for it.
 
     Samples less than ``min_history_s`` after their column's ``history_start`` (first timestamp
-    with data, per column; NaT = none) get no centre (NaN) unless the
-    policy lets the recent baseline stand alone; deciding this per sample keeps it causal.
+    with data, per column; NaT = none) take the recent centre alone and are marked provisional:
+    a seasonal candidate formed from so little history (a few hours a day back) is not trusted.
+    Deciding this per sample keeps it causal.
     """
     step = step_seconds(pd.DatetimeIndex(values.index)) or 1.0
     # Nearest within half a step: the history's grid may be phased differently from the live one.
@@ -126,15 +129,14 @@ def combine(values: pd.DataFrame, candidates: Sequence[pd.DataFrame], recent_cen
     distance = np.where(np.isnan(distance), np.where(np.isnan(stack), np.inf, 0.0), distance)
     best = np.argmin(distance, axis=0)[None]
     center = np.take_along_axis(stack, best, axis=0)[0]
-    if not policy.recent_alone:
-        index = pd.DatetimeIndex(values.index)
-        if history_start is None:
-            history_start = first_valid(values)
-        starts = history_start.reindex(values.columns).to_numpy(dtype="datetime64[ns]")
-        stamps = index.tz_convert(None).to_numpy(dtype="datetime64[ns]")
-        age_s = (stamps[:, None] - starts[None, :]) / np.timedelta64(1, "s")
-        old_enough = np.nan_to_num(age_s, nan=-1.0) >= policy.min_history_s
-        center = np.where(old_enough, center, np.nan)
+    index = pd.DatetimeIndex(values.index)
+    if history_start is None:
+        history_start = first_valid(values)
+    starts = history_start.reindex(values.columns).to_numpy(dtype="datetime64[ns]")
+    stamps = (index.tz_convert(None) if index.tz is not None else index).to_numpy(dtype="datetime64[ns]")
+    age_s = (stamps[:, None] - starts[None, :]) / np.timedelta64(1, "s")
+    young = ~(np.nan_to_num(age_s, nan=-1.0) >= policy.min_history_s)
+    center = np.where(young, rc, center)
     rs = recent_scale.reindex(index=values.index, columns=values.columns).to_numpy(np.float32)
     if len(seasonal_spreads):
         spread = np.stack([
@@ -149,6 +151,7 @@ def combine(values: pd.DataFrame, candidates: Sequence[pd.DataFrame], recent_cen
     return Baseline(
         center=pd.DataFrame(center, index=values.index, columns=values.columns),
         scale=pd.DataFrame(scale.astype(np.float32), index=values.index, columns=values.columns),
+        provisional=pd.DataFrame(young, index=values.index, columns=values.columns),
     )
 
 

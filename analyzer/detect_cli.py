@@ -65,9 +65,9 @@ def detect_file(path: str | Path, *, kind: str = "auto", step: str = "auto",
     frame, step_s = load_regular(path, step_s)
     chosen = infer_kind(frame.values) if kind == "auto" else kind
     spec = KIND_DEFAULTS[chosen].model_copy(update={"name": signal or Path(path).stem})
-    # A file is all the history there is: the recent baseline may stand alone. The detectors'
-    # own scale floors (2 % of the level) replace the policy's margin for unknown series.
-    policy = BaselinePolicy(recent_alone=True, margin_rel=0.0)
+    # A file is all the history there is (its first day is judged against the recent window). The
+    # detectors' own scale floors (2 % of the level) replace the policy's margin for unknown series.
+    policy = BaselinePolicy(margin_rel=0.0)
     try:
         return evaluate_signal(spec, frame, policy=policy, cumulative=chosen == "counter_growth",
                                step_s=step_s)

@@ -71,8 +71,9 @@ def evaluate_signal(spec: SignalSpec, frame: SeriesFrame, *, history: History | 
         if baseline is not None and tracker is None and hold_s is not None:
             redo = partial(_masked_baseline, detector, values, history, anomalous, changes, policy)
             detection = _held(detector, detection, values, persistence, guard, math.ceil(hold_s / step), redo)
+        young = None if baseline is None else baseline.provisional
         events += to_events(detection, detector, persistence, signal=spec.name, layer=spec.layer,
-                            labels=frame.labels)
+                            labels=frame.labels, provisional=young)
     return merge_events(events)
 
 

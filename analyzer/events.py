@@ -55,6 +55,9 @@ class AnomalyEvent:
     # Seconds until the series reaches its capacity at the current slope (a trend with a known
     # capacity: a leak's "full in"); None for everything else.
     time_to_full_s: float | None = None
+    # True: judged against the recent window alone, because the series had too little history
+    # for a seasonal (same time yesterday / last week) baseline yet.
+    provisional: bool = False
 
     @staticmethod
     def labels_from(mapping: Mapping[str, str]) -> tuple[tuple[str, str], ...]:
@@ -86,6 +89,7 @@ class AnomalyEvent:
             "reason": self.reason,
             "detector": self.detector,
             "time_to_full_s": _finite(self.time_to_full_s),
+            "provisional": self.provisional,
         }
 
     def to_json(self) -> str:
@@ -114,6 +118,7 @@ class AnomalyEvent:
             reason=str(data.get("reason", "")),
             detector=str(data.get("detector", "")),
             time_to_full_s=None if data.get("time_to_full_s") is None else float(data["time_to_full_s"]),
+            provisional=bool(data.get("provisional", False)),
         )
 
     @classmethod

@@ -66,8 +66,8 @@ class SeriesFrame:
 class Baseline:
     """What each value is compared with: a centre and a robust scale, both aligned to the frame.
 
-    ``center`` is NaN where no baseline could be formed (too little history); detectors then stay
-    quiet and the signal's static threshold takes over.
+    ``center`` is NaN where no baseline could be formed (not even a recent window); detectors then
+    stay quiet and the signal's static threshold takes over.
     """
 
     center: pd.DataFrame
@@ -75,6 +75,9 @@ class Baseline:
     # The signal's upward spread around this time of day on the baseline days, as a σ (from its
     # upper decile, which a daily peak's bursts move and an IQR does not); None where not formed.
     hour_scale: pd.DataFrame | None = None
+    # True where the series is too young for a seasonal baseline (under the policy's
+    # ``min_history_s``): the centre is the recent window's alone, and events say so.
+    provisional: pd.DataFrame | None = None
 
     def aligned(self, values: pd.DataFrame) -> Baseline:
         """This baseline reindexed to ``values``' index and columns (missing → NaN)."""
@@ -82,4 +85,6 @@ class Baseline:
             return frame.reindex(index=values.index, columns=values.columns)
 
         hour = None if self.hour_scale is None else fit(self.hour_scale)
-        return Baseline(fit(self.center), fit(self.scale), hour)
+        young = None if self.provisional is None else self.provisional.reindex(
+            index=values.index, columns=values.columns, fill_value=False)
+        return Baseline(fit(self.center), fit(self.scale), hour, young)

@@ -49,12 +49,14 @@ class Evidence:
     role: str
     # A leak's projected time until its resource is full (see AnomalyEvent), else None.
     time_to_full_s: float | None = None
+    # Its baseline was the recent window alone: no seasonal baseline existed yet (AnomalyEvent).
+    provisional: bool = False
 
     @classmethod
     def of(cls, event: AnomalyEvent, role: str) -> Evidence:
         """From an anomaly event."""
         return cls(event.signal, event.labels, event.layer, event.value, event.baseline, event.onset,
-                   event.detected_at, event.cleared_at, role, event.time_to_full_s)
+                   event.detected_at, event.cleared_at, role, event.time_to_full_s, event.provisional)
 
     @property
     def key(self) -> tuple[str, Labels]:
@@ -154,7 +156,8 @@ class Incident:
             "evidence": [{"signal": e.signal, "labels": dict(e.labels), "layer": e.layer, "value": e.value,
                           "baseline": e.baseline, "onset": _t(e.onset), "detected_at": _t(e.detected_at),
                           "cleared_at": _t(e.cleared_at), "role": e.role,
-                          "time_to_full_s": e.time_to_full_s} for e in self.evidence],
+                          "time_to_full_s": e.time_to_full_s, "provisional": e.provisional}
+                         for e in self.evidence],
             "impact": {"signals": list(self.impact_signals), "services": list(self.services)},
             "nodes": list(self.nodes), "keys": list(self.keys),
             "first_onset": _t(self.first_onset), "opened_at": _t(self.opened_at),
@@ -175,7 +178,8 @@ class Incident:
             sentence=d["diagnosis"]["sentence"], runbook=d["runbook"],
             evidence=tuple(Evidence(e["signal"], lab(e["labels"]), e["layer"], float(e["value"]),
                                     e["baseline"], _p(e["onset"]), _p(e["detected_at"]),
-                                    parse_iso(e["cleared_at"]), e["role"], e.get("time_to_full_s"))
+                                    parse_iso(e["cleared_at"]), e["role"], e.get("time_to_full_s"),
+                                    bool(e.get("provisional", False)))
                            for e in d["evidence"]),
             impact_signals=tuple(d["impact"]["signals"]), services=tuple(d["impact"]["services"]),
             nodes=tuple(d["nodes"]), keys=tuple(d["keys"]), first_onset=_p(d["first_onset"]),

@@ -102,9 +102,11 @@ class Persistence:
 
 
 def to_events(detection: Detection, detector: Detector, persistence: Persistence, *, signal: str,
-              layer: str, labels: Mapping[str, Mapping[str, str]] | None = None) -> list[AnomalyEvent]:
+              layer: str, labels: Mapping[str, Mapping[str, str]] | None = None,
+              provisional: pd.DataFrame | None = None) -> list[AnomalyEvent]:
     """Events from a detection: each carries the value, reference and score at its peak so far
-    (the value is what the detector compared, e.g. a counter's increase)."""
+    (the value is what the detector compared, e.g. a counter's increase), and whether it was
+    detected against a provisional baseline (``Baseline.provisional``: no seasonal one yet)."""
     flags = detection.flags.to_numpy(dtype=bool)
     keep = None if detection.keep is None else detection.keep.to_numpy(dtype=bool)
     episodes = persistence.episodes(flags, keep)
@@ -121,6 +123,7 @@ def to_events(detection: Detection, detector: Detector, persistence: Persistence
     columns = detection.flags.columns
     events: list[AnomalyEvent] = []
     ttf = detector.reference_is_time_to_full
+    young = None if provisional is None else provisional.to_numpy(dtype=bool)
     for ep in episodes:
         stop = len(index) if ep.end is None else ep.end
         c = where[ep.column]
@@ -142,6 +145,7 @@ def to_events(detection: Detection, detector: Detector, persistence: Persistence
             reason=detector.reason(float(value), float(reference), float(peak_score)),
             detector=detector.name,
             time_to_full_s=float(reference) if ttf and np.isfinite(reference) else None,
+            provisional=bool(young is not None and young[ep.detected, ep.column]),
         ))
     return events
 

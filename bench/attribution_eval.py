@@ -14,7 +14,7 @@ baselines read (the daemon's same-time windows). That gives every scenario the d
 a whole history gets only from ``--days`` ≥ 1.5, at a tenth of the simulated time; the histories
 are shared with ``oximeter drill``'s cache.
 
-    .venv/bin/python bench/attribution_eval.py [--days 1] [--step 60s] [--interval 5m]
+    .venv/bin/python bench/attribution_eval.py [--days 1] [--end 2026-01-07T18:00Z] [--step 60s]
     .venv/bin/python bench/attribution_eval.py --windows drill
 """
 
@@ -36,6 +36,7 @@ from analyzer.drill import (
     replay_drill,
     score,
 )
+from analyzer.events import parse_iso
 from analyzer.incident_store import parse_duration
 from analyzer.incidents import IncidentSettings
 from analyzer.replay import HistoryWindow, history_dir, replay_history
@@ -64,6 +65,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--scenarios", default=str(ROOT / "simulator" / "scenarios"))
     parser.add_argument("--only", nargs="*", help="scenario names to run (default: all)")
     parser.add_argument("--days", type=float, default=1.0)
+    parser.add_argument("--end", default=None,
+                        help="where each whole history ends, ISO-8601 UTC (default: now). The traffic "
+                             "follows the time of day, so a fixed end makes the verdict reproducible")
     parser.add_argument("--step", default="60s")
     parser.add_argument("--interval", default="5m", help="daemon cycle interval replayed")
     parser.add_argument("--workdir", default="/tmp/oximeter-attribution")
@@ -75,7 +79,11 @@ def main(argv: list[str] | None = None) -> int:
     settings = IncidentSettings()
     step_s = parse_duration(args.step, "--step").total_seconds()
     interval_s = parse_duration(args.interval, "--interval").total_seconds()
-    end_s = math.floor(time.time() / step_s) * step_s
+    try:
+        end = parse_iso(args.end) if args.end else None
+    except ValueError:
+        parser.error(f"--end: not an ISO-8601 time: {args.end!r}")
+    end_s = math.floor((end.timestamp() if end else time.time()) / step_s) * step_s
     rows, right = [], 0
     scenarios = sorted(Path(args.scenarios).glob("*.yaml"))
     scenarios = [s for s in scenarios if not args.only or s.stem in args.only]

@@ -84,9 +84,20 @@ def _evidence_table(incident: Incident) -> tuple[tuple[str, ...], ...]:
     rows: list[tuple[str, ...]] = [("role", "signal", "entity", "value", "baseline", "× baseline", "onset")]
     for e in sorted(incident.evidence, key=lambda e: (e.role != "cause", e.onset, e.signal)):
         ratio = e.value / e.baseline if e.baseline not in (None, 0) else None
-        rows.append((e.role, e.signal, _entity(e.labels), fmt_number(e.value), fmt_number(e.baseline),
+        baseline = fmt_number(e.baseline) + (" (recent)" if e.provisional else "")
+        rows.append((e.role, e.signal, _entity(e.labels), fmt_number(e.value), baseline,
                      fmt_number(ratio), f"{e.onset:%H:%M:%S}"))
     return tuple(rows)
+
+
+def provisional_note(incident: Incident) -> str | None:
+    """What the reader must know when a member was judged without a seasonal baseline (the
+    first day after install): which, and what stood in for it; None when every baseline was whole."""
+    young = sorted({e.signal for e in incident.evidence if e.provisional})
+    if not young:
+        return None
+    return (f"No same-time baseline yet (under a day of history) for {', '.join(young)}: judged "
+            "against the recent hour, beside the static limits and the peers.")
 
 
 def since_last_message(change: Change, incident: Incident) -> list[TimelineEntry]:
@@ -109,6 +120,7 @@ def render_change(change: Change, incident: Incident, settings: ReporterSettings
     sections = [
         Section("Diagnosis", f"{incident.sentence}\n{change.text}"),
         Section("Evidence against baseline", table=_evidence_table(incident)),
+        *([Section("Baseline", note)] if (note := provisional_note(incident)) else []),
         Section("Impact", f"signals: {', '.join(incident.impact_signals) or '-'}; "
                           f"services: {', '.join(incident.services) or '-'}"),
         Section("Runbook", runbook_link(incident.runbook, settings.runbook_url)),

@@ -100,17 +100,29 @@ class NeighbourSurprise(Detector):
 
     def flags_of(self, surprise: np.ndarray, oriented: np.ndarray) -> np.ndarray:
         """Where a surprise beats the last ``memory`` ones (at least ``min_prior`` of them) and the
-        floor, pointing the watched way, and no flag was raised in the ``quiet`` samples before."""
-        past = pd.Series(surprise).shift(1).rolling(self.memory, min_periods=min(self.min_prior, self.memory))
-        previous = past.max().to_numpy()
-        with np.errstate(invalid="ignore"):
-            candidate = (surprise > previous) & (surprise >= self.min_surprise) & (oriented >= 0)
+        floor, pointing the watched way, and no flag was raised in the ``quiet`` samples before.
+
+        The record a sample must beat is that of normal behaviour: after a flag, the surprises of
+        the ``window`` samples whose shapes hold the flagged sample count in the memory only up
+        to the record they broke. Otherwise one anomaly's own peak would sit in the memory for
+        ``memory`` samples and hide any later anomaly smaller than it (a second incident on the
+        same server within two days)."""
+        floor = min(self.min_prior, self.memory)
+        record = surprise.copy()  # the memory as later samples see it (anomalies capped)
         flags = np.zeros(len(surprise), dtype=bool)
         last = -self.quiet - 1
-        for row in np.flatnonzero(candidate).tolist():  # few rows: the quiet time is sequential
-            if row - last > self.quiet:
-                flags[row] = True
-                last = row
+        with np.errstate(invalid="ignore"):
+            rows = np.flatnonzero((surprise >= self.min_surprise) & (oriented >= 0))
+        for row in rows.tolist():  # sequential: a flag changes the memory after it
+            if row - last <= self.quiet:
+                continue
+            past = record[max(0, row - self.memory):row]
+            past = past[~np.isnan(past)]
+            if len(past) < floor or surprise[row] <= (bar := float(past.max())):
+                continue
+            flags[row] = True
+            last = row
+            np.minimum(record[row:row + self.window], bar, out=record[row:row + self.window])
         return flags
 
     def _detect(self, values: pd.DataFrame, baseline: Baseline | None) -> Detection:

@@ -32,11 +32,16 @@ def test_same_time_yesterday_follows_the_daily_shape() -> None:
     np.testing.assert_allclose(base.center["a"].to_numpy()[today], expected, atol=0.5)
 
 
-def test_less_than_a_day_of_history_falls_back_to_static_thresholds() -> None:
-    values = frame({"a": daily(1)[: DAY // 2]}, STEP)
-    assert compute_baseline(values).center["a"].isna().all()
-    alone = compute_baseline(values, policy=BaselinePolicy(recent_alone=True)).center["a"]
-    assert alone.iloc[-1] == pytest.approx(values["a"].iloc[-13:-1].median(), rel=0.2)
+@pytest.mark.parametrize(("days", "provisional"), [(0.5, True), (1.5, False)])
+def test_the_first_day_is_judged_against_the_recent_window(days: float, provisional: bool) -> None:
+    # Under a day of history there is no seasonal baseline: the recent window stands alone (not
+    # NaN, which left a ratio detector blind for the first day), marked provisional.
+    values = frame({"a": daily(2)[: int(days * DAY)]}, STEP)
+    base = compute_baseline(values)
+    assert base.center["a"].iloc[-1] == pytest.approx(values["a"].iloc[-13:-1].median(), rel=0.2)
+    assert base.provisional is not None
+    assert bool(base.provisional["a"].iloc[-1]) is provisional
+    assert bool(base.provisional["a"].iloc[0])  # the first samples of any history are young
 
 
 def test_the_least_deviating_candidate_wins() -> None:
@@ -47,15 +52,15 @@ def test_the_least_deviating_candidate_wins() -> None:
     recent_center = pd.DataFrame({"a": [np.nan, 14.0, 14.0]}, index=idx)
     recent_scale = pd.DataFrame({"a": [1.0, 1.0, 1.0]}, index=idx)
     base = combine(values, [yesterday, last_week], recent_center, recent_scale,
-                   BaselinePolicy(recent_alone=True))
+                   BaselinePolicy(min_history_s=0.0))  # old enough: every candidate is trusted
     assert base.center["a"].tolist() == [11.0, 11.0, 20.0]
 
 
 def test_margin_floor_on_the_scale() -> None:
     values = frame({"a": np.full(100, 50.0)}, 60.0)
-    base = compute_baseline(values, policy=BaselinePolicy(recent_alone=True, margin_rel=0.1, margin_abs=2.0))
+    base = compute_baseline(values, policy=BaselinePolicy(margin_rel=0.1, margin_abs=2.0))
     assert base.scale["a"].iloc[-1] == pytest.approx(5.0)
-    base = compute_baseline(values, policy=BaselinePolicy(recent_alone=True, margin_rel=0.0, margin_abs=2.0))
+    base = compute_baseline(values, policy=BaselinePolicy(margin_rel=0.0, margin_abs=2.0))
     assert base.scale["a"].iloc[-1] == pytest.approx(2.0)
 
 
@@ -90,7 +95,7 @@ def test_excluded_long_anomaly_keeps_the_last_good_recent_baseline() -> None:
     mask.iloc[180:300] = True
     chased, _ = recent(values, 3600)
     assert chased["a"].iloc[290] == 20.0
-    kept = compute_baseline(values, anomalous=mask, policy=BaselinePolicy(recent_alone=True))
+    kept = compute_baseline(values, anomalous=mask, policy=BaselinePolicy())
     assert kept.center["a"].iloc[290] == 10.0
 
 
@@ -149,7 +154,7 @@ def test_tracker_cold_start_limit_computes_only_the_newest_rows() -> None:
     from analyzer.baseline_tracker import BaselineTracker
 
     values = frame({"a": daily(2)}, STEP)
-    tracker = BaselineTracker(BaselinePolicy(recent_alone=True), max_new_rows=5)
+    tracker = BaselineTracker(BaselinePolicy(), max_new_rows=5)
     first = tracker.update(values.iloc[:100], {})
     assert first.center["a"].iloc[:95].isna().all() and first.center["a"].iloc[95:].notna().all()
     second = tracker.update(values.iloc[1:101], {})

@@ -218,3 +218,22 @@ def test_neighbour_surprise_tells_a_recurring_shape_once_and_a_new_one_again() -
     v[1200] += 40.0  # a spike on the new level, once the shift has left the detector's memory
     flags = NeighbourSurprise().detect(frame({"a": v})).flags["a"].to_numpy()
     assert np.flatnonzero(flags).tolist() == [300, 1200]
+
+
+@pytest.mark.parametrize(("second", "tail", "flagged"), [
+    # A later, smaller anomaly still inside the memory of a bigger one: told (its bar is the
+    # record of normal behaviour, not the first anomaly's peak).
+    (10.0, 4.0, [200, 400]),
+    # Smaller than the normal record: not told.
+    (4.5, 4.0, [200]),
+    # Surprises that stay high after the anomaly's own shapes have passed are behaviour the
+    # memory keeps: a second anomaly must beat them.
+    (10.0, 12.0, [200]),
+])
+def test_neighbour_surprise_caps_a_told_anomaly_in_its_memory(second: float, tail: float,
+                                                              flagged: list[int]) -> None:
+    detector = NeighbourSurprise(window=12, memory=600, min_prior=100, quiet=100)
+    surprise = np.r_[np.full(200, 5.0), np.full(12, 20.0), np.full(100, tail), np.full(188, 4.0)]
+    surprise[400] = second
+    flags = detector.flags_of(surprise, np.ones_like(surprise))
+    assert np.flatnonzero(flags).tolist() == flagged

@@ -75,10 +75,12 @@ def test_live_cycles_find_what_only_yesterday_reveals(
     assert (event.signal, event.entity) == ("queue_wait_p99", {"node": "n1", "service": "b"})
     # Detected after 8 of 10 one-minute samples: the 5-min p99 window plus the seed's 5 minutes.
     assert (event.onset, event.detected_at, event.cleared_at) == (FAULT, FAULT + timedelta(minutes=7), None)
-    assert event.detector == "baseline_ratio"
-    # The stop-gap it replaces judged the live hour alone: no baseline, 0.9 s < 1 s, nothing found.
+    assert event.detector == "baseline_ratio" and not event.provisional
+    # The live hour alone (0.9 s < the static 1 s): judged against its recent window, and marked
+    # as judged without a same-time baseline.
     live = week().values.loc[FAULT - timedelta(minutes=30):FAULT + timedelta(minutes=30)]
-    assert evaluate_signal(SPEC, SeriesFrame(live, week().labels), step_s=STEP) == []
+    [alone] = evaluate_signal(SPEC, SeriesFrame(live, week().labels), step_s=STEP)
+    assert alone.entity == event.entity and alone.provisional
 
 
 def test_a_persisting_fault_stays_out_of_its_own_baseline(

@@ -130,3 +130,24 @@ def test_reporter_config_errors_name_the_key(section: dict[str, object], error: 
         parse_config({"reporter": section}, "oximeter.yaml")
     assert error in str(caught.value)
     assert "oximeter.yaml" in str(caught.value)
+
+
+@pytest.mark.parametrize("provisional", [False, True])
+def test_a_message_says_when_a_member_had_no_seasonal_baseline_yet(provisional: bool) -> None:
+    from dataclasses import replace
+
+    from analyzer.incident_model import Incident
+    from reporter.render import render_change
+
+    incident = sample_incident(NOW)
+    cause, impact = incident.evidence
+    incident = replace(incident, evidence=(cause, replace(impact, provisional=provisional)))
+    assert Incident.from_dict(incident.to_dict()) == incident  # kept by the store and the API
+    message = render_change(Change(incident.id, "opened", 1, NOW, "warning", "x"), incident, _settings())
+    sections = {s.title: s for s in message.sections}
+    assert sections["Evidence against baseline"].table[2][4] == ("0.12 (recent)" if provisional else "0.12")
+    if provisional:
+        assert "queue_wait_p99" in sections["Baseline"].body
+        assert "under a day of history" in sections["Baseline"].body
+    else:
+        assert "Baseline" not in sections
