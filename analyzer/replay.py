@@ -41,6 +41,7 @@ from analyzer.signals import CATALOGUE, SignalSpec
 from analyzer.sources import recipes
 from analyzer.sources.frames import FrameSource
 from analyzer.sources.raw import RawStore
+from analyzer.sources.stock import with_stock_translated
 from analyzer.topology import Topology
 from simulator.scenario import Scenario, ScenarioFault
 
@@ -183,10 +184,13 @@ def prepare(windows: Sequence[HistoryWindow], cache_dir: Path, step_s: float, jo
         return list(pool.map(history_dir, windows, [cache_dir] * len(windows), [step_s] * len(windows)))
 
 
-def signal_frames(directory: Path, catalogue: Mapping[str, SignalSpec] = CATALOGUE,
+def signal_frames(directory: Path, catalogue: Mapping[str, SignalSpec] = CATALOGUE, *, stock: bool = False,
                   ) -> tuple[dict[str, SeriesFrame], float]:
-    """Every catalogue signal, its traffic guard and the rules' context over the whole history."""
+    """Every catalogue signal, its traffic guard and the rules' context over the whole history
+    (``stock``: a stock fleet's history, read through the adapters as Prometheus would)."""
     raw = RawStore.from_history(directory)
+    if stock:
+        raw = with_stock_translated(raw)
     source = FrameSource(raw=raw, recipes={**recipes.RECIPES, **CONTEXT_RECIPES})
     specs: dict[str, SignalSpec] = {**catalogue, **CONTEXT}
     for spec in catalogue.values():
@@ -290,10 +294,11 @@ def replay_cycles(frames: Mapping[str, SeriesFrame], events: Sequence[AnomalyEve
 
 def replay_history(directory: Path, interval_s: float, settings: IncidentSettings | None = None,
                    catalogue: Mapping[str, SignalSpec] = CATALOGUE, policy: BaselinePolicy | None = None,
-                   same_time: Mapping[float, Path] | None = None) -> ReplayOutcome:
-    """One history directory, end to end (``same_time``: lag_s → the history that long before)."""
-    frames, step_s = signal_frames(directory, catalogue)
-    lagged = {lag: signal_frames(d, catalogue)[0] for lag, d in (same_time or {}).items()}
+                   same_time: Mapping[float, Path] | None = None, *, stock: bool = False) -> ReplayOutcome:
+    """One history directory, end to end (``same_time``: lag_s → the history that long before;
+    ``stock``: a stock fleet's history, see :func:`signal_frames`)."""
+    frames, step_s = signal_frames(directory, catalogue, stock=stock)
+    lagged = {lag: signal_frames(d, catalogue, stock=stock)[0] for lag, d in (same_time or {}).items()}
     hold_s = (settings or IncidentSettings()).resolve_after_s
     return replay_cycles(frames, detect(frames, step_s, catalogue, policy, lagged, hold_s), interval_s,
                          settings, catalogue=catalogue)

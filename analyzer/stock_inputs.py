@@ -19,15 +19,8 @@ from pathlib import Path
 from alert_rules import ADAPTERS_DIR, load_catalogue, load_groups, rule_files
 from analyzer.signals import SignalSpec
 from dashboards.promql import metric_names
+from exporter.dcgm import DCGM_DEFAULT_FIELDS
 
-# The fields dcgm-exporter's etc/default-counters.csv enables (those the adapters read); ECC,
-# NVLink errors, the max SM clock, clock-event reasons and row-remap pending ship commented out.
-DCGM_DEFAULT_FIELDS: frozenset[str] = frozenset({
-    "DCGM_FI_DEV_SM_CLOCK", "DCGM_FI_DEV_GPU_TEMP", "DCGM_FI_DEV_POWER_USAGE",
-    "DCGM_FI_DEV_PCIE_REPLAY_COUNTER", "DCGM_FI_DEV_GPU_UTIL", "DCGM_FI_DEV_XID_ERRORS",
-    "DCGM_FI_DEV_FB_FREE", "DCGM_FI_DEV_FB_USED", "DCGM_FI_DEV_UNCORRECTABLE_REMAPPED_ROWS",
-    "DCGM_FI_DEV_CORRECTABLE_REMAPPED_ROWS", "DCGM_FI_DEV_ROW_REMAP_FAILURE",
-})
 _EXPORTER_NAME = re.compile(r"^(DCGM_|vllm:|kube_)")
 # `... unless on (labels) name`: a stand-down guard, not an input the rule needs.
 _GUARD = re.compile(r"\bunless\s+on\s*\([^)]*\)\s*[A-Za-z_:][\w:]*")

@@ -7,6 +7,7 @@ import asyncio
 import json
 import sys
 import time
+from typing import get_args
 
 import requests
 from loguru import logger
@@ -16,6 +17,7 @@ from oximeter.errors import ConfigError
 from oximeter.secrets import read_secret
 from simulator.admin import TOKEN_ENV
 from simulator.faults import FAULT_KINDS
+from simulator.scenario import Telemetry
 from simulator.settings import SimSettings
 
 _SERVE_FLAGS = {
@@ -97,6 +99,10 @@ def configure(parser: argparse.ArgumentParser) -> None:
     )
     add_trace_flags(history, "replace the scenario's traffic with this arrival trace (CSV: timestamp, "
                              "prompt and output tokens)")
+    history.add_argument("--telemetry", choices=get_args(Telemetry), default=None,
+                         help="what the fleet presents (default: the scenario's): Oximeter's gateway and "
+                         "exporter, or stock (no gateway, dcgm-exporter's default fields, vLLM's and "
+                         "kube-state-metrics' own series)")
     history.set_defaults(func=run_history)
 
 
