@@ -59,6 +59,9 @@ class Case:
     thresholds: Thresholds = Thresholds()
     # The catalogue in use (config overrides applied): it says which signals are context only.
     catalogue: Mapping[str, SignalSpec] = field(default_factory=lambda: CATALOGUE)
+    # Context the inputs cannot feed (stock telemetry without DCGM's clock reasons): a rule does
+    # without it rather than read its absence as "no".
+    unreadable: frozenset[str] = frozenset()
 
     def limit(self, signal: str) -> float:
         """``signal``'s static threshold in the catalogue in use, so a configured override reaches
@@ -253,9 +256,9 @@ def thermal_throttle(case: Case) -> Diagnosis | None:
 
     Whatever the clock ratio: the thermal reason says the clock is held down for heat, and a
     mild throttle (SM clock at 80 %) is still a throttle. Utilisation is deliberately not
-    consulted: a throttled GPU often looks idle-ish. Where no GPU of the group reports clock
-    reasons at all (dcgm-exporter's default counters leave them out), the temperature past its
-    limit is the evidence and the sentence says the reason could not be read.
+    consulted: a throttled GPU often looks idle-ish. Where the inputs have no clock reasons
+    (dcgm-exporter's default counters leave them out), the temperature past its limit is the
+    evidence and the sentence says the reason could not be read.
     """
     latency = case.of(*LATENCY_UP)
     throttle = case.of("gpu_temperature", "gpu_sm_clock_ratio")
@@ -266,7 +269,7 @@ def thermal_throttle(case: Case) -> Diagnosis | None:
     limit = case.limit("gpu_temperature")
     temps, clocks, thermal = case.per_gpu("gpu_temperature"), case.per_gpu("gpu_sm_clock_ratio"), \
         case.per_gpu(THERMAL_REASON)
-    reasons_read = bool(thermal)
+    reasons_read = THERMAL_REASON not in case.unreadable
     hot = sorted(g for g, temp in temps.items()
                  if temp > limit and (thermal.get(g, 0.0) >= 1 or not reasons_read))
     if not hot:
@@ -282,7 +285,8 @@ def thermal_throttle(case: Case) -> Diagnosis | None:
     return _verdict(case, "thermal_throttle", "infrastructure", cause,
                     f"GPU {cause.entity} at {temps[hot[0]]:.0f} °C, "
                     + (f"SM clock {clock * 100:.0f} % of max " if clock is not None else "")
-                    + ("with a thermal reason" if reasons_read else "(clock reasons not exported)")
+                    + ("with a thermal reason" if reasons_read
+                       else "past its limit (clock reasons not exported)")
                     + (f", while {describe(latency[0])}" if latency else ""), "warning",
                     ["gpu_temperature", "gpu_sm_clock_ratio"])
 

@@ -37,6 +37,7 @@ from analyzer.evaluate import evaluate_signal
 from analyzer.events import AnomalyEvent
 from analyzer.frame import SeriesFrame
 from analyzer.incidents import Change, Incident, IncidentSettings, IncidentTracker, findings
+from analyzer.settings import AnalyzerSettings
 from analyzer.signals import CATALOGUE, SignalSpec
 from analyzer.sources import recipes
 from analyzer.sources.frames import FrameSource
@@ -270,7 +271,8 @@ class ReplayOutcome:
 def replay_cycles(frames: Mapping[str, SeriesFrame], events: Sequence[AnomalyEvent], interval_s: float,
                   settings: IncidentSettings | None = None,
                   topology: Topology | None = None,
-                  catalogue: Mapping[str, SignalSpec] = CATALOGUE) -> ReplayOutcome:
+                  catalogue: Mapping[str, SignalSpec] = CATALOGUE,
+                  unreadable: frozenset[str] = frozenset()) -> ReplayOutcome:
     """The daemon's cycles every ``interval_s`` over the whole history (``catalogue``: the one the
     events were detected with, which also says which signals open incidents)."""
     settings = settings or IncidentSettings()
@@ -284,7 +286,7 @@ def replay_cycles(frames: Mapping[str, SeriesFrame], events: Sequence[AnomalyEve
     now = start + timedelta(seconds=interval_s)
     while now <= end:
         found = findings(as_of(events, now), joined, now=now, snapshot=snapshots.at(now), settings=settings,
-                         catalogue=catalogue)
+                         catalogue=catalogue, unreadable=unreadable)
         step_changes, touched = tracker.step(found, now)
         changes += step_changes
         seen.update({i.id: i for i in touched})
@@ -300,8 +302,9 @@ def replay_history(directory: Path, interval_s: float, settings: IncidentSetting
     frames, step_s = signal_frames(directory, catalogue, stock=stock)
     lagged = {lag: signal_frames(d, catalogue, stock=stock)[0] for lag, d in (same_time or {}).items()}
     hold_s = (settings or IncidentSettings()).resolve_after_s
+    unreadable = AnalyzerSettings(inputs="stock").unreadable_context() if stock else frozenset()
     return replay_cycles(frames, detect(frames, step_s, catalogue, policy, lagged, hold_s), interval_s,
-                         settings, catalogue=catalogue)
+                         settings, catalogue=catalogue, unreadable=unreadable)
 
 
 def same_time_window(window: HistoryWindow, lag_s: float = 86400.0,
