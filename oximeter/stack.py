@@ -193,7 +193,7 @@ class Stack:
         proc = self._launch("simulator", oximeter_argv(
             "sim", "serve", "--port", "0", "--port-file", str(port_file), "--nodes", str(opts.nodes),
             "--gpus-per-node", str(opts.gpus_per_node), "--seed", str(opts.seed), "--model", opts.model,
-            "--dependency-latency-s", str(opts.dependency_latency_s)), None,
+            "--dependency-latency-s", str(opts.dependency_latency_s), "--telemetry", opts.telemetry), None,
             env={TOKEN_ENV: self.admin_token})
         ports = wait_ports(proc, port_file)
         engines = {n: f"http://127.0.0.1:{ports[n]}" for n in self.nodes}

@@ -41,6 +41,7 @@ _SERVE_FLAGS = {
         "extra decode time per additional running sequence (0 = batch-independent)",
     ),
     "--kv-blocks": ("kv_blocks", int, "KV-cache blocks per engine"),
+    "--telemetry": ("telemetry", str, "oximeter (default) or stock: engines serve only vLLM's own series"),
     "--block-tokens": ("block_tokens", int, "tokens per KV block"),
     "--prefix-hit-rate": ("prefix_hit_rate", float, "prefix-cache hit rate when healthy (0-1)"),
     "--default-output-tokens": (
@@ -156,7 +157,8 @@ def run_serve(args: argparse.Namespace) -> int:
         dependency_latency_s=settings.dependency_latency_s,
     )
     server = build_server(
-        fleet, settings.host, settings.port, token, settings.default_output_tokens, wall_origin_s=time.time()
+        fleet, settings.host, settings.port, token, settings.default_output_tokens, wall_origin_s=time.time(),
+        stock=settings.telemetry == "stock",
     )
     print(
         f"*** SIMULATION: oximeter sim serve — {settings.nodes} simulated vLLM engines, "
