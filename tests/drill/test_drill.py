@@ -81,8 +81,9 @@ def test_json_output() -> None:
     doc = json.loads(result.stdout)
     assert (doc["passed"], doc["failed"], doc["skipped"], len(doc["drills"])) == (1, 0, [], 1)
     one = doc["drills"][0]
-    assert sorted(one) == ["attributed", "budget", "detected", "expected", "messages", "mode", "passed",
-                           "reason", "scenario", "time_to_detect_s"]
+    assert sorted(one) == ["attributed", "budget", "cannot_judge", "detected", "expected", "messages", "mode",
+                           "passed", "reason", "scenario", "time_to_detect_s"]
+    assert one["cannot_judge"] is None  # Oximeter's own telemetry feeds every signal
     assert (one["scenario"], one["mode"], one["passed"], one["detected"], one["reason"]) == \
         ("xid_critical", "replay", True, True, "right")
     assert one["expected"] == [{"layer": "infrastructure", "entity": {"node": "n1", "gpu": "3"},
