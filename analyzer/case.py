@@ -51,6 +51,9 @@ class Case:
     thresholds: Thresholds = Thresholds()
     # The catalogue in use (config overrides applied): it says which signals are context only.
     catalogue: Mapping[str, SignalSpec] = field(default_factory=lambda: CATALOGUE)
+    # Context the inputs cannot feed (stock telemetry without DCGM's clock reasons): a rule does
+    # without it rather than read its absence as "no".
+    unreadable: frozenset[str] = frozenset()
 
     def limit(self, signal: str) -> float:
         """``signal``'s static threshold in the catalogue in use, so a configured override reaches

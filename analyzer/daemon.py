@@ -140,8 +140,10 @@ class Analyzer:
                  topology: Topology, notifier: Notifier, clock: Callable[[], datetime],
                  metrics: DaemonMetrics | None = None,
                  catalogue: Mapping[str, SignalSpec] = CATALOGUE,
-                 change_feed: Callable[[datetime], object] | None = None) -> None:
+                 change_feed: Callable[[datetime], object] | None = None,
+                 unreadable: frozenset[str] = frozenset()) -> None:
         self.pipeline, self.store, self.settings, self.catalogue = pipeline, store, settings, catalogue
+        self.unreadable = unreadable  # context the inputs cannot feed (AnalyzerSettings.unreadable_context)
         # Records changes found in the telemetry itself (Kubernetes restarts and rollouts).
         self.change_feed = change_feed
         self.topology, self.notifier, self.clock = topology, notifier, clock
@@ -166,7 +168,7 @@ class Analyzer:
                 logger.warning("analyzer: cannot read platform changes: {}", exc)
         topology = topology_from_frames(frames, self.topology)
         found = findings(events, topology, now=now, snapshot=snapshot_from_frames(frames),
-                         settings=self.settings, catalogue=self.catalogue)
+                         settings=self.settings, catalogue=self.catalogue, unreadable=self.unreadable)
         lookback = timedelta(seconds=self.settings.lookback_s + self.settings.reopen_window_s)
         changes, touched = self.tracker.step(found, now, self.store.change_events(now - lookback, now))
         self.pipeline.remember(e for i in self.tracker.incidents if i.state == "open" for e in i.evidence)
@@ -367,7 +369,8 @@ def run(args: argparse.Namespace) -> int:
             if config.analyzer.inputs != "oximeter" and not (args.replay or args.signals) else None)
     analyzer = Analyzer(pipeline, store, settings, Topology.from_settings(config.topology), notifier,
                         clock=source.now, metrics=metrics, catalogue=pipeline.catalogue,
-                        change_feed=kube.poll if kube is not None else None)
+                        change_feed=kube.poll if kube is not None else None,
+                        unreadable=config.analyzer.unreadable_context())
     # A restart into an ongoing fault: its evidence stays out of the first cycle's baselines.
     pipeline.remember(e for inc in analyzer.tracker.incidents if inc.state == "open" for e in inc.evidence)
     try:

@@ -137,7 +137,9 @@ def thermal_throttle(case: Case) -> Diagnosis | None:
 
     Whatever the clock ratio: the thermal reason says the clock is held down for heat, and a
     mild throttle (SM clock at 80 %) is still a throttle. Utilisation is deliberately not
-    consulted: a throttled GPU often looks idle-ish.
+    consulted: a throttled GPU often looks idle-ish. Where the inputs have no clock reasons
+    (dcgm-exporter's default counters leave them out), the temperature past its limit is the
+    evidence and the sentence says the reason could not be read.
     """
     latency = case.of(*LATENCY_UP)
     throttle = case.of("gpu_temperature", "gpu_sm_clock_ratio")
@@ -148,7 +150,9 @@ def thermal_throttle(case: Case) -> Diagnosis | None:
     limit = case.limit("gpu_temperature")
     temps, clocks, thermal = case.per_gpu("gpu_temperature"), case.per_gpu("gpu_sm_clock_ratio"), \
         case.per_gpu(THERMAL_REASON)
-    hot = sorted(g for g, temp in temps.items() if temp > limit and thermal.get(g, 0.0) >= 1)
+    reasons_read = THERMAL_REASON not in case.unreadable
+    hot = sorted(g for g, temp in temps.items()
+                 if temp > limit and (thermal.get(g, 0.0) >= 1 or not reasons_read))
     if not hot:
         return None
     node, gpu = hot[0]
@@ -162,7 +166,8 @@ def thermal_throttle(case: Case) -> Diagnosis | None:
     return _verdict(case, "thermal_throttle", "infrastructure", cause,
                     f"GPU {cause.entity} at {temps[hot[0]]:.0f} °C, "
                     + (f"SM clock {clock * 100:.0f} % of max " if clock is not None else "")
-                    + "with a thermal reason"
+                    + ("with a thermal reason" if reasons_read
+                       else "past its limit (clock reasons not exported)")
                     + (f", while {describe(latency[0])}" if latency else ""), "warning",
                     ["gpu_temperature", "gpu_sm_clock_ratio"])
 

@@ -18,7 +18,7 @@ import json
 import sys
 import time
 from collections.abc import Mapping, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -57,6 +57,9 @@ class DrillScore:
     messages: int
     reason: str
     budget: int | None = None  # the most messages its incidents may cause; None: not checked
+    # Why the inputs replayed cannot show this fault (stock telemetry lacks what names it); such a
+    # drill is listed, not counted as passed or failed.
+    cannot_judge: str | None = None
 
     @property
     def truth_text(self) -> str:
@@ -156,7 +159,11 @@ def replay_windows(sc: Any, cache_dir: Path, step_s: float, interval_s: float) -
     """Every drill window of scenario ``sc`` (generated or cached) through the daemon's cycles."""
     from analyzer.incidents import NOTIFY_KINDS
     from analyzer.replay import DAY_S, drill_windows, history_dir, replay_history, same_time_window
+    from analyzer.settings import AnalyzerSettings
 
+    stock = sc.telemetry == "stock"
+    # Stock inputs leave out the signals nothing feeds, as the analyzer does on them.
+    catalogue = AnalyzerSettings(inputs="stock" if stock else "oximeter").catalogue()
     incidents: list[dict[str, Any]] = []
     told: list[Any] = []
     faults: list[dict[str, Any]] = []
@@ -165,7 +172,8 @@ def replay_windows(sc: Any, cache_dir: Path, step_s: float, interval_s: float) -
         directory = history_dir(window, cache_dir, step_s)
         yesterday = history_dir(same_time_window(window), cache_dir, step_s)
         faults += json.loads((directory / "truth.json").read_text(encoding="utf-8"))["faults"]
-        outcome = replay_history(directory, interval_s, same_time={DAY_S: yesterday})
+        outcome = replay_history(directory, interval_s, catalogue=catalogue, same_time={DAY_S: yesterday},
+                                 stock=stock)
         incidents += [i.to_dict() for i in outcome.incidents]
         # Replay has no Alertmanager: chat's messages are the incidents' told changes.
         told += [c for c in outcome.changes if c.kind in NOTIFY_KINDS]
@@ -173,34 +181,43 @@ def replay_windows(sc: Any, cache_dir: Path, step_s: float, interval_s: float) -
     return Replayed(incidents, told, faults, days)
 
 
-def load_drill_scenario(path: Path, trace: tuple[str, float] | None = None) -> Any:
-    """The scenario at ``path``; with ``trace`` (file, peak utilisation), its traffic replayed from it."""
+def load_drill_scenario(path: Path, trace: tuple[str, float] | None = None, inputs: str = "oximeter") -> Any:
+    """The scenario at ``path``; with ``trace`` (file, peak utilisation), its traffic replayed from it;
+    ``inputs``: the telemetry the fleet presents (``stock``: no gateway, stock exporters)."""
     from simulator.scenario import load_scenario, with_trace
 
     sc = load_scenario(path)
-    return sc if trace is None else with_trace(sc, *trace)
+    sc = sc if trace is None else with_trace(sc, *trace)
+    return sc if inputs == "oximeter" else sc.model_copy(update={"telemetry": inputs})
 
 
 def replay_drill(path: Path, cache_dir: Path, step_s: float, interval_s: float,
-                 trace: tuple[str, float] | None = None) -> DrillScore:
-    """The scenario's windows replayed through the analyzer, scored."""
+                 trace: tuple[str, float] | None = None, inputs: str = "oximeter") -> DrillScore:
+    """The scenario's windows replayed through the analyzer, scored; a stock drill that fails says
+    whether stock telemetry could have judged it (:mod:`analyzer.drill_stock`)."""
     from analyzer.stability import message_budget
 
-    sc = load_drill_scenario(path, trace)
+    sc = load_drill_scenario(path, trace, inputs)
     run = replay_windows(sc, cache_dir, step_s, interval_s)
     budget = sum(message_budget(c.kind for c in run.told if c.incident_id == i["id"]) for i in run.incidents)
     starts = [f["start_epoch_s"] for f in run.faults]
     start = datetime.fromtimestamp(min(starts), tz=UTC) if starts else None
     expected = expected_truths(sc.truth.model_dump(), [a.model_dump() for a in sc.also])
-    return score(sc.name, "replay", expected, run.incidents, start, len(run.told), budget)
+    mode = "replay" if inputs == "oximeter" else f"replay/{inputs}"
+    verdict = score(sc.name, mode, expected, run.incidents, start, len(run.told), budget)
+    if verdict.passed or inputs == "oximeter":
+        return verdict
+    from analyzer.drill_stock import why_stock_cannot_judge
+
+    return replace(verdict, cannot_judge=why_stock_cannot_judge(path, cache_dir, step_s, interval_s, trace))
 
 
 def prepare_drill_windows(paths: Sequence[Path], cache_dir: Path, step_s: float, jobs: int,
-                          trace: tuple[str, float] | None = None) -> None:
+                          trace: tuple[str, float] | None = None, inputs: str = "oximeter") -> None:
     """Every drill window of the scenarios and the fault-free day before each, generated `jobs` at a time."""
     from analyzer.replay import drill_windows, prepare, same_time_window
 
-    windows = [w for p in paths for w in drill_windows(load_drill_scenario(p, trace), step_s=step_s)]
+    windows = [w for p in paths for w in drill_windows(load_drill_scenario(p, trace, inputs), step_s=step_s)]
     windows += [same_time_window(w) for w in windows]
     prepare(windows, cache_dir, step_s, jobs)
 
@@ -372,8 +389,9 @@ def print_table(scores: Sequence[DrillScore]) -> None:
     for s in scores:
         ttd = "-" if s.time_to_detect_s is None else f"{s.time_to_detect_s / 60:.1f} min"
         msgs = str(s.messages) if s.budget is None else f"{s.messages}/{s.budget}"
-        table.add_row(s.scenario, s.mode, s.truth_text, s.got_text, ttd, msgs,
-                      "pass" if s.passed else f"FAIL: {s.reason}")
+        result = ("pass" if s.passed else f"cannot judge: {s.cannot_judge}" if s.cannot_judge
+                  else f"FAIL: {s.reason}")
+        table.add_row(s.scenario, s.mode, s.truth_text, s.got_text, ttd, msgs, result)
     Console(width=200).print(table)
 
 
@@ -396,6 +414,9 @@ def run(args: argparse.Namespace) -> int:
             from simulator.trace import load_trace
 
             load_trace(args.trace)
+        if live and args.inputs != "oximeter":
+            raise ConfigError(["--inputs picks what a replayed history presents; a live drill reads whatever "
+                               "the running stack exports"], None)
         if live:
             if not (args.sim_url and args.analyzer_url):
                 raise ConfigError(["--live needs --sim-url and --analyzer-url"], None)
@@ -414,28 +435,31 @@ def run(args: argparse.Namespace) -> int:
     skipped: list[str] = []
     try:
         if target is None:
-            prepare_drill_windows(paths, Path(args.cache), step_s, args.jobs, trace)
+            prepare_drill_windows(paths, Path(args.cache), step_s, args.jobs, trace, args.inputs)
         for path in paths:
             if target is not None and (kinds := history_only_kinds(path)):
                 # The live simulator refuses these kinds: say so rather than count a miss or a pass.
                 skipped.append(f"{path.stem} ({', '.join(kinds)})")
                 continue
             scores.append(live_drill(path, target) if target is not None
-                          else replay_drill(path, Path(args.cache), step_s, interval_s, trace))
+                          else replay_drill(path, Path(args.cache), step_s, interval_s, trace, args.inputs))
     except (OximeterError, requests.RequestException) as exc:
         print(f"oximeter drill: {exc}", file=sys.stderr)
         return 2
     passed = sum(s.passed for s in scores)
+    unjudged = [s for s in scores if s.cannot_judge]
+    failed = len(scores) - passed - len(unjudged)
     if args.json:
-        print(json.dumps({"drills": [asdict(s) for s in scores], "passed": passed,
-                          "failed": len(scores) - passed, "skipped": skipped}, indent=2))
+        print(json.dumps({"drills": [asdict(s) for s in scores], "passed": passed, "failed": failed,
+                          "cannot_judge": len(unjudged), "skipped": skipped}, indent=2))
     else:
         print_table(scores)
         print("chat messages per drill: " + ", ".join(f"{s.scenario} {s.messages}" for s in scores))
         if skipped:
             print(f"skipped, history-only faults cannot be injected live: {'; '.join(skipped)}")
-        print(f"{passed} passed, {len(scores) - passed} failed")
-    return 0 if passed == len(scores) else 1
+        print(f"{passed} passed, {failed} failed" + (f", {len(unjudged)} cannot be judged on {args.inputs} "
+                                                      "telemetry" if unjudged else ""))
+    return 0 if failed == 0 else 1
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
@@ -453,6 +477,11 @@ def configure(parser: argparse.ArgumentParser) -> None:
     replay = parser.add_argument_group("replay")
     replay.add_argument("--step", default="60s", help="history sample step (default 60s)")
     replay.add_argument("--interval", default="60s", help="analyzer cycle interval replayed (default 60s)")
+    replay.add_argument("--inputs", choices=("oximeter", "stock"), default="oximeter",
+                        help="what the replayed fleet presents: Oximeter's gateway and exporter "
+                        "(default), or stock telemetry (no gateway, dcgm-exporter's default fields, vLLM's "
+                        "own series), read through the adapter rules; a drill stock telemetry cannot show "
+                        "is listed, with why")
     replay.add_argument("--jobs", type=int, default=2, help="histories generated in parallel (default 2)")
     replay.add_argument("--cache", default=str(DEFAULT_CACHE),
                         help=f"history cache folder (default {DEFAULT_CACHE})")

@@ -76,7 +76,8 @@ class Finding:
 
 def findings(events: Sequence[AnomalyEvent], topology: Topology, *, now: datetime,
              snapshot: Snapshot | None = None, settings: IncidentSettings | None = None,
-             catalogue: Mapping[str, SignalSpec] = CATALOGUE) -> list[Finding]:
+             catalogue: Mapping[str, SignalSpec] = CATALOGUE,
+             unreadable: frozenset[str] = frozenset()) -> list[Finding]:
     """Correlate ``events`` and diagnose each group (the pure half of one analyzer cycle).
 
     ``catalogue``: the signals in use (``AnalyzerSettings.catalogue()``, config overrides applied);
@@ -87,7 +88,7 @@ def findings(events: Sequence[AnomalyEvent], topology: Topology, *, now: datetim
     for group in correlate(events, topology, now=now, lookback=timedelta(seconds=settings.lookback_s)):
         if not any(opens_incident(e.signal, catalogue) for e in group.events):
             continue  # context alone (end-to-end p99): evidence for an incident, never one by itself
-        case = Case(group.events, group.nodes, snapshot or {}, settings.thresholds(), catalogue)
+        case = Case(group.events, group.nodes, snapshot or {}, settings.thresholds(), catalogue, unreadable)
         services = sorted({s for e in group.events for s in topology.services_of(e.labels)})
         diagnosis = diagnose(case)
         out.append(Finding(group, diagnosis, tuple(services), may_open(case, diagnosis)))

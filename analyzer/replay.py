@@ -38,9 +38,11 @@ from analyzer.evaluate import evaluate_signal
 from analyzer.events import AnomalyEvent
 from analyzer.frame import SeriesFrame
 from analyzer.incidents import Change, Incident, IncidentSettings, IncidentTracker, findings
+from analyzer.settings import AnalyzerSettings
 from analyzer.signals import SignalSpec
 from analyzer.sources.frames import FrameSource
 from analyzer.sources.raw import RawStore
+from analyzer.sources.stock import with_stock_translated
 from analyzer.topology import Topology
 from simulator.scenario import Scenario, ScenarioFault
 
@@ -183,10 +185,13 @@ def prepare(windows: Sequence[HistoryWindow], cache_dir: Path, step_s: float, jo
         return list(pool.map(history_dir, windows, [cache_dir] * len(windows), [step_s] * len(windows)))
 
 
-def signal_frames(directory: Path, catalogue: Mapping[str, SignalSpec] = CATALOGUE,
+def signal_frames(directory: Path, catalogue: Mapping[str, SignalSpec] = CATALOGUE, *, stock: bool = False,
                   ) -> tuple[dict[str, SeriesFrame], float]:
-    """Every catalogue signal, its traffic guard and the rules' context over the whole history."""
+    """Every catalogue signal, its traffic guard and the rules' context over the whole history
+    (``stock``: a stock fleet's history, read through the adapters as Prometheus would)."""
     raw = RawStore.from_history(directory)
+    if stock:
+        raw = with_stock_translated(raw)
     source = FrameSource(raw=raw)
     specs: dict[str, SignalSpec] = {**catalogue, **CONTEXT}
     for spec in catalogue.values():
@@ -266,7 +271,8 @@ class ReplayOutcome:
 def replay_cycles(frames: Mapping[str, SeriesFrame], events: Sequence[AnomalyEvent], interval_s: float,
                   settings: IncidentSettings | None = None,
                   topology: Topology | None = None,
-                  catalogue: Mapping[str, SignalSpec] = CATALOGUE) -> ReplayOutcome:
+                  catalogue: Mapping[str, SignalSpec] = CATALOGUE,
+                  unreadable: frozenset[str] = frozenset()) -> ReplayOutcome:
     """The daemon's cycles every ``interval_s`` over the whole history (``catalogue``: the one the
     events were detected with, which also says which signals open incidents)."""
     settings = settings or IncidentSettings()
@@ -280,7 +286,7 @@ def replay_cycles(frames: Mapping[str, SeriesFrame], events: Sequence[AnomalyEve
     now = start + timedelta(seconds=interval_s)
     while now <= end:
         found = findings(as_of(events, now), joined, now=now, snapshot=snapshots.at(now), settings=settings,
-                         catalogue=catalogue)
+                         catalogue=catalogue, unreadable=unreadable)
         step_changes, touched = tracker.step(found, now)
         changes += step_changes
         seen.update({i.id: i for i in touched})
@@ -290,13 +296,15 @@ def replay_cycles(frames: Mapping[str, SeriesFrame], events: Sequence[AnomalyEve
 
 def replay_history(directory: Path, interval_s: float, settings: IncidentSettings | None = None,
                    catalogue: Mapping[str, SignalSpec] = CATALOGUE, policy: BaselinePolicy | None = None,
-                   same_time: Mapping[float, Path] | None = None) -> ReplayOutcome:
-    """One history directory, end to end (``same_time``: lag_s → the history that long before)."""
-    frames, step_s = signal_frames(directory, catalogue)
-    lagged = {lag: signal_frames(d, catalogue)[0] for lag, d in (same_time or {}).items()}
+                   same_time: Mapping[float, Path] | None = None, *, stock: bool = False) -> ReplayOutcome:
+    """One history directory, end to end (``same_time``: lag_s → the history that long before;
+    ``stock``: a stock fleet's history, see :func:`signal_frames`)."""
+    frames, step_s = signal_frames(directory, catalogue, stock=stock)
+    lagged = {lag: signal_frames(d, catalogue, stock=stock)[0] for lag, d in (same_time or {}).items()}
     hold_s = (settings or IncidentSettings()).resolve_after_s
+    unreadable = AnalyzerSettings(inputs="stock").unreadable_context() if stock else frozenset()
     return replay_cycles(frames, detect(frames, step_s, catalogue, policy, lagged, hold_s), interval_s,
-                         settings, catalogue=catalogue)
+                         settings, catalogue=catalogue, unreadable=unreadable)
 
 
 def same_time_window(window: HistoryWindow, lag_s: float = 86400.0,

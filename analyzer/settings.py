@@ -131,6 +131,14 @@ class AnalyzerSettings(BaseModel):
         fields = read_counters_csv(self.dcgm_counters) if self.dcgm_counters else DCGM_DEFAULT_FIELDS
         return StockInputs(fields)
 
+    def unreadable_context(self) -> frozenset[str]:
+        """The rules' context signals (``analyzer.pipeline.CONTEXT``) that the inputs cannot feed."""
+        if self.inputs != "stock":
+            return frozenset()
+        from analyzer.pipeline import CONTEXT
+
+        return frozenset(self.stock_inputs().unavailable(CONTEXT))
+
     def missing_inputs(self) -> list[str]:
         """On stock inputs, one line per series the signals need and the exporters lack, naming
         what would produce it and the signals it disables; empty otherwise."""

@@ -11,24 +11,21 @@ check`` and the analyzer's start-up both print this, so a missing input is never
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from alert_rules import ADAPTERS_DIR, load_catalogue, load_groups, rule_files
+from alert_rules import ADAPTERS_DIR, load_catalogue, load_groups, recording_rules, rule_files
 from analyzer.signals import SignalSpec
 from dashboards.promql import metric_names
+from exporter.dcgm import DCGM_DEFAULT_FIELDS
 
-# The fields dcgm-exporter's etc/default-counters.csv enables (those the adapters read); ECC,
-# NVLink errors, the max SM clock, clock-event reasons and row-remap pending ship commented out.
-DCGM_DEFAULT_FIELDS: frozenset[str] = frozenset({
-    "DCGM_FI_DEV_SM_CLOCK", "DCGM_FI_DEV_GPU_TEMP", "DCGM_FI_DEV_POWER_USAGE",
-    "DCGM_FI_DEV_PCIE_REPLAY_COUNTER", "DCGM_FI_DEV_GPU_UTIL", "DCGM_FI_DEV_XID_ERRORS",
-    "DCGM_FI_DEV_FB_FREE", "DCGM_FI_DEV_FB_USED", "DCGM_FI_DEV_UNCORRECTABLE_REMAPPED_ROWS",
-    "DCGM_FI_DEV_CORRECTABLE_REMAPPED_ROWS", "DCGM_FI_DEV_ROW_REMAP_FAILURE",
-})
 _EXPORTER_NAME = re.compile(r"^(DCGM_|vllm:|kube_)")
+# Producers of the metric catalogue that a stock fleet runs too: vLLM itself, Prometheus, and
+# Oximeter's analyzer and reporter (the gateway, the exporter and the simulator it does not run).
+RUN_ON_STOCK = frozenset({"vllm", "prometheus", "analyzer", "reporter"})
 # `... unless on (labels) name`: a stand-down guard, not an input the rule needs.
 _GUARD = re.compile(r"\bunless\s+on\s*\([^)]*\)\s*[A-Za-z_:][\w:]*")
 _MATCHER = re.compile(r'([A-Za-z_]\w*)\s*=\s*"([^"]*)"')
@@ -120,6 +117,27 @@ class StockInputs:
                 missing.append((selector, tuple(sorted({i for r in rules for i in r.inputs}))))
         return missing
 
+    def producible(self, expr: str) -> bool:
+        """Whether a query (a dashboard panel's, say) can have data on a stock fleet: some top-level
+        alternative reads only series the stock exporters, the adapters, the recording rules over
+        them, or Oximeter's own analyzer and reporter (which a stock fleet runs too) produce."""
+        return any(all(self._producible_name(n, ()) for n in metric_names(b)) for b in _branches(expr))
+
+    def _producible_name(self, name: str, seen: tuple[str, ...]) -> bool:
+        if _EXPORTER_NAME.match(name) or name in ("up", "ALERTS", "ALERTS_FOR_STATE"):
+            return _exported(name, self.dcgm_fields)
+        adapters = [r for r in self.rules if r.record == name]
+        if adapters:
+            return any(_exported(i, self.dcgm_fields) for r in adapters for i in r.inputs)
+        recorded = [r["expr"] for r in recording_rules() if r["record"] == name]
+        if recorded:
+            return name not in seen and any(
+                all(self._producible_name(n, (*seen, name)) for n in metric_names(b))
+                for expr in recorded for b in _branches(_GUARD.sub(" ", expr)))
+        family = re.sub(r"_(bucket|sum|count)$", "", name)
+        producer = _producers().get(name, _producers().get(family))
+        return producer in RUN_ON_STOCK
+
     def missing(self, catalogue: Mapping[str, SignalSpec]) -> list[MissingSeries]:
         """The series the catalogue's signals need and the stock inputs lack, with those signals."""
         found: dict[tuple[str, tuple[str, ...]], list[str]] = {}
@@ -138,9 +156,15 @@ class StockInputs:
         return {s for m in self.missing(catalogue) for s in m.signals}
 
 
+@functools.cache
+def _producers() -> dict[str, str]:
+    """Metric name -> its producer, from the metric catalogue."""
+    return {m["name"]: m["producer"] for m in load_catalogue()}
+
+
 def describe(missing: Iterable[MissingSeries]) -> list[str]:
     """One line per missing series: what would produce it and which signals it disables."""
-    producers = {m["name"]: m["producer"] for m in load_catalogue()}
+    producers = _producers()
     lines = []
     for m in missing:
         if m.needs:

@@ -42,7 +42,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--port", type=int, help="port to listen on (default: 9400)")
     parser.add_argument("--port-file", metavar="PATH",
                         help="write the port there once listening (with --port 0 the kernel picks it)")
-    parser.add_argument("--naming", choices=NAMINGS, help="dcgm: also export dcgm-exporter names")
+    parser.add_argument("--naming", choices=NAMINGS,
+                        help="dcgm: also export dcgm-exporter names; dcgm-exporter: only those of its "
+                        "default counters, as dcgm-exporter itself would (no Oximeter series)")
     parser.add_argument("--process", action="append", metavar="NAME",
                         help="inference process to report RSS for (repeatable; default: vllm)")
     parser.add_argument("--redis-url", help="Redis for external queues (password: $OXIMETER_REDIS_PASSWORD)")

@@ -24,7 +24,7 @@ from exporter.backends.base import (
     HostProcess,
     NodeSnapshot,
 )
-from exporter.dcgm import dcgm_families
+from exporter.dcgm import DCGM_DEFAULT_FIELDS, dcgm_families
 from exporter.error_counter import ErrorCounter
 from oximeter.xids import PAGING_XIDS
 
@@ -139,6 +139,10 @@ class GpuCollector(Collector):
                   host_total: int | None = None) -> Iterator[Metric]:
         node = self.node
         gpus = snapshot.gpus
+        if self.naming == "dcgm-exporter":
+            # Standing in for dcgm-exporter: its default fields and nothing of Oximeter's own.
+            yield from dcgm_families(node, gpus, DCGM_DEFAULT_FIELDS)
+            return
         telemetry = _gauge("oximeter_telemetry_up",
                            "1 when this scrape read the node's GPU telemetry, 0 when the source (NVML or "
                            "the simulator) could not be read or reported no GPU.", ("node",))

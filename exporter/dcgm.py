@@ -18,6 +18,14 @@ from exporter.backends.base import GpuReading
 
 DCGM_LABELS = ("gpu", "UUID", "pci_bus_id", "device", "modelName", "Hostname")
 _MIB = 1024 * 1024
+# The fields dcgm-exporter's etc/default-counters.csv enables (of those exported here): ECC, NVLink
+# errors, the max SM clock, clock-event reasons and row-remap pending ship commented out.
+DCGM_DEFAULT_FIELDS: frozenset[str] = frozenset({
+    "DCGM_FI_DEV_SM_CLOCK", "DCGM_FI_DEV_GPU_TEMP", "DCGM_FI_DEV_POWER_USAGE",
+    "DCGM_FI_DEV_PCIE_REPLAY_COUNTER", "DCGM_FI_DEV_GPU_UTIL", "DCGM_FI_DEV_XID_ERRORS",
+    "DCGM_FI_DEV_FB_FREE", "DCGM_FI_DEV_FB_USED", "DCGM_FI_DEV_UNCORRECTABLE_REMAPPED_ROWS",
+    "DCGM_FI_DEV_CORRECTABLE_REMAPPED_ROWS", "DCGM_FI_DEV_ROW_REMAP_FAILURE",
+})
 
 
 def _last_xid(r: GpuReading) -> float | None:
@@ -104,10 +112,14 @@ DCGM_FIELDS: tuple[tuple[str, str, Callable[[GpuReading], float | None]], ...] =
 )
 
 
-def dcgm_families(node: str, gpus: Sequence[GpuReading]) -> list[GaugeMetricFamily]:
-    """One gauge family per DCGM field, one sample per GPU that is up and has the reading."""
+def dcgm_families(node: str, gpus: Sequence[GpuReading],
+                  fields: frozenset[str] | None = None) -> list[GaugeMetricFamily]:
+    """One gauge family per DCGM field (those in ``fields`` when given), one sample per GPU that is
+    up and has the reading."""
     families = []
     for name, help_text, value_of in DCGM_FIELDS:
+        if fields is not None and name not in fields:
+            continue
         family = GaugeMetricFamily(name, help_text, labels=DCGM_LABELS)
         for r in gpus:
             if not r.up:

@@ -14,7 +14,7 @@ from typing import Any, ClassVar
 
 from exporter.backends import BACKENDS
 
-NAMINGS = ("oximeter", "dcgm")
+NAMINGS = ("oximeter", "dcgm", "dcgm-exporter")
 QUEUE_KINDS = ("list", "stream")
 
 
@@ -60,7 +60,8 @@ class ExporterSettings:
     node: str = ""                       # "" = this host's name, resolved at start-up
     host: str = "127.0.0.1"
     port: int = 9400
-    naming: str = "oximeter"             # "dcgm": also export dcgm-exporter 4.x names
+    naming: str = "oximeter"             # "dcgm": also export dcgm-exporter 4.x names;
+    # "dcgm-exporter": only those, and only its default counters (a stock fleet, no ECC fields)
     sim_url: str = "http://127.0.0.1:8100"
     sim_timeout_s: float = 2.0
     gpu_timeout_s: float = 2.0           # a GPU that has not answered by then is reported down

@@ -40,7 +40,7 @@ LIBRARY = Path(__file__).resolve().parent.parent / "simulator" / "scenarios"
 
 def analyzer_config(workspace: Path, prometheus_url: str, *, scale: float, step_s: float = 2.0,
                     interval_s: float = 2.0, use_recording_rules: bool = True,
-                    api_url: str = "http://127.0.0.1:9471") -> dict[str, Any]:
+                    api_url: str = "http://127.0.0.1:9471", inputs: str = "oximeter") -> dict[str, Any]:
     """The one YAML config ``oximeter analyze`` and ``oximeter report`` read in the demo."""
     from analyzer.catalogue import CATALOGUE
 
@@ -67,6 +67,7 @@ def analyzer_config(workspace: Path, prometheus_url: str, *, scale: float, step_
             "prometheus": {"url": prometheus_url, "use_recording_rules": use_recording_rules,
                            "timeout_s": 20},
             "step_s": step_s, "interval_s": interval_s, "live_window_s": LIVE_WINDOW_S, "signals": signals,
+            "inputs": inputs,
         },
         "incidents": {
             "store_path": str(workspace / "oximeter.db"), "api_host": "127.0.0.1",

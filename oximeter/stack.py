@@ -28,7 +28,7 @@ from typing import Any
 
 import requests
 
-from alert_rules import rule_files
+from alert_rules import ADAPTERS_DIR, rule_files
 from alert_rules.scale import format_duration, write_scaled_rules
 from oximeter.backfill import BackfillResult, BackfillSpec, build_backfill
 from oximeter.errors import DependencyError, OximeterError
@@ -37,9 +37,12 @@ from oximeter.procs import ManagedProcess, http_ok, oximeter_argv, wait_until
 from oximeter.prometheus import PrometheusClient
 from oximeter.stack_config import (
     ANALYZER_JOB,
+    DCGM_JOB,
     ENGINE_JOB,
     EXPORTER_JOB,
     GATEWAY_JOB,
+    KUBE_STATE_INSTANCE,
+    KUBE_STATE_JOB,
     Target,
     Webhook,
     alertmanager_config,
@@ -87,6 +90,7 @@ class Stack:
         self.processes: list[ManagedProcess] = []
         self.admin_token = secrets.token_urlsafe(24)
         self.nodes = [f"n{i}" for i in range(1, self.options.nodes + 1)]
+        self.stock = self.options.telemetry == "stock"
         self.endpoints: Endpoints | None = None
         self.backfill: BackfillResult | None = None
         self.prometheus_started_s: float | None = None
@@ -190,7 +194,7 @@ class Stack:
         proc = self._launch("simulator", oximeter_argv(
             "sim", "serve", "--port", "0", "--port-file", str(port_file), "--nodes", str(opts.nodes),
             "--gpus-per-node", str(opts.gpus_per_node), "--seed", str(opts.seed), "--model", opts.model,
-            "--dependency-latency-s", str(opts.dependency_latency_s)), None,
+            "--dependency-latency-s", str(opts.dependency_latency_s), "--telemetry", opts.telemetry), None,
             env={TOKEN_ENV: self.admin_token})
         ports = wait_ports(proc, port_file)
         engines = {n: f"http://127.0.0.1:{ports[n]}" for n in self.nodes}
@@ -225,7 +229,8 @@ class Stack:
         now = datetime.now(UTC)
         # The live day starts at the wall-clock hour, as the backfilled history's did.
         self._launch("traffic", oximeter_argv(
-            "traffic", *[a for url in ep.gateways.values() for a in ("--target", url)],
+            "traffic", *[a for url in (ep.engines if self.stock else ep.gateways).values()
+                         for a in ("--target", url)],
             "--base-rps", str(opts.traffic_rps_per_node * opts.nodes), "--day-seconds", str(opts.day_seconds),
             "--start-hour", f"{now.hour + now.minute / 60:.3f}", "--stream-ratio", str(opts.stream_ratio),
             "--daily-shape" if opts.daily_shape else "--no-daily-shape",
@@ -239,10 +244,13 @@ class Stack:
         for node in self.nodes:
             queue = ["--redis-url", redis, "--queue", f"jobs=oximeter:jobs:{node}"] if redis else []
             port_file = self._port_file(f"exporter-{node}")
+            naming = ["--naming", "dcgm-exporter"] if self.stock else []
             started["exporter", node] = (self._launch(f"exporter-{node}", oximeter_argv(
                 "exporter", "--backend", "sim", "--sim-url", engines[self.nodes[0]], "--node", node,
-                "--host", "127.0.0.1", "--port", "0", "--port-file", str(port_file), *queue), None),
+                "--host", "127.0.0.1", "--port", "0", "--port-file", str(port_file), *queue, *naming), None),
                 port_file)
+            if self.stock:
+                continue  # no gateway in front of a stock fleet's engines
             port_file = self._port_file(f"gateway-{node}")
             started["gateway", node] = (self._launch(f"gateway-{node}", oximeter_argv(
                 "gateway", "--upstream", engines[node], "--host", "127.0.0.1", "--port", "0",
@@ -255,7 +263,8 @@ class Stack:
         for (kind, node), (proc, _) in started.items():
             path = "/metrics" if kind == "exporter" else "/health/ready"
             proc.wait_ready(functools.partial(http_ok, f"{urls[kind, node]}{path}"), timeout_s=60)
-        return ({n: urls["exporter", n] for n in self.nodes}, {n: urls["gateway", n] for n in self.nodes})
+        return ({n: urls["exporter", n] for n in self.nodes},
+                {n: urls["gateway", n] for n in self.nodes if ("gateway", n) in urls})
 
     def _start_redis(self, binary: str) -> str:
         data = self.workspace / "redis"
@@ -294,14 +303,23 @@ class Stack:
         assert ep is not None
         if opts.time_scale != 1.0:
             rules = write_scaled_rules(self.workspace / "rules", opts.time_scale)
+            adapters = write_scaled_rules(self.workspace / "rules" / "adapters", opts.time_scale,
+                                          ADAPTERS_DIR)
         else:
-            rules = rule_files()
+            rules, adapters = rule_files(), rule_files(ADAPTERS_DIR)
+        if self.stock:
+            # The adapters, and the area rules without platform's checks of Oximeter's own jobs.
+            rules = [*adapters, *(p for p in rules if p.name != "platform.rules.yml")]
         targets = [Target(ENGINE_JOB, _hostport(ep.engines[n]), stable_instance(ENGINE_JOB, n), {"node": n})
                    for n in self.nodes]
         targets += [Target(GATEWAY_JOB, _hostport(ep.gateways[n]), stable_instance(GATEWAY_JOB, n))
+                    for n in self.nodes if n in ep.gateways]
+        exporter_job = DCGM_JOB if self.stock else EXPORTER_JOB
+        targets += [Target(exporter_job, _hostport(ep.exporters[n]), stable_instance(exporter_job, n))
                     for n in self.nodes]
-        targets += [Target(EXPORTER_JOB, _hostport(ep.exporters[n]), stable_instance(EXPORTER_JOB, n))
-                    for n in self.nodes]
+        if self.stock:  # the simulator's kube-state-metrics, on its first engine's port
+            targets.append(Target(KUBE_STATE_JOB, _hostport(ep.simulator), KUBE_STATE_INSTANCE,
+                                  metrics_path="/kube-state/metrics"))
         targets += [Target(a.scrape_job, _hostport(ep.addons[a.name]), f"{a.name}:{a.scrape_job}")
                     for a in opts.addons if a.scrape_job and a.name in ep.addons]
         return write_yaml(self.workspace / "prometheus.yml", prometheus_config(
@@ -326,13 +344,16 @@ class Stack:
         _, port = start_reserved(lambda port: self._launch("prometheus", argv(port), None),
                                  lambda port: http_ok(f"http://127.0.0.1:{port}/-/ready"))
         url = f"http://127.0.0.1:{port}"
-        core = {ENGINE_JOB, GATEWAY_JOB, EXPORTER_JOB}  # add-ons start after Prometheus
+        # Add-ons start after Prometheus.
+        core = {ENGINE_JOB, DCGM_JOB, KUBE_STATE_JOB} if self.stock else \
+            {ENGINE_JOB, GATEWAY_JOB, EXPORTER_JOB}
+        expected = 2 * len(self.nodes) + 1 if self.stock else 3 * len(self.nodes)
 
         def all_up() -> bool:
             reply = requests.get(f"{url}/api/v1/targets", timeout=5).json()
             active = reply["data"]["activeTargets"]
             mine = [t for t in active if t["labels"]["job"] in core]
-            return len(mine) == 3 * len(self.nodes) and all(t["health"] == "up" for t in mine)
+            return len(mine) == expected and all(t["health"] == "up" for t in mine)
         wait_until(all_up, 60, interval_s=0.2, what="every scrape target up")
         return url
 

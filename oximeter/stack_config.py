@@ -21,11 +21,15 @@ DEPLOY_DIR = Path(__file__).resolve().parent.parent / "deploy"
 GATEWAY_JOB = "oximeter-gateway"
 ENGINE_JOB = "vllm"
 EXPORTER_JOB = "oximeter-exporter"
+# A stock fleet's jobs: dcgm-exporter on every node, one kube-state-metrics for the cluster.
+DCGM_JOB = "dcgm-exporter"
+KUBE_STATE_JOB = "kube-state-metrics"
+KUBE_STATE_INSTANCE = "kube-state-metrics:8080"
 ANALYZER_JOB = "oximeter-analyzer"
 RELAY_RECEIVER = "analyzer-relay"
 # The port part of the stable instance names ``oximeter sim history`` writes (``n1:9400``); a live
 # test checks that backfilled and live ``up`` series carry the same instance.
-STABLE_PORTS = {ENGINE_JOB: 8000, GATEWAY_JOB: 9000, EXPORTER_JOB: 9400}
+STABLE_PORTS = {ENGINE_JOB: 8000, GATEWAY_JOB: 9000, EXPORTER_JOB: 9400, DCGM_JOB: 9400}
 
 
 def stable_instance(job: str, node: str) -> str:
@@ -41,6 +45,7 @@ class Target:
     address: str  # host:port
     instance: str
     labels: Mapping[str, str] = field(default_factory=dict)
+    metrics_path: str = "/metrics"
 
 
 @dataclass(frozen=True)
@@ -64,9 +69,13 @@ def prometheus_config(targets: Sequence[Target], rule_files: Sequence[Path], *, 
     scrape_configs: list[dict[str, Any]] = []
     for job, groups in jobs.items():
         scrape: dict[str, Any] = {"job_name": job, "static_configs": groups}
-        if job == ENGINE_JOB:
+        paths = {t.metrics_path for t in targets if t.job == job}
+        if paths != {"/metrics"}:
+            (scrape["metrics_path"],) = paths
+        if job in (ENGINE_JOB, KUBE_STATE_JOB):
             # The target's node fills in only where a series has none: real vLLM series get it, the
-            # simulator's dependency series keep their own instead of growing ``exported_node``.
+            # simulator's dependency series keep their own instead of growing ``exported_node``;
+            # kube-state-metrics' namespace, pod and node are the objects', kept as they are.
             scrape["honor_labels"] = True
         scrape_configs.append(scrape)
     config: dict[str, Any] = {

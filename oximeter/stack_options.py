@@ -60,6 +60,10 @@ class StackOptions:
     max_concurrency: int = 12  # the scenario gateway's limits
     max_queue: int = 64
     max_queue_wait_s: float = 10.0
+    # "stock": the fleet as a stock one presents it: no gateways (traffic straight to the engines),
+    # exporters as dcgm-exporter with its default counters, kube-state-metrics from the simulator,
+    # Prometheus with the adapter rules (docs/stock-telemetry.md).
+    telemetry: str = "oximeter"
     addons: tuple[Addon, ...] = ()
 
 

@@ -7,6 +7,7 @@ import asyncio
 import json
 import sys
 import time
+from typing import get_args
 
 import requests
 from loguru import logger
@@ -16,6 +17,7 @@ from oximeter.errors import ConfigError
 from oximeter.secrets import read_secret
 from simulator.admin import TOKEN_ENV
 from simulator.faults import FAULT_KINDS
+from simulator.scenario import Telemetry
 from simulator.settings import SimSettings
 
 _SERVE_FLAGS = {
@@ -39,6 +41,7 @@ _SERVE_FLAGS = {
         "extra decode time per additional running sequence (0 = batch-independent)",
     ),
     "--kv-blocks": ("kv_blocks", int, "KV-cache blocks per engine"),
+    "--telemetry": ("telemetry", str, "oximeter (default) or stock: engines serve only vLLM's own series"),
     "--block-tokens": ("block_tokens", int, "tokens per KV block"),
     "--prefix-hit-rate": ("prefix_hit_rate", float, "prefix-cache hit rate when healthy (0-1)"),
     "--default-output-tokens": (
@@ -97,6 +100,10 @@ def configure(parser: argparse.ArgumentParser) -> None:
     )
     add_trace_flags(history, "replace the scenario's traffic with this arrival trace (CSV: timestamp, "
                              "prompt and output tokens)")
+    history.add_argument("--telemetry", choices=get_args(Telemetry), default=None,
+                         help="what the fleet presents (default: the scenario's): Oximeter's gateway and "
+                         "exporter, or stock (no gateway, dcgm-exporter's default fields, vLLM's and "
+                         "kube-state-metrics' own series)")
     history.set_defaults(func=run_history)
 
 
@@ -150,7 +157,8 @@ def run_serve(args: argparse.Namespace) -> int:
         dependency_latency_s=settings.dependency_latency_s,
     )
     server = build_server(
-        fleet, settings.host, settings.port, token, settings.default_output_tokens, wall_origin_s=time.time()
+        fleet, settings.host, settings.port, token, settings.default_output_tokens, wall_origin_s=time.time(),
+        stock=settings.telemetry == "stock",
     )
     print(
         f"*** SIMULATION: oximeter sim serve — {settings.nodes} simulated vLLM engines, "

@@ -34,6 +34,9 @@ class FaultKind:
     history_only: bool = False
     # Kinds that hit one NVLink of the GPU (``link``, default 0).
     per_link: bool = False
+    # Kinds that act in Oximeter's gateway: a stock fleet (``telemetry: stock``) runs none, so has
+    # none of them.
+    gateway: bool = False
 
 
 FAULT_KINDS: dict[str, FaultKind] = {
@@ -69,10 +72,10 @@ FAULT_KINDS: dict[str, FaultKind] = {
     "cache_hit_drop": FaultKind("dependency", 0.6, "response-cache hit rate while active (0-1)"),
     # Gateway and traffic (history scenarios).
     "admission_limit": FaultKind(
-        "scheduling", 1.0, "gateway max_concurrency while active", history_only=True
+        "scheduling", 1.0, "gateway max_concurrency while active", history_only=True, gateway=True
     ),
     "ingress_errors": FaultKind(
-        "ingress", 0.05, "share of requests cut with 504 at the edge", history_only=True
+        "ingress", 0.05, "share of requests cut with 504 at the edge", history_only=True, gateway=True
     ),
     "traffic_spike": FaultKind("scheduling", 3.0, "request-rate multiplier", history_only=True),
     "scrape_gap": FaultKind("platform", 1.0, "unused: the node's targets are not scraped", history_only=True),

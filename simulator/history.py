@@ -145,6 +145,8 @@ def main(args: argparse.Namespace) -> int:
         sc = load_scenario(args.scenario)
         if args.trace is not None:
             sc = with_trace(sc, args.trace, args.trace_peak_utilisation)
+        if getattr(args, "telemetry", None):
+            sc = sc.model_copy(update={"telemetry": args.telemetry})
         if sc.trace is not None:
             load_trace(sc.trace.file)  # a bad trace is reported before hours of simulation
         step_s = parse_duration_s(args.step)

@@ -28,8 +28,8 @@ def pod_of(node: str) -> str:
     return f"{DEPLOYMENT}-{node}"
 
 
-def kube_state_families(fleet: Fleet, now: float) -> Iterator[Metric]:
-    """Every family at simulated time ``now``."""
+def kube_state_families(fleet: Fleet, now: float, only: str | None = None) -> Iterator[Metric]:
+    """Every family at simulated time ``now`` (``only``: that node's share; history samples per node)."""
     node_ready = GaugeMetricFamily("kube_node_status_condition", "The condition of a cluster node.",
                                    labels=["node", "condition", "status"])
     info = GaugeMetricFamily("kube_pod_info", "Information about pod.",
@@ -42,6 +42,8 @@ def kube_state_families(fleet: Fleet, now: float) -> Iterator[Metric]:
                                    "The number of container restarts per container.",
                                    labels=["namespace", "pod", "uid", "container"])
     for i, node in enumerate(fleet.nodes.values(), start=1):
+        if only is not None and node.name != only:
+            continue
         pod, uid = pod_of(node.name), f"sim-{node.name}"
         for status in _STATUSES:
             node_ready.add_metric([node.name, "Ready", status], float(status == "true"))

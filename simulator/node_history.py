@@ -1,5 +1,9 @@
 """One node of a history run: engine, GPUs, dependency and gateway on a virtual clock.
 
+A stock-telemetry scenario (``telemetry: stock``) has no gateway: clients send to the engine,
+which queues what it cannot run, and the node is scraped as a stock fleet is: the engine's own
+vLLM series, dcgm-exporter's default fields and its share of kube-state-metrics.
+
 The gateway's signals come from the gateway's own ``AdmissionController`` and ``GatewayMetrics``,
 the GPU series from the exporter's own ``GpuCollector`` over the in-process fleet, the engine's from
 ``simulator/exposition.py``: the same code that serves them live. Requests run through an event
@@ -28,6 +32,7 @@ from simulator.clock import VirtualClock
 from simulator.engine import Seq, SeqState
 from simulator.exposition import engine_families
 from simulator.fleet import Fleet
+from simulator.kube_state import kube_state_families
 from simulator.scenario import Scenario
 from simulator.series import SeriesStore
 from simulator.stats import ChildSampler, PendingCount, PendingObservations
@@ -38,7 +43,11 @@ ROUTE = "/v1/chat/completions"
 # Clients give up on a request still queued after this long (counted 499 by the gateway).
 CLIENT_PATIENCE_S = 120.0
 MAX_TOKENS = 512
-JOBS = {"vllm": 8000, "oximeter-gateway": 9000, "oximeter-exporter": 9400}
+JOBS = {"vllm": 8000, "oximeter-gateway": 9000, "oximeter-exporter": 9400, "dcgm-exporter": 9400,
+        "kube-state-metrics": 8080}
+# Jobs whose series name their node themselves (dcgm-exporter's Hostname, kube-state-metrics'
+# node label, fleet-wide for the deployment), so the scrape adds no node label.
+_CLUSTER_JOBS = {"dcgm-exporter", "kube-state-metrics"}
 # Exporter self-timing is wall-clock noise, not part of the model.
 _SKIP_FAMILIES = {"oximeter_exporter_collect_duration_seconds"}
 
@@ -132,8 +141,9 @@ class NodeHistory:
                 self._ttft, self._itl, self._tokens, self._upstream, self._wait, self._enqueue,
             ],
         )
+        self.stock = sc.telemetry == "stock"
         self.backend = _FleetBackend(fleet, name, wall_origin_s)
-        self.exporter = GpuCollector(self.backend, name)
+        self.exporter = GpuCollector(self.backend, name, naming="dcgm-exporter" if self.stock else "oximeter")
         self.arrivals = ArrivalStream(sc.seed, name, RequestMix(model=sc.model))
         self.heap: list[tuple[float, int, str, _Request | None]] = []
         self._n = 0
@@ -281,6 +291,9 @@ class NodeHistory:
 
     def _arrive(self, t: float, prompt_tokens: int, output_tokens: int) -> None:
         req = _Request(t, prompt_tokens, output_tokens)
+        if self.stock:  # no gateway: no edge errors, no admission, straight to the engine
+            self._start(req, t)
+            return
         ingress = self.fleet.faults.strongest(t, self.name, "ingress_errors")
         if ingress is not None:
             self._ingress_credit += ingress.strength
@@ -310,7 +323,8 @@ class NodeHistory:
         self._wait.observe(t - req.arrival)
         wait_s = self.node.dependency.call(t, self.fleet.faults)
         self._push(t + wait_s, "submit", req)
-        self._push(t + self.sc.gateway.first_byte_timeout_s, "first_byte_timeout", req)
+        if not self.stock:  # the gateway's timeout; a client of the engine itself just waits
+            self._push(t + self.sc.gateway.first_byte_timeout_s, "first_byte_timeout", req)
 
     def _fail(self, req: _Request, t: float, code: str, reason: str) -> None:
         req.done = True
@@ -346,6 +360,10 @@ class NodeHistory:
         engine_up = t >= self.node.down_until
         self.backend.now = t
         jobs: dict[str, list[Metric]] = {
+            "vllm": engine_families(self.sc.model, self.engine, self.name) if engine_up else [],
+            "dcgm-exporter": list(self.exporter.collect()),
+            "kube-state-metrics": list(kube_state_families(self.fleet, t, only=self.name)),
+        } if self.stock else {
             "vllm": [
                 *engine_families(self.sc.model, self.engine, self.name),
                 *self.node.dependency.families(),
@@ -356,7 +374,10 @@ class NodeHistory:
             "oximeter-exporter": [f for f in self.exporter.collect() if f.name not in _SKIP_FAMILIES],
         }
         for job, families in jobs.items():
-            labels = {"job": job, "instance": f"{self.name}:{JOBS[job]}", "node": self.name}
+            host = job if job == "kube-state-metrics" else self.name  # one kube-state-metrics per cluster
+            labels = {"job": job, "instance": f"{host}:{JOBS[job]}"}
+            if job not in _CLUSTER_JOBS:
+                labels["node"] = self.name
             self.store.add(i, [*families, _up(labels, job != "vllm" or engine_up)], labels)
 
 

@@ -9,7 +9,7 @@ report (``rule: none`` for fault-free scenarios).
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
@@ -126,6 +126,12 @@ class TraceTraffic(BaseModel):
     peak_utilisation: float = Field(0.6, gt=0, description="mean load at the busiest hour, 0-1 of capacity")
 
 
+# What the fleet presents: Oximeter's gateway in front of each engine and Oximeter's exporter, or a
+# stock fleet (no gateway, dcgm-exporter with its default counters, vLLM's and kube-state-metrics'
+# own series; see docs/stock-telemetry.md).
+Telemetry = Literal["oximeter", "stock"]
+
+
 class Scenario(BaseModel):
     """A whole scenario file."""
 
@@ -146,6 +152,7 @@ class Scenario(BaseModel):
     trace: TraceTraffic | None = None
     engine: EngineOverrides = EngineOverrides()
     gateway: GatewayLimits = GatewayLimits()
+    telemetry: Telemetry = "oximeter"
     faults: list[ScenarioFault] = Field(default_factory=list)
     truth: Truth
     # Further independent root causes in the same scenario (confounders), ranked after ``truth``.

@@ -275,13 +275,15 @@ def build_server(
     admin_token: SecretStr | None,
     default_output_tokens: int,
     wall_origin_s: float,
+    stock: bool = False,
 ) -> SimServer:
-    """Wire a registry and runtime per node (no global registry)."""
+    """Wire a registry and runtime per node (no global registry; ``stock``: vLLM's series only)."""
     server = SimServer(fleet, host, port, admin_token, default_output_tokens, wall_origin_s=wall_origin_s)
     for node in fleet.nodes.values():
         registry = CollectorRegistry(auto_describe=False)
         registry.register(EngineCollector(fleet.model_name, node.engine, node.name))
-        registry.register(DependencyCollector(node.dependency))
+        if not stock:
+            registry.register(DependencyCollector(node.dependency))
         server.runtimes[node.name] = NodeRuntime(node, registry)
     return server
 

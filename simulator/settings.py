@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Literal
+
 from pydantic import BaseModel, ConfigDict, Field
 
 
@@ -28,3 +30,6 @@ class SimSettings(BaseModel):
     default_output_tokens: int = Field(32, ge=1)
     # 0 switches the simulated vector-DB step off (requests then reach the engine at once).
     dependency_latency_s: float = Field(0.0, ge=0)
+    # "stock": engines serve only vLLM's own series (the simulated vector DB's stay unexported), as
+    # on a fleet without Oximeter (a history's ``telemetry: stock`` does the same).
+    telemetry: Literal["oximeter", "stock"] = "oximeter"

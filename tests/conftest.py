@@ -49,6 +49,10 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 # session's live stack (a session fixture is per worker, and the stack is costly), and the drill
 # replays (they fill one history cache; apart they would generate the same windows twice).
 XDIST_GROUPS = {"live_stack": ("tests/live/", "tests/e2e/"), "drill_cache": ("tests/drill/test_drill.py",)}
+# Modules under those paths that start their own stack rather than use the shared one: on the
+# shared stack's worker they would run after it, in series; elsewhere their module-scoped fixture
+# still keeps each one unit.
+XDIST_OWN_STACK = ("tests/e2e/test_e2e_stock.py",)
 
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -69,7 +73,8 @@ class GroupScheduling(LoadScopeScheduling):
     keeps (pytest-dev/pytest-xdist#1386)."""
 
     def _split_scope(self, nodeid: str) -> str:
-        group = next((g for g, paths in XDIST_GROUPS.items() if nodeid.startswith(paths)), None)
+        group = None if nodeid.startswith(XDIST_OWN_STACK) else \
+            next((g for g, paths in XDIST_GROUPS.items() if nodeid.startswith(paths)), None)
         if group is not None:
             return group
         module = nodeid.split("::", 1)[0]

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import re
+import shutil
 import subprocess
 from datetime import UTC, datetime
 from pathlib import Path
@@ -71,11 +72,30 @@ def test_a_wrong_truth_fails(tmp_path: Path) -> None:
 
 
 @pytest.mark.timeout(COLD_TIMEOUT_S)
+def test_stock_telemetry_judges_what_it_can_and_says_why_it_cannot(tmp_path: Path) -> None:
+    # Two of the library's drills on a stock fleet: the thermal throttle shows in dcgm-exporter's
+    # default fields; the ECC storm does not (dcgm-exporter ships its ECC fields commented out).
+    for name in ("thermal_throttle", "ecc_storm"):
+        shutil.copy(LIBRARY / f"{name}.yaml", tmp_path)
+    result = drill("--all", "--scenarios", str(tmp_path), "--inputs", "stock", "--json")
+    assert result.returncode == 0, result.stdout + result.stderr
+    report = json.loads(result.stdout)
+    assert (report["passed"], report["failed"], report["cannot_judge"]) == (1, 0, 1)
+    by_name = {d["scenario"]: d for d in report["drills"]}
+    thermal, ecc = by_name["thermal_throttle"], by_name["ecc_storm"]
+    assert (thermal["mode"], thermal["passed"], thermal["cannot_judge"]) == ("replay/stock", True, None)
+    named = [(a["layer"], a["rule"], a["entity"]["node"], a["entity"]["gpu"]) for a in thermal["attributed"]]
+    assert named == [("infrastructure", "thermal_throttle", "n1", "2")]
+    assert not ecc["passed"] and "DCGM_FI_DEV_ECC_SBE_VOL_TOTAL" in ecc["cannot_judge"]
+
+
+@pytest.mark.timeout(COLD_TIMEOUT_S)
 def test_json_output(library: dict[str, Any]) -> None:
     assert (library["skipped"], len(library["drills"])) == ([], len(list(LIBRARY.glob("*.yaml"))))
     one = one_drill(library, "xid_critical")
-    assert sorted(one) == ["attributed", "budget", "detected", "expected", "messages", "mode", "passed",
-                           "reason", "scenario", "time_to_detect_s"]
+    assert sorted(one) == ["attributed", "budget", "cannot_judge", "detected", "expected", "messages", "mode",
+                           "passed", "reason", "scenario", "time_to_detect_s"]
+    assert one["cannot_judge"] is None  # Oximeter's own telemetry feeds every signal
     assert (one["scenario"], one["mode"], one["passed"], one["detected"], one["reason"]) == \
         ("xid_critical", "replay", True, True, "right")
     assert one["expected"] == [{"layer": "infrastructure", "entity": {"node": "n1", "gpu": "3"},

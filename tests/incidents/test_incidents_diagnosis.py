@@ -325,6 +325,21 @@ def test_rule(row: Row) -> None:
     assert verdict.runbook == f"docs/runbook.md#{verdict.rule}"
 
 
+def test_where_the_inputs_have_no_clock_reasons_the_temperature_past_its_limit_is_thermal() -> None:
+    hot = Case((ev("gpu_temperature", 91, 70, node="node-0", gpu="0"),), frozenset({"node-0"}),
+               {"gpu_temperature": {gpu(): 91.0}})
+    assert dx.thermal_throttle(hot) is None  # reasons readable but none active: not a throttle
+    # On dcgm-exporter's default counters the reasons are not collected: the analyzer says so.
+    unreadable = parse_config({"analyzer": {"inputs": "stock"}}).analyzer.unreadable_context()
+    assert dx.THERMAL_REASON in unreadable
+    assert parse_config({"analyzer": {"inputs": "oximeter"}}).analyzer.unreadable_context() == frozenset()
+    verdict = diagnose(replace(hot, unreadable=unreadable))
+    assert (verdict.rule, verdict.root_cause.signal) == ("thermal_throttle", "gpu_temperature")
+    assert verdict.sentence == "GPU gpu=0,node=node-0 at 91 °C, past its limit (clock reasons not exported)"
+    warm = replace(hot, snapshot={"gpu_temperature": {gpu(): 80.0}}, unreadable=unreadable)
+    assert dx.thermal_throttle(warm) is None
+
+
 def test_every_rule_has_a_positive_and_a_negative_row() -> None:
     positives = {r.rule.__name__ for r in ROWS if r.fires}
     negatives = {r.rule.__name__ for r in ROWS if not r.fires}
