@@ -79,7 +79,7 @@ def victoria(live_stack: Stack, tmp_path_factory: pytest.TempPathFactory) -> Ite
             # Scraped series first: the analyzer's windows need some live samples before the faults.
             wait_until(lambda: "oximeter_gpu_temperature_celsius" in vm_metrics(vm_url), 60,
                        what="VictoriaMetrics has scraped the exporters")
-            yield Victoria(api, vm_url, sink)
+            yield Victoria(api, vm_url, sink, lambda: ManagedProcess.stop_all(list(reversed(started))))
     finally:
         ManagedProcess.stop_all(list(reversed(started)))
 

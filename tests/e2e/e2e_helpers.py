@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -27,11 +28,14 @@ class Faults:
 
 @dataclass(frozen=True)
 class Victoria:
-    """The second analyzer, reading VictoriaMetrics: its API, the store's URL, its chat sink."""
+    """The second analyzer, reading VictoriaMetrics: its API, the store's URL, its chat sink, and how
+    to stop both once its test is done (reading every signal as raw PromQL, each second, it costs a
+    fifth of a core that the tests after it need)."""
 
     api: str
     url: str
     sink: ChatSink
+    stop: Callable[[], None]
 
 
 def analyzer_url(stack: Stack) -> str:

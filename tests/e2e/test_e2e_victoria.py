@@ -34,6 +34,7 @@ def test_victoria_metrics_finds_the_thermal_incident(live_stack: Stack, faults: 
     assert {i["root_cause"]["labels"].get("node") for i in mine} <= {"n1", "n2"}, mine
     print(f"victoria-metrics: thermal incident after {time.monotonic() - faults.t0:.0f} s ({got['rule']})")
     assert victoria.sink.problems == []
+    victoria.stop()  # the faults were injected with it watching; nothing after this test reads it
     # The shared stack is left quiet for the tests after this one (tests/live expects no alert firing).
     wait_until(lambda: not any(a["labels"]["alertname"] == THERMAL_ALERT for a in live_stack.alerts()),
                resolve_deadline_s(0.0, "gpu_temperature"), interval_s=1.0, what=f"{THERMAL_ALERT} resolved")
