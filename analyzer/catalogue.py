@@ -215,6 +215,26 @@ CATALOGUE: dict[str, SignalSpec] = {s.name: s for s in (
     _s(name="target_down", layer="platform", kind="gauge", direction="down", promql="up",
        entity_labels=("job", "instance"), threshold=0.5, for_s=60,
        description="a scrape target is down"),
+    # Kubernetes' own view of the platform: kube-state-metrics through its adapter's records
+    # (alert_rules/adapters/kubernetes.rules.yml), on stock and mixed inputs. A planned restart or
+    # rollout is a change event (analyzer/kube_changes.py), not a page: these fire only on what
+    # outlasts one.
+    _s(name="container_restarts", layer="platform", kind="counter_growth", unit="restarts",
+       expr=q.gauge("node_pod:kube_pod_container_status_restarts:increase5m", how="sum"),
+       # One restart in 5 min is an upgrade in place or one crash the pod recovered from; a second
+       # within minutes is a loop (CrashLoopBackOff waits 10 s, 20 s, 40 s, ... between tries).
+       entity_labels=("node", "namespace", "pod"), increase=2, for_s=0, min_samples=1,
+       description="a pod's containers restarted twice or more in 5 min: a restart loop"),
+    _s(name="pod_not_ready", layer="platform", kind="gauge", direction="down",
+       expr=q.gauge("node_pod:kube_pod_ready:max"),
+       # 10 min: longer than an engine takes to load its model after a planned restart.
+       entity_labels=("node", "namespace", "pod"), threshold=0.5, for_s=600,
+       description="a pod not Ready for 10 min"),
+    _s(name="node_not_ready", layer="platform", kind="gauge", direction="down",
+       expr=q.gauge("node:kube_node_ready:max"),
+       # 10 min: a planned reboot of a GPU server (its firmware's checks included) is back within it.
+       entity_labels=("node",), threshold=0.5, for_s=600,
+       description="a node's Ready condition false or unknown for 10 min"),
     _s(name="kv_cache_usage", layer="engine", kind="ratio",
        record="node_model:vllm_kv_cache_usage:ratio",
        # Older vLLM names it gpu_cache_usage_perc: the `or` fallback.

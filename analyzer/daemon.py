@@ -23,7 +23,7 @@ import signal
 import sqlite3
 import sys
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Protocol, get_args
@@ -141,14 +141,14 @@ class Analyzer:
                  metrics: DaemonMetrics | None = None,
                  catalogue: Mapping[str, SignalSpec] = CATALOGUE,
                  change_feed: Callable[[datetime], object] | None = None,
-                 unreadable: frozenset[str] = frozenset()) -> None:
+                 unreadable: frozenset[str] = frozenset(), not_judged: Sequence[str] = ()) -> None:
         self.pipeline, self.store, self.settings, self.catalogue = pipeline, store, settings, catalogue
         self.unreadable = unreadable  # context the inputs cannot feed (AnalyzerSettings.unreadable_context)
         # Records changes found in the telemetry itself (Kubernetes restarts and rollouts).
         self.change_feed = change_feed
         self.topology, self.notifier, self.clock = topology, notifier, clock
         self.metrics = metrics or DaemonMetrics()
-        self.tracker = IncidentTracker(settings, store.tracked(clock(), settings.reopen_window_s))
+        self.tracker = IncidentTracker(settings, store.tracked(clock(), settings.reopen_window_s), not_judged)
         self.source_down_since: datetime | None = None
         self.failures = 0
 
@@ -370,7 +370,8 @@ def run(args: argparse.Namespace) -> int:
     analyzer = Analyzer(pipeline, store, settings, Topology.from_settings(config.topology), notifier,
                         clock=source.now, metrics=metrics, catalogue=pipeline.catalogue,
                         change_feed=kube.poll if kube is not None else None,
-                        unreadable=config.analyzer.unreadable_context())
+                        unreadable=config.analyzer.unreadable_context(),
+                        not_judged=config.analyzer.not_judged())
     # A restart into an ongoing fault: its evidence stays out of the first cycle's baselines.
     pipeline.remember(e for inc in analyzer.tracker.incidents if inc.state == "open" for e in inc.evidence)
     try:

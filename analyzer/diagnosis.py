@@ -253,6 +253,36 @@ def telemetry_lost(case: Case) -> Diagnosis | None:
                     ["target_down", "gpu_series_vanished", "gpu_down"])
 
 
+def node_not_ready(case: Case) -> Diagnosis | None:
+    """Kubernetes says a node is not Ready: its engines are down or being moved, and whatever its
+    exporters stopped saying follows from it."""
+    e = _first(case, "node_not_ready")
+    if e is None:
+        return None
+    cause = RootCause(e.signal, e.labels)
+    return _verdict(case, "node_not_ready", "platform", cause,
+                    f"node {e.entity.get('node', '?')} not Ready in Kubernetes: its pods are down or "
+                    "being rescheduled" + _impact_text(case, ["node_not_ready"]), "critical",
+                    ["node_not_ready"])
+
+
+RESTART_SIGNALS = ("container_restarts", "pod_not_ready")
+
+
+def restart_loop(case: Case) -> Diagnosis | None:
+    """An engine's pod restarting again and again, or kept out of service: the platform layer,
+    whatever the engine's own series show while it is down (they are its impact)."""
+    e = _first(case, "container_restarts") or _first(case, "pod_not_ready")
+    if e is None:
+        return None
+    cause = RootCause(e.signal, e.labels)
+    pod = f"{e.entity.get('namespace', '?')}/{e.entity.get('pod', '?')} on {e.entity.get('node', '?')}"
+    what = (f"restarted {e.value:.0f} times in 5 min: a restart loop" if e.signal == "container_restarts"
+            else "not Ready for 10 min")
+    return _verdict(case, "restart_loop", "platform", cause, f"pod {pod} {what}"
+                    + _impact_text(case, RESTART_SIGNALS), "warning", RESTART_SIGNALS)
+
+
 def dependency_degraded(case: Case) -> Diagnosis | None:
     """Dependency latency up and/or cache hit rate down; queue and GPU idling are impact."""
     deps = case.of("dependency_latency_p99", "cache_hit_ratio")
@@ -436,9 +466,9 @@ SERVICE_WIDE_RULES = frozenset({"capacity_exhausted"})
 Rule = Callable[[Case], Diagnosis | None]
 RULES: tuple[Rule, ...] = (
     xid_critical, ecc_uncorrectable, ecc_storm, ecc_slow_burn, nvlink_degraded, thermal_throttle,
-    peer_outlier, telemetry_lost, dependency_degraded, engine_leak, gpu_memory_leak, kv_pressure,
-    prefix_cache_collapse, empty_outputs, capacity_exhausted, scheduling_bottleneck, queue_undrained,
-    ingress_errors,
+    peer_outlier, node_not_ready, restart_loop, telemetry_lost, dependency_degraded, engine_leak,
+    gpu_memory_leak, kv_pressure, prefix_cache_collapse, empty_outputs, capacity_exhausted,
+    scheduling_bottleneck, queue_undrained, ingress_errors,
 )
 RULE_IDS: tuple[str, ...] = (*(r.__name__ for r in RULES), "unclassified")
 

@@ -140,6 +140,9 @@ class Incident:
     seq: int = 0
     changes: tuple[ChangeEvent, ...] = ()
     timeline: tuple[TimelineEntry, ...] = field(default_factory=tuple)
+    # What the inputs could not judge (on stock telemetry, the gateway-only signals), one line each
+    # in the words `oximeter config check` uses, so the reader knows which rules stayed silent.
+    not_judged: tuple[str, ...] = ()
 
     @property
     def members(self) -> frozenset[tuple[str, Labels]]:
@@ -166,6 +169,7 @@ class Incident:
             "changes": [c.to_dict() for c in self.changes],
             "timeline": [{"at": _t(t.at), "kind": t.kind, "text": t.text, "notified": t.notified}
                          for t in self.timeline],
+            "not_judged": list(self.not_judged),
         }
 
     @classmethod
@@ -189,4 +193,5 @@ class Incident:
             changes=tuple(ChangeEvent.from_dict(c) for c in d["changes"]),
             timeline=tuple(TimelineEntry(_p(t["at"]), t["kind"], t["text"], bool(t.get("notified", False)))
                            for t in d["timeline"]),
+            not_judged=tuple(d.get("not_judged") or ()),
         )

@@ -106,8 +106,11 @@ def _entity_text(labels: Labels) -> str:
 class IncidentTracker:
     """Holds open (and recently resolved) incidents and turns each cycle's findings into changes."""
 
-    def __init__(self, settings: IncidentSettings | None = None, incidents: Iterable[Incident] = ()) -> None:
+    def __init__(self, settings: IncidentSettings | None = None, incidents: Iterable[Incident] = (),
+                 not_judged: Sequence[str] = ()) -> None:
         self.settings = settings or IncidentSettings()
+        # What these inputs cannot judge (AnalyzerSettings.not_judged): said by every new incident.
+        self.not_judged = tuple(not_judged)
         self._incidents: dict[str, Incident] = {i.id: i for i in incidents}
         # Stronger root-cause candidates waiting out the dwell time, per open incident (a restart
         # starts their wait again, which only delays a change).
@@ -247,7 +250,7 @@ class IncidentTracker:
             services=finding.services, nodes=tuple(sorted(finding.group.nodes)),
             keys=_key_strings(finding.group),
             first_onset=finding.group.onset, opened_at=now, updated_at=now,
-            last_active_at=self._last_active(finding, now),
+            last_active_at=self._last_active(finding, now), not_judged=self.not_judged,
         )
         return self._record(incident, now, "opened", f"opened: {d.sentence}", notify="opened")
 

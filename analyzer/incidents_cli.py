@@ -97,6 +97,9 @@ def render(inc: Incident, extra: dict[str, Any]) -> str:
     if inc.changes:
         lines.append("changes in the window:")
         lines += [f"  {_hm(c.at)} {c.kind}: {c.description}" for c in inc.changes]
+    if inc.not_judged:
+        lines.append("not judged on these inputs:")
+        lines += [f"  {line}" for line in inc.not_judged]
     lines.append("timeline:")
     lines += [f"  {_hm(t.at)} {t.kind}: {t.text}" for t in inc.timeline]
     for ack in extra["acks"]:

@@ -272,15 +272,16 @@ def replay_cycles(frames: Mapping[str, SeriesFrame], events: Sequence[AnomalyEve
                   settings: IncidentSettings | None = None,
                   topology: Topology | None = None,
                   catalogue: Mapping[str, SignalSpec] = CATALOGUE,
-                  unreadable: frozenset[str] = frozenset()) -> ReplayOutcome:
+                  unreadable: frozenset[str] = frozenset(), not_judged: Sequence[str] = ()) -> ReplayOutcome:
     """The daemon's cycles every ``interval_s`` over the whole history (``catalogue``: the one the
-    events were detected with, which also says which signals open incidents)."""
+    events were detected with, which also says which signals open incidents; ``unreadable`` and
+    ``not_judged``: what the inputs cannot feed, as the daemon is told)."""
     settings = settings or IncidentSettings()
     indexes = [f.values.index for f in frames.values() if len(f.values.index)]
     if not indexes:
         return ReplayOutcome((), ())
     start, end = indexes[0][0].to_pydatetime(), indexes[0][-1].to_pydatetime()
-    tracker, seen, changes = IncidentTracker(settings), {}, []
+    tracker, seen, changes = IncidentTracker(settings, not_judged=not_judged), {}, []
     # oximeter_target_info's series are the same every cycle: the topology once, like the snapshots.
     joined, snapshots = topology_from_frames(frames, topology or Topology()), Snapshots(frames)
     now = start + timedelta(seconds=interval_s)
@@ -302,9 +303,10 @@ def replay_history(directory: Path, interval_s: float, settings: IncidentSetting
     frames, step_s = signal_frames(directory, catalogue, stock=stock)
     lagged = {lag: signal_frames(d, catalogue, stock=stock)[0] for lag, d in (same_time or {}).items()}
     hold_s = (settings or IncidentSettings()).resolve_after_s
-    unreadable = AnalyzerSettings(inputs="stock").unreadable_context() if stock else frozenset()
+    inputs = AnalyzerSettings(inputs="stock" if stock else "oximeter")
     return replay_cycles(frames, detect(frames, step_s, catalogue, policy, lagged, hold_s), interval_s,
-                         settings, catalogue=catalogue, unreadable=unreadable)
+                         settings, catalogue=catalogue, unreadable=inputs.unreadable_context(),
+                         not_judged=inputs.not_judged())
 
 
 def same_time_window(window: HistoryWindow, lag_s: float = 86400.0,

@@ -149,6 +149,15 @@ class AnalyzerSettings(BaseModel):
         return [f"analyzer.inputs: stock: {line}" for line in
                 describe(self.stock_inputs().missing(self._configured()))]
 
+    def not_judged(self) -> tuple[str, ...]:
+        """On stock inputs, the gateway-only series every incident is judged without, in
+        ``missing_inputs``' words (each names the signals it disables); empty otherwise."""
+        if self.inputs != "stock":
+            return ()
+        from analyzer.stock_inputs import describe, gateway_only
+
+        return tuple(describe(gateway_only(self.stock_inputs().missing(self._configured()))))
+
 
 class IncidentSettings(BaseModel):
     """The ``incidents:`` section: correlation window, lifecycle timings, store and API."""

@@ -162,16 +162,26 @@ def _producers() -> dict[str, str]:
     return {m["name"]: m["producer"] for m in load_catalogue()}
 
 
+def _producer_of(selector: str) -> str | None:
+    family = re.sub(r"_(bucket|sum|count)$", "", selector)
+    return _producers().get(selector, _producers().get(family))
+
+
+def gateway_only(missing: Iterable[MissingSeries]) -> list[MissingSeries]:
+    """The missing series only Oximeter's gateway produces (admission 429s, edge 504s, the queue's
+    limit, answers and retries): facts of the request path that no stock exporter sees, so every
+    incident on stock inputs is judged without them (its severity and impact would read them)."""
+    return [m for m in missing if not m.needs and _producer_of(m.selector) == "gateway"]
+
+
 def describe(missing: Iterable[MissingSeries]) -> list[str]:
     """One line per missing series: what would produce it and which signals it disables."""
-    producers = _producers()
     lines = []
     for m in missing:
         if m.needs:
             source = f"needs {' or '.join(m.needs)}, which dcgm-exporter's counters do not enable"
         else:
-            family = re.sub(r"_(bucket|sum|count)$", "", m.selector)
-            producer = producers.get(m.selector, producers.get(family, "own components"))
+            producer = _producer_of(m.selector) or "own components"
             source = f"no stock exporter has it (only Oximeter's {producer})"
         lines.append(f"{m.selector}: {source}; unavailable signals: {', '.join(m.signals)}")
     return lines

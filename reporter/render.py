@@ -19,7 +19,7 @@ from datetime import datetime, timedelta
 from urllib.parse import urlencode
 
 from analyzer.incidents import NOT_DECLARED, Change, Incident, TimelineEntry
-from oximeter.runbook import runbook_link
+from oximeter.runbook import runbook_link, runbook_ref
 from oximeter.vocabulary import priority
 from reporter.message import Link, Message, Section
 from reporter.outbox import Outbox
@@ -36,6 +36,9 @@ LAYER_DASHBOARD = {
     "ingress": "oximeter-overview",
 }
 OVERVIEW_UID = "oximeter-overview"
+# The runbook section that says what an incident judged without some inputs missed, and what
+# adding Oximeter's gateway gives.
+NOT_JUDGED = "not_judged"
 # Context either side of the incident on the dashboard, so the onset is not at the edge.
 MARGIN = timedelta(minutes=15)
 _VERB = {"opened": "OPENED", "severity_up": "SEVERITY UP", "root_cause_changed": "ROOT CAUSE CHANGED",
@@ -125,6 +128,9 @@ def render_change(change: Change, incident: Incident, settings: ReporterSettings
                           f"services: {', '.join(incident.services) or '-'}"),
         Section("Runbook", runbook_link(incident.runbook, settings.runbook_url)),
     ]
+    if incident.not_judged and change.kind == "opened":  # said once; the record keeps it
+        sections.append(Section("Not judged on these inputs", "\n".join(
+            [*incident.not_judged, runbook_link(runbook_ref(NOT_JUDGED), settings.runbook_url)])))
     folded = since_last_message(change, incident)
     if folded:
         shown = [f"{t.at:%H:%M:%S}Z {t.kind}: {t.text}" for t in folded[-SHOWN_ENTRIES:]]

@@ -52,6 +52,9 @@ FAULT_KINDS: dict[str, FaultKind] = {
         "engine", 180.0, "MiB of GPU memory leaked per minute; the engine fails once the card is full", True
     ),
     "engine_restart": FaultKind("platform", 30.0, "unused: counters reset once at start, engine down"),
+    # A new version of the engine's deployment: its spec generation rises by one at start and the
+    # node's engine is replaced (a new pod, so no container restart), down while it starts.
+    "rollout": FaultKind("platform", 60.0, "seconds the node's new engine pod takes to become ready"),
     # GPU hardware; without ``gpu`` they hit GPU 0 of the node.
     "thermal_throttle": FaultKind("infrastructure", 0.5, "SM clock fraction left (0-1)", True),
     "ecc_storm": FaultKind("infrastructure", 60.0, "corrected ECC errors per minute", True),

@@ -31,7 +31,8 @@ class Node:
     gpus: list[GpuModel]
     dependency: DependencyModel
     pid: int
-    restarts_seen: set[str] = field(default_factory=set)
+    restarts_seen: set[str] = field(default_factory=set)  # engine_restart faults fired
+    rollouts_seen: set[str] = field(default_factory=set)  # rollout faults fired
     down_until: float = 0.0
 
 
@@ -134,17 +135,24 @@ class Fleet:
         )
 
     def apply_restarts(self, now: float, only: str | None = None) -> list[Seq]:
-        """Fire engine_restart faults that have started: counters reset, in-flight work dropped."""
+        """Fire engine_restart and rollout faults that have started: counters reset, in-flight work
+        dropped, the engine down for the fault's strength in seconds."""
         dropped: list[Seq] = []
         for node in self.nodes.values() if only is None else [self.nodes[only]]:
-            for fault in self.faults.active(now, node.name, "engine_restart"):
-                if fault.id in node.restarts_seen:
-                    continue
-                node.restarts_seen.add(fault.id)
-                dropped.extend(node.engine.abort_all(now))
-                node.engine.reset_stats()
-                node.down_until = now + fault.strength
+            for kind, seen in (("engine_restart", node.restarts_seen), ("rollout", node.rollouts_seen)):
+                for fault in self.faults.active(now, node.name, kind):
+                    if fault.id in seen:
+                        continue
+                    seen.add(fault.id)
+                    dropped.extend(node.engine.abort_all(now))
+                    node.engine.reset_stats()
+                    node.down_until = max(node.down_until, now + fault.strength)
         return dropped
+
+    def generation(self, now: float) -> int:
+        """The engine deployment's spec generation: 1, and one more for every rollout begun by
+        ``now`` on any node (every node's history sees the whole scenario's faults)."""
+        return 1 + sum(1 for f in self.faults.all() if f.kind == "rollout" and f.start <= now)
 
     def step_gpus(self, name: str, now: float, utilization: float, wall_origin_s: float) -> None:
         """Advance ``name``'s GPUs; in tensor parallel the slowest GPU is busy while its peers

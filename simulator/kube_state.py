@@ -3,8 +3,9 @@
 Names, types and labels follow kube-state-metrics v2, so the Kubernetes adapter rules
 (``alert_rules/adapters/kubernetes.rules.yml``) read the simulator as they read a real cluster:
 an engine_restart fault counts one container restart and holds the pod not-ready while the
-engine is down. Each engine runs in pod ``vllm-<node>`` of deployment ``vllm`` in namespace
-``llm``.
+engine is down; a rollout fault raises the deployment's generation and holds the pod not-ready
+while its new engine starts (a replaced pod restarts no container). Each engine runs in pod
+``vllm-<node>`` of deployment ``vllm`` in namespace ``llm``.
 """
 
 from __future__ import annotations
@@ -57,7 +58,7 @@ def kube_state_families(fleet: Fleet, now: float, only: str | None = None) -> It
     generation = GaugeMetricFamily("kube_deployment_metadata_generation",
                                    "Sequence number representing a specific generation of the desired state.",
                                    labels=["namespace", "deployment"])
-    generation.add_metric([NAMESPACE, DEPLOYMENT], 1.0)
+    generation.add_metric([NAMESPACE, DEPLOYMENT], float(fleet.generation(now)))
     yield from (node_ready, info, ready, restarts, generation)
 
 

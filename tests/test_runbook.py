@@ -53,6 +53,12 @@ def test_every_diagnosis_rule_has_a_section(rule: str) -> None:
     follow(runbook_ref(rule))
 
 
+def test_the_not_judged_section_exists() -> None:
+    from reporter.render import NOT_JUDGED
+
+    follow(runbook_ref(NOT_JUDGED))
+
+
 @pytest.mark.parametrize("alert", alerting_rules(), ids=lambda r: r["alert"])
 def test_every_alert_links_its_section(alert: dict[str, object]) -> None:
     annotations = alert["annotations"]

@@ -83,6 +83,11 @@ def fixture() -> list[Series]:
             for le, per_step in (("0.01", 50), ("0.1", 80 + 10 * load), ("+Inf", 100 + 10 * load)):
                 add(f"{hist}_bucket", _counter(per_step), le=le, **engine)
             add(f"{hist}_count", _counter(100 + 10 * load), **engine)
+        # The Kubernetes adapter's records (a stock fleet's Prometheus evaluates them).
+        kube = {"node": node, "namespace": "llm", "pod": f"vllm-{node}"}
+        add("node_pod:kube_pod_container_status_restarts:increase5m", _const(load - 1), **kube)
+        add("node_pod:kube_pod_ready:max", _const(2 - load), **kube)
+        add("node:kube_node_ready:max", _const(1), node=node)
         for gpu in ("0", "1"):
             card = {"node": node, "gpu": gpu, "gpu_model": "H100"}
             add("oximeter_gpu_temperature_celsius", _const(60 + 10 * load + int(gpu)), **card)

@@ -299,6 +299,27 @@ ROWS = [
         winner="unclassified", root="gpu_temperature"),
     Row("an external queue growing while the fleet is full: capacity", dx.queue_undrained, (QGROW, Q),
         UTIL_HIGH, winner="capacity_exhausted", root="queue_wait_p99"),
+    Row("a restart loop is the platform's, the engine's slowdown its impact", dx.restart_loop,
+        (ev("container_restarts", 3, 0, node="node-0", namespace="llm", pod="vllm-0"), TTFT, PREEMPT),
+        root="container_restarts", severity="warning",
+        sentence="pod llm/vllm-0 on node-0 restarted 3 times in 5 min: a restart loop; impact: "
+                 "ttft p99 1.2 s = 3.0 × baseline, preemption_rate 0.38 = 3.8 × baseline"),
+    Row("a pod kept out of service", dx.restart_loop,
+        (ev("pod_not_ready", 0, 1, node="node-0", namespace="llm", pod="vllm-0"),), root="pod_not_ready",
+        sentence="pod llm/vllm-0 on node-0 not Ready for 10 min"),
+    Row("a paging xid that crashed the engine is the GPU's", dx.restart_loop,
+        (ev("xid_paging", 1, 0, node="node-0", gpu="0", xid="79"),
+         ev("container_restarts", 2, 0, onset=1, node="node-0", namespace="llm", pod="vllm-0")),
+        winner="xid_critical", root="xid_paging"),
+    Row("restarts need a restart event", dx.restart_loop, (PREEMPT,), fires=False, winner="kv_pressure"),
+    Row("a node not Ready takes its pods and telemetry with it", dx.node_not_ready,
+        (ev("node_not_ready", 0, 1, node="node-0"),
+         ev("pod_not_ready", 0, 1, onset=1, node="node-0", namespace="llm", pod="vllm-0"),
+         ev("target_down", 0, 1, onset=1, job="dcgm-exporter", instance="node-0:9400", node="node-0")),
+        root="node_not_ready", severity="critical"),
+    Row("a node that stays Ready is not the cause", dx.node_not_ready,
+        (ev("container_restarts", 2, 0, node="node-0", namespace="llm", pod="vllm-0"),), fires=False,
+        winner="restart_loop"),
     Row("504s at the edge", dx.ingress_errors,
         (ev("error_504_ratio", 0.04, 0.001, service="chat", node="node-0", route="/v1/chat/completions"),),
         root="error_504_ratio", severity="critical",
@@ -353,9 +374,10 @@ def test_every_rule_has_a_positive_and_a_negative_row() -> None:
 def test_rule_order_is_the_architecture_table() -> None:
     assert dx.RULE_IDS == (
         "xid_critical", "ecc_uncorrectable", "ecc_storm", "ecc_slow_burn", "nvlink_degraded",
-        "thermal_throttle", "peer_outlier", "telemetry_lost", "dependency_degraded", "engine_leak",
-        "gpu_memory_leak", "kv_pressure", "prefix_cache_collapse", "empty_outputs", "capacity_exhausted",
-        "scheduling_bottleneck", "queue_undrained", "ingress_errors", "unclassified")
+        "thermal_throttle", "peer_outlier", "node_not_ready", "restart_loop", "telemetry_lost",
+        "dependency_degraded", "engine_leak", "gpu_memory_leak", "kv_pressure", "prefix_cache_collapse",
+        "empty_outputs", "capacity_exhausted", "scheduling_bottleneck", "queue_undrained", "ingress_errors",
+        "unclassified")
 
 
 def test_unclassified_ranks_by_layer_then_onset() -> None:

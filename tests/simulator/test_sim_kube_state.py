@@ -114,3 +114,39 @@ def test_the_live_simulator_serves_it(start_sim: StartSim) -> None:
     assert sim.admin("POST", "/admin/faults", json={"kind": "engine_restart", "node": "n1",
                                                     "strength": 30}).status_code in (200, 201)
     wait_until(lambda: samples()[restarts] == 1, timeout_s=30, what="the restart in kube-state metrics")
+
+
+def test_a_rollout_raises_the_generation_and_is_a_change_event() -> None:
+    """A rollout on n1: the deployment's generation rises once, n1's new pod is not ready while its
+    engine starts, and no container restarted; the analyzer's change feed reads one rollout."""
+    import pandas as pd
+
+    from analyzer.kube_changes import FEEDS, rises
+
+    clock, fleet = _fleet()
+    generation = 'kube_deployment_metadata_generation{deployment="vllm",namespace="llm"}'
+    pod = 'namespace="llm",pod="vllm-n1",uid="sim-n1"'
+    restarts = f'kube_pod_container_status_restarts_total{{container="vllm",{pod}}}'
+    scrapes = []
+    for step in range(6):
+        if step == 2:
+            fleet.add_fault({"kind": "rollout", "node": "n1", "strength": 60})
+            fleet.apply_restarts(clock.now())
+            # The engine restarts with the new version: down while it starts, its peer untouched.
+            assert (fleet.nodes["n1"].down_until, fleet.nodes["n2"].down_until) == (clock.now() + 60, 0.0)
+            during = _scrape(fleet, clock)
+            assert during[f'kube_pod_status_ready{{condition="true",{pod}}}'] == 0
+            n2 = 'namespace="llm",pod="vllm-n2",uid="sim-n2"'
+            assert during[f'kube_pod_status_ready{{condition="true",{n2}}}'] == 1
+        scrapes.append(_scrape(fleet, clock))
+        clock.advance(30)
+    assert [s[generation] for s in scrapes] == [1, 1, 2, 2, 2, 2]
+    assert [s[restarts] for s in scrapes] == [0] * 6  # a replaced pod, not a restarted container
+    assert scrapes[-1][f'kube_pod_status_ready{{condition="true",{pod}}}'] == 1  # ready after 60 s
+    index = pd.date_range("2026-03-02T12:00:00Z", periods=len(scrapes), freq="30s")
+    deploy, restart = FEEDS[1], FEEDS[0]
+    found = rises(pd.Series([s[generation] for s in scrapes], index=index, dtype=float))
+    assert [deploy.describe({"namespace": "llm", "deployment": "vllm"}, b, a) for _, b, a in found] == [
+        "deployment llm/vllm rolled out (generation 1 to 2)"]
+    assert (deploy.kind, restart.kind) == ("deploy", "restart")
+    assert rises(pd.Series([s[restarts] for s in scrapes], index=index, dtype=float)) == []
