@@ -71,8 +71,9 @@ def xid_critical(case: Case) -> Diagnosis | None:
     gpu = (e.entity.get("node"), e.entity.get("gpu"))
     if any((x.entity.get("node"), x.entity.get("gpu")) == gpu for x in case.of("ecc_uncorrected_increase")):
         return None
-    return _verdict(case, "xid_critical", "infrastructure", RootCause(e.signal, e.labels),
-                    f"paging Xid {xid} on {RootCause(e.signal, e.labels).entity}: isolate the GPU"
+    cause = RootCause(e.signal, e.labels)
+    return _verdict(case, "xid_critical", "infrastructure", cause,
+                    f"paging Xid {xid} on {cause.entity}: isolate the GPU"
                     + _impact_text(case, ["xid_paging"]), "critical", ["xid_paging"])
 
 
