@@ -37,8 +37,8 @@ from simulator.trace import load_trace
 # The version of what ``generate`` produces. Drill histories are cached under a key made of the
 # scenario's content and this number (not of the source files, which would make every edit
 # anywhere in the simulator, a comment included, regenerate every history). Bump it whenever a
-# change alters the samples a scenario yields; tests/drills/test_history_version.py pins it to a
-# fingerprint of the generator's code, so an edit without a bump fails there, saying so.
+# change alters the samples a scenario yields; tests/drills/test_history_version.py fails on any
+# edit of the generator's code until its fingerprint is pinned to a version, saying so.
 HISTORY_VERSION = 1
 
 
