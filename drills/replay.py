@@ -41,11 +41,12 @@ from drills.score import DrillScore, expected_truths, score
 from oximeter.store import connect
 
 
-def signal_frames(directory: Path, catalogue: Mapping[str, SignalSpec] = CATALOGUE, *, stock: bool = False,
-                  ) -> tuple[dict[str, SeriesFrame], float]:
-    """Every catalogue signal, its traffic guard and the rules' context over the whole history
-    (``stock``: a stock fleet's history, read through the adapters as Prometheus would)."""
-    raw = RawStore.from_history(directory)
+def signal_frames(history: Path | RawStore, catalogue: Mapping[str, SignalSpec] = CATALOGUE, *,
+                  stock: bool = False) -> tuple[dict[str, SeriesFrame], float]:
+    """Every catalogue signal, its traffic guard and the rules' context over the whole history (a
+    history directory, or its raw series; ``stock``: a stock fleet's history, read through the
+    adapters as Prometheus would)."""
+    raw = history if isinstance(history, RawStore) else RawStore.from_history(history)
     if stock:
         raw = with_stock_translated(raw)
     source = FrameSource(raw=raw)
