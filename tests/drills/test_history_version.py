@@ -27,30 +27,29 @@ PINNED = {
 }
 
 
-def generator_sources() -> list[Path]:
-    """``simulator/history.py`` and every module of ours it imports, transitively."""
-    seen: set[Path] = set()
+def generator_trees() -> dict[Path, ast.Module]:
+    """``simulator/history.py`` and every module of ours it imports, transitively, parsed."""
+    trees: dict[Path, ast.Module] = {}
     todo = [ENTRY]
     while todo:
         path = todo.pop()
-        if path in seen or not path.is_file():
+        if path in trees or not path.is_file():
             continue
-        seen.add(path)
-        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        trees[path] = tree = ast.parse(path.read_text(encoding="utf-8"))
+        for node in ast.walk(tree):
             names = [a.name for a in node.names] if isinstance(node, ast.Import) else \
                 [node.module] if isinstance(node, ast.ImportFrom) and node.module and not node.level else []
             for name in names:
                 if name.split(".")[0] in OURS:
                     base = ROOT.joinpath(*name.split("."))
                     todo += [base.with_suffix(".py"), base / "__init__.py"]
-    return sorted(seen)
+    return trees
 
 
 def fingerprint() -> str:
-    """The generator's code as syntax trees (its version constant left out: bumping it is the fix)."""
+    """The generator's code as syntax trees (its version constant left out: setting it is the fix)."""
     digest = hashlib.sha256()
-    for path in generator_sources():
-        tree = ast.parse(path.read_text(encoding="utf-8"))
+    for path, tree in sorted(generator_trees().items()):
         if path == ENTRY:
             tree.body = [n for n in tree.body if not (isinstance(n, ast.Assign) and any(
                 isinstance(t, ast.Name) and t.id == "HISTORY_VERSION" for t in n.targets))]
