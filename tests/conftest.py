@@ -64,7 +64,7 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 # Tests that must share one pytest-xdist worker (``make test`` runs several): every user of the
 # session's live stack (a session fixture is per worker, and the stack is costly), and the drill
 # replays (they fill one history cache; apart they would generate the same windows twice).
-XDIST_GROUPS = {"live_stack": ("tests/live/", "tests/e2e/"), "drill_cache": ("tests/drill/test_drill.py",)}
+XDIST_GROUPS = {"live_stack": ("tests/live/", "tests/e2e/"), "drill_cache": ("tests/drills/test_drill.py",)}
 # Modules under those paths that do not use the shared stack: on its worker they would run in
 # series with it; elsewhere their module-scoped fixtures still keep each one unit. The stock e2e
 # starts its own stack; the configuration and chat-sink tests start none.
