@@ -34,6 +34,13 @@ from simulator.scenario import Scenario, load_scenario, parse_duration_s, with_t
 from simulator.series import SeriesStore
 from simulator.trace import load_trace
 
+# The version of what ``generate`` produces. Drill histories are cached under a key made of the
+# scenario's content and this number (not of the source files, which would make every edit
+# anywhere in the simulator, a comment included, regenerate every history). Bump it whenever a
+# change alters the samples a scenario yields; tests/drills/test_history_version.py fails on any
+# edit of the generator's code until its fingerprint is pinned to a version, saying so.
+HISTORY_VERSION = 1
+
 
 def build_fleet(sc: Scenario, days: float, *, path: str = "<scenario>") -> Fleet:
     """The scenario's fleet with its faults on a virtual clock whose zero is the history start."""
