@@ -212,7 +212,7 @@ CATALOGUE: dict[str, SignalSpec] = {s.name: s for s in (
        expr=q.gauge("oximeter_gpu_up"),
        entity_labels=("node", "gpu"), threshold=0.5, for_s=60,
        description="the exporter cannot read the GPU"),
-    _s(name="target_down", layer="platform", kind="gauge", direction="down", promql="up",
+    _s(name="target_down", layer="platform", kind="gauge", direction="down", expr=q.select("up"),
        entity_labels=("job", "instance"), threshold=0.5, for_s=60,
        description="a scrape target is down"),
     # Kubernetes' own view of the platform: kube-state-metrics through its adapter's records

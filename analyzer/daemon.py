@@ -40,14 +40,7 @@ from analyzer.events import AnomalyEvent, parse_iso
 from analyzer.incident_store import IncidentStore
 from analyzer.incidents import Change, Incident, IncidentSettings, IncidentTracker, findings
 from analyzer.kube_changes import KubeChangePoller
-from analyzer.pipeline import (
-    CONTEXT,
-    TARGET_INFO,
-    CyclePipeline,
-    Pipeline,
-    snapshot_from_frames,
-    topology_from_frames,
-)
+from analyzer.pipeline import CyclePipeline, Pipeline, topology_from_frames
 from analyzer.settings import AnalyzerSettings, InputProfile
 from analyzer.signals import SignalSpec
 from analyzer.sources.base import ReplayClock, Source
@@ -63,10 +56,6 @@ from reporter.settings import ReporterSettings
 if TYPE_CHECKING:
     from reporter.wiring import Reporting
 
-# Kept importable from here (analyzer/replay.py and the tests import them from the daemon).
-__all__ = ["CONTEXT", "TARGET_INFO", "Analyzer", "CyclePipeline", "DaemonMetrics",
-           "LogNotifier", "Notifier", "Pipeline", "configure", "run", "serve", "snapshot_from_frames",
-           "topology_from_frames"]
 SOURCE_ERRORS = (OximeterError, OSError, requests.RequestException)
 
 
@@ -167,7 +156,7 @@ class Analyzer:
             except SOURCE_ERRORS as exc:  # the signals were read: judge them, catch up next cycle
                 logger.warning("analyzer: cannot read platform changes: {}", exc)
         topology = topology_from_frames(frames, self.topology)
-        found = findings(events, topology, now=now, snapshot=snapshot_from_frames(frames),
+        found = findings(events, topology, now=now, snapshot=self.pipeline.snapshot(frames, now),
                          settings=self.settings, catalogue=self.catalogue, unreadable=self.unreadable)
         lookback = timedelta(seconds=self.settings.lookback_s + self.settings.reopen_window_s)
         changes, touched = self.tracker.step(found, now, self.store.change_events(now - lookback, now))

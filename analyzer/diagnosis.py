@@ -2,7 +2,10 @@
 
 A rule sees a :class:`Case`: the group's anomaly events *and* a snapshot of current values per
 entity, because several rules hinge on context that is not itself anomalous ("GPU utilisation
-low", "KV cache not full", "a thermal clock reason is active").
+low", "KV cache not full", "a thermal clock reason is active"). Those rules are here; the rules
+one anomaly decides by itself (a paging Xid, an ECC counter, a leak's trend, a target down) are
+in ``analyzer/diagnosis_single.py``, and how every rule words and grades its verdict in
+``analyzer/verdicts.py``. ``RULES`` below is the order they are all tried in.
 """
 
 from __future__ import annotations
@@ -22,114 +25,29 @@ from analyzer.case import (
     describe,
     fmt_value,
 )
+from analyzer.diagnosis_single import (
+    ecc_slow_burn,
+    ecc_storm,
+    ecc_uncorrectable,
+    engine_leak,
+    gpu_memory_leak,
+    ingress_errors,
+    node_not_ready,
+    nvlink_degraded,
+    queue_undrained,
+    telemetry_lost,
+    xid_critical,
+)
 from analyzer.events import AnomalyEvent
 from analyzer.opening import distinct, opens_incident
 from analyzer.signals import traffic_name
-from oximeter.runbook import runbook_ref
-from oximeter.vocabulary import LAYERS, SEVERITY_RANK, Severity
+from analyzer.verdicts import first, first_names_cause, impact_text, verdict
+from oximeter.vocabulary import LAYERS, Severity
 
 QUEUE_UP = ("queue_wait_p99", "queue_length", "queue_limit_ratio")
 LATENCY_UP = ("queue_wait_p99", "ttft_p99", "request_p99", "engine_ttft_p99", "engine_itl_peer")
 TTFT_UP = ("ttft_p99", "engine_ttft_p99")
 PEER_SIGNALS = ("gpu_utilization_peer", "engine_itl_peer")
-
-
-def symptom_severity(case: Case) -> Severity:
-    """P0 symptoms (504s, a full queue, queue wait p99 over 1 s) make any diagnosis critical."""
-    if case.of("error_504_ratio", "queue_limit_ratio"):
-        return "critical"
-    if any(e.value >= case.limit("queue_wait_p99") for e in case.of("queue_wait_p99")):
-        return "critical"
-    return "info"
-
-
-def _verdict(case: Case, rule: str, layer: str, cause: RootCause, sentence: str, base: Severity,
-             cause_signals: Iterable[str]) -> Diagnosis:
-    sev = max(base, symptom_severity(case), key=SEVERITY_RANK.__getitem__)
-    return Diagnosis(rule, layer, cause, sentence, sev, runbook_ref(rule), tuple(cause_signals))
-
-
-def _impact_text(case: Case, causes: Iterable[str]) -> str:
-    causes = set(causes)
-    shown = [describe(e) for e in case.events if e.signal not in causes][:3]
-    return f"; impact: {', '.join(shown)}" if shown else ""
-
-
-def _first(case: Case, *signals: str) -> AnomalyEvent | None:
-    found = case.of(*signals)
-    return found[0] if found else None
-
-
-def xid_critical(case: Case) -> Diagnosis | None:
-    """A paging Xid: isolate the GPU now."""
-    e = _first(case, "xid_paging")
-    if e is None:
-        return None
-    # Xid 48 is the driver reporting a double-bit ECC error: with the uncorrectable ECC counter
-    # rising on the same GPU, the ECC error is the cause and ecc_uncorrectable names it.
-    xid = e.entity.get("xid", "?")
-    gpu = (e.entity.get("node"), e.entity.get("gpu"))
-    if any((x.entity.get("node"), x.entity.get("gpu")) == gpu for x in case.of("ecc_uncorrected_increase")):
-        return None
-    cause = RootCause(e.signal, e.labels)
-    return _verdict(case, "xid_critical", "infrastructure", cause,
-                    f"paging Xid {xid} on {cause.entity}: isolate the GPU"
-                    + _impact_text(case, ["xid_paging"]), "critical", ["xid_paging"])
-
-
-def ecc_uncorrectable(case: Case) -> Diagnosis | None:
-    """Any uncorrectable ECC error: isolate the GPU now."""
-    e = _first(case, "ecc_uncorrected_increase")
-    if e is None:
-        return None
-    cause = RootCause(e.signal, e.labels)
-    return _verdict(case, "ecc_uncorrectable", "infrastructure", cause,
-                    f"{e.value:.0f} uncorrectable ECC error(s) on {cause.entity}: isolate the GPU"
-                    + _impact_text(case, [e.signal]), "critical", [e.signal])
-
-
-def ecc_storm(case: Case) -> Diagnosis | None:
-    """Corrected ECC +100 in 5 min or × 100 its baseline: drain the node."""
-    e = _first(case, "ecc_corrected_increase")
-    if e is None:
-        return None
-    cause = RootCause(e.signal, e.labels)
-    return _verdict(case, "ecc_storm", "infrastructure", cause,
-                    f"corrected ECC +{e.value:.0f} in 5 min on {cause.entity}"
-                    + (f" (baseline {e.baseline:.2g})" if e.baseline is not None else "")
-                    + ": drain the node" + _impact_text(case, [e.signal]), "critical", [e.signal])
-
-
-def ecc_slow_burn(case: Case) -> Diagnosis | None:
-    """Corrected ECC errors burning steadily for an hour or more, under every 5-min criterion:
-    the memory is wearing out but still correcting, so plan a drain rather than page."""
-    e = _first(case, "ecc_corrected_burn")
-    if e is None:
-        return None
-    cause = RootCause(e.signal, e.labels)
-    return _verdict(case, "ecc_slow_burn", "infrastructure", cause,
-                    f"corrected ECC +{e.value:.0f} in 1 h on {cause.entity} ({e.value / 60:.1f} a minute): "
-                    "schedule a drain" + _impact_text(case, [e.signal]), "warning", [e.signal])
-
-
-def nvlink_degraded(case: Case) -> Diagnosis | None:
-    """One NVLink counting data-link errors (CRC, replays, recoveries): the link is failing.
-
-    Infrastructure, though its symptom is the engine's: a tensor-parallel engine's all-reduce
-    crosses every link of its GPUs, so one link replaying its traffic slows every step and looks
-    like an engine problem. The message names the link, which is what gets reseated or replaced.
-    """
-    e = _first(case, "nvlink_errors_increase")
-    if e is None:
-        return None
-    cause = RootCause(e.signal, e.labels)
-    entity = e.entity
-    where = f"NVLink {entity.get('link', '?')} of GPU {entity.get('gpu', '?')} on {entity.get('node', '?')}"
-    return _verdict(case, "nvlink_degraded", "infrastructure", cause,
-                    f"{where}: +{e.value:.0f} data-link errors (CRC, replay, recovery) in 5 min"
-                    + (f" (baseline {e.baseline:.2g})" if e.baseline is not None else "")
-                    + ": drain the node and reseat or replace the link" + _impact_text(case, [e.signal]),
-                    "warning", [e.signal])
 
 
 def thermal_throttle(case: Case) -> Diagnosis | None:
@@ -164,7 +82,7 @@ def thermal_throttle(case: Case) -> Diagnosis | None:
                    if (dict(k).get("node"), dict(k).get("gpu")) == (node, gpu)),
                   (("gpu", gpu), ("node", node)))
     cause = RootCause("gpu_temperature", labels)
-    return _verdict(case, "thermal_throttle", "infrastructure", cause,
+    return verdict(case, "thermal_throttle", "infrastructure", cause,
                     f"GPU {cause.entity} at {temps[hot[0]]:.0f} °C, "
                     + (f"SM clock {clock * 100:.0f} % of max " if clock is not None else "")
                     + ("with a thermal reason" if reasons_read
@@ -177,7 +95,7 @@ def peer_outlier(case: Case) -> Diagnosis | None:
     """One GPU or node much slower than its same-model peers with no throttle reason."""
     # The GPU's own peer signal names the card; the node's latency gap is its symptom, even when
     # the node's signal crossed first.
-    e = _first(case, "gpu_utilization_peer") or _first(case, "engine_itl_peer")
+    e = first(case, "gpu_utilization_peer") or first(case, "engine_itl_peer")
     if e is None:
         return None
     node = e.entity.get("node")
@@ -191,9 +109,9 @@ def peer_outlier(case: Case) -> Diagnosis | None:
     if throttled or any(explains(case, e) for explains in explained):
         return None
     cause = RootCause(e.signal, e.labels)
-    return _verdict(case, "peer_outlier", "infrastructure", cause,
+    return verdict(case, "peer_outlier", "infrastructure", cause,
                     f"{cause.entity}: {describe(e)} of its same-model peers, no throttle reason"
-                    + _impact_text(case, PEER_SIGNALS), "warning", PEER_SIGNALS)
+                    + impact_text(case, PEER_SIGNALS), "warning", PEER_SIGNALS)
 
 
 def _node_moved(case: Case, e: AnomalyEvent) -> bool:
@@ -251,47 +169,21 @@ def _busier(case: Case, e: AnomalyEvent) -> bool:
     return mine / median(others) >= e.value / e.baseline
 
 
-def telemetry_lost(case: Case) -> Diagnosis | None:
-    """A scrape target down or a GPU's series vanished (GPUs that detach often show nothing else)."""
-    e = _first(case, "target_down", "gpu_series_vanished", "gpu_down")
-    if e is None:
-        return None
-    cause = RootCause(e.signal, e.labels)
-    what = "scrape target down" if e.signal == "target_down" else "GPU telemetry lost"
-    return _verdict(case, "telemetry_lost", "platform", cause,
-                    f"{what} on {cause.entity} since {e.onset:%H:%M} UTC"
-                    + _impact_text(case, ["target_down", "gpu_series_vanished", "gpu_down"]), "warning",
-                    ["target_down", "gpu_series_vanished", "gpu_down"])
-
-
-def node_not_ready(case: Case) -> Diagnosis | None:
-    """Kubernetes says a node is not Ready: its engines are down or being moved, and whatever its
-    exporters stopped saying follows from it."""
-    e = _first(case, "node_not_ready")
-    if e is None:
-        return None
-    cause = RootCause(e.signal, e.labels)
-    return _verdict(case, "node_not_ready", "platform", cause,
-                    f"node {e.entity.get('node', '?')} not Ready in Kubernetes: its pods are down or "
-                    "being rescheduled" + _impact_text(case, ["node_not_ready"]), "critical",
-                    ["node_not_ready"])
-
-
 RESTART_SIGNALS = ("container_restarts", "pod_not_ready")
 
 
 def restart_loop(case: Case) -> Diagnosis | None:
     """An engine's pod restarting again and again, or kept out of service: the platform layer,
     whatever the engine's own series show while it is down (they are its impact)."""
-    e = _first(case, "container_restarts") or _first(case, "pod_not_ready")
+    e = first(case, "container_restarts") or first(case, "pod_not_ready")
     if e is None:
         return None
     cause = RootCause(e.signal, e.labels)
     pod = f"{e.entity.get('namespace', '?')}/{e.entity.get('pod', '?')} on {e.entity.get('node', '?')}"
     what = (f"restarted {e.value:.0f} times in 5 min: a restart loop" if e.signal == "container_restarts"
             else "not Ready for 10 min")
-    return _verdict(case, "restart_loop", "platform", cause, f"pod {pod} {what}"
-                    + _impact_text(case, RESTART_SIGNALS), "warning", RESTART_SIGNALS)
+    return verdict(case, "restart_loop", "platform", cause, f"pod {pod} {what}"
+                    + impact_text(case, RESTART_SIGNALS), "warning", RESTART_SIGNALS)
 
 
 def dependency_degraded(case: Case) -> Diagnosis | None:
@@ -304,50 +196,8 @@ def dependency_degraded(case: Case) -> Diagnosis | None:
     parts = ", ".join(describe(d) for d in deps[:2])
     util = case.context("gpu_utilization_p95")
     util_text = f", GPU util {fmean(util.values()) * 100:.0f} %" if util else ""
-    return _verdict(case, "dependency_degraded", "dependency", RootCause(e.signal, e.labels),
-                    f"{parts}{util_text}" + _impact_text(case, causes), "warning", causes)
-
-
-def full_in(event: AnomalyEvent) -> str:
-    """``, full in 1.3 h`` (minutes under an hour, days beyond two) for an event with a time to
-    full, else ''."""
-    ttf = event.time_to_full_s
-    if ttf is None or not math.isfinite(ttf):
-        return ""
-    if ttf < 3600:
-        return f", full in {ttf / 60:.0f} min"
-    return f", full in {ttf / 3600:.1f} h" if ttf < 2 * 86400 else f", full in {ttf / 86400:.1f} d"
-
-
-def engine_leak(case: Case) -> Diagnosis | None:
-    """Process RSS rising steadily, with the time until it fills the host's memory."""
-    e = _first(case, "process_rss_trend")
-    if e is None:
-        return None
-    cause = RootCause(e.signal, e.labels)
-    # The score is the rise per hour relative to the level.
-    return _verdict(case, "engine_leak", "engine", cause,
-                    f"{cause.entity}: RSS {fmt_value(e.signal, e.value)} of the host's memory, rising "
-                    f"{e.score * 100:.1f} % per hour{full_in(e)}", "warning", [e.signal])
-
-
-def gpu_memory_leak(case: Case) -> Diagnosis | None:
-    """GPU memory in use rising steadily on one card, with the time until it is full.
-
-    The engine layer, not infrastructure: the memory is the engine process's own allocations
-    (vLLM preallocates its share and should then hold it flat), the card is healthy, and the
-    remedy is restarting or fixing the engine before its next allocation fails out of memory,
-    not draining the node.
-    """
-    e = _first(case, "gpu_memory_trend")
-    if e is None:
-        return None
-    cause = RootCause(e.signal, e.labels)
-    per_hour = e.score * e.value * 100  # the score is the rise per hour relative to the level
-    return _verdict(case, "gpu_memory_leak", "engine", cause,
-                    f"{cause.entity}: GPU memory {fmt_value(e.signal, e.value)} used, rising "
-                    f"{per_hour:.1f} points per hour{full_in(e)}" + _impact_text(case, [e.signal]),
-                    "warning", [e.signal])
+    return verdict(case, "dependency_degraded", "dependency", RootCause(e.signal, e.labels),
+                    f"{parts}{util_text}" + impact_text(case, causes), "warning", causes)
 
 
 def kv_pressure(case: Case) -> Diagnosis | None:
@@ -382,22 +232,22 @@ def kv_pressure(case: Case) -> Diagnosis | None:
         return None
     causes = ["kv_cache_usage", "preemption_rate"]
     sentence = f"{describe(queue[0])} while {text}" if queue else \
-        f"{describe(preempt[0])}: KV cache exhausted" + _impact_text(case, causes)
-    return _verdict(case, "kv_pressure", "engine", cause, sentence, "warning", causes)
+        f"{describe(preempt[0])}: KV cache exhausted" + impact_text(case, causes)
+    return verdict(case, "kv_pressure", "engine", cause, sentence, "warning", causes)
 
 
 def prefix_cache_collapse(case: Case) -> Diagnosis | None:
     """Prefix-cache hit ratio dropping sharply while TTFT rises, or while the node's inter-token
     latency leaves its peers' (the prompts prefilled again hold up every decode step)."""
-    e = _first(case, "prefix_cache_hit_ratio")
+    e = first(case, "prefix_cache_hit_ratio")
     if e is None:
         return None
     node = e.entity.get("node")
     ttft = case.of(*TTFT_UP) or [x for x in case.of("engine_itl_peer") if x.entity.get("node") == node]
     if not ttft:
         return None
-    return _verdict(case, "prefix_cache_collapse", "engine", RootCause(e.signal, e.labels),
-                    f"{describe(e)} while {describe(ttft[0])}", "warning", [e.signal])
+    return first_names_cause(case, "prefix_cache_collapse", "engine", ("prefix_cache_hit_ratio",), "warning",
+                             lambda e, _: f"{describe(e)} while {describe(ttft[0])}", impact=False)
 
 
 def empty_outputs(case: Case) -> Diagnosis | None:
@@ -408,14 +258,14 @@ def empty_outputs(case: Case) -> Diagnosis | None:
     if e is None:
         return None
     cause = RootCause(e.signal, e.labels)
-    return _verdict(case, "empty_outputs", "engine", cause,
+    return verdict(case, "empty_outputs", "engine", cause,
                     f"{fmt_value(e.signal, e.value)} of the answers on {cause.entity} were empty: the engine "
-                    "answers with nothing (template, adapter or model)" + _impact_text(case, [e.signal]),
+                    "answers with nothing (template, adapter or model)" + impact_text(case, [e.signal]),
                     "warning", [e.signal])
 
 
 def _queue_wait(case: Case) -> AnomalyEvent | None:
-    return _first(case, "queue_wait_p99") or _first(case, *QUEUE_UP)
+    return first(case, "queue_wait_p99") or first(case, *QUEUE_UP)
 
 
 def capacity_exhausted(case: Case) -> Diagnosis | None:
@@ -432,7 +282,7 @@ def capacity_exhausted(case: Case) -> Diagnosis | None:
     util = case.context("gpu_utilization_p95")
     busy = fmean(util.values()) if util else None
     waiting = max(case.context(ENGINE_WAITING).values(), default=0.0)
-    q = _queue_wait(case) or (_first(case, *TTFT_UP) if waiting > 0 else None)
+    q = _queue_wait(case) or (first(case, *TTFT_UP) if waiting > 0 else None)
     if q is None:
         return None
     if busy is not None and busy > case.thresholds.gpu_util_high:
@@ -443,7 +293,7 @@ def capacity_exhausted(case: Case) -> Diagnosis | None:
     else:
         return None
     causes = [*QUEUE_UP, *TTFT_UP] if waiting > 0 else list(QUEUE_UP)
-    return _verdict(case, "capacity_exhausted", "scheduling", RootCause(q.signal, q.labels),
+    return verdict(case, "capacity_exhausted", "scheduling", RootCause(q.signal, q.labels),
                     f"{describe(q)} while {why}: capacity exhausted", "warning", causes)
 
 
@@ -456,33 +306,9 @@ def scheduling_bottleneck(case: Case) -> Diagnosis | None:
         return None
     if any(v >= case.limit("kv_cache_usage") for v in case.context("kv_cache_usage").values()):
         return None
-    return _verdict(case, "scheduling_bottleneck", "scheduling", RootCause(q.signal, q.labels),
+    return verdict(case, "scheduling_bottleneck", "scheduling", RootCause(q.signal, q.labels),
                     f"{describe(q)} while GPU util {fmean(util.values()) * 100:.0f} %", "warning",
                     list(QUEUE_UP))
-
-
-def queue_undrained(case: Case) -> Diagnosis | None:
-    """An external work queue (a Redis list or stream) growing, never emptied, with nothing wrong
-    below the scheduling layer: its producers outpace the workers that drain it into the gateway,
-    which are too few or stuck. With a lower layer at fault, that fault is the cause and the
-    queue its impact."""
-    e = _first(case, "external_queue_growth")
-    if e is None or any(x.layer in LOWER_LAYERS for x in case.events):
-        return None
-    cause = RootCause(e.signal, e.labels)
-    where = f"queue {e.entity.get('queue', '?')} on {e.entity.get('node', '?')}"
-    return _verdict(case, "queue_undrained", "scheduling", cause,
-                    f"{where} grows by {e.value:.2f} items a second and never empties: its workers "
-                    "do not keep up" + _impact_text(case, [e.signal]), "warning", [e.signal])
-
-
-def ingress_errors(case: Case) -> Diagnosis | None:
-    """504 ratio up while the queue and everything upstream are healthy."""
-    e = _first(case, "error_504_ratio")
-    if e is None or any(x.layer != "ingress" for x in case.events):
-        return None
-    return _verdict(case, "ingress_errors", "ingress", RootCause(e.signal, e.labels),
-                    f"{describe(e)} with a healthy queue and upstream", "critical", [e.signal])
 
 
 # Rules whose cause is the service's, not one replica's: the load balancer spreads a service's
@@ -512,9 +338,9 @@ def unclassified(case: Case) -> Diagnosis:
     e = min(candidates, key=lambda x: (LAYERS.index(x.layer) if x.layer in LAYERS else 99,
                                         x.onset, order.get(x.signal, len(order)), x.signal))
     sev: Severity = "warning" if len(case.events) > 1 else "info"
-    return _verdict(case, "unclassified", e.layer, RootCause(e.signal, e.labels),
+    return verdict(case, "unclassified", e.layer, RootCause(e.signal, e.labels),
                     f"{describe(e)} on {RootCause(e.signal, e.labels).entity}, earliest lowest-layer anomaly"
-                    + _impact_text(case, [e.signal]), sev, [e.signal])
+                    + impact_text(case, [e.signal]), sev, [e.signal])
 
 
 def diagnose(case: Case, rules: Iterable[Rule] = RULES) -> Diagnosis:

@@ -122,6 +122,10 @@ class Pipeline(Protocol):
         """Events and frames as of ``now``."""
         ...
 
+    def snapshot(self, frames: Mapping[str, SeriesFrame], now: datetime) -> Snapshot:
+        """The diagnosis rules' context as of ``now``, from the frames :meth:`run` returned."""
+        ...
+
     def remember(self, spans: Iterable[Span]) -> None:
         """The open incidents' evidence, to keep out of baselines while they are open."""
         ...
@@ -179,6 +183,10 @@ class CyclePipeline:
             if span.signal in self.cycles:
                 held.setdefault(span.signal, []).append(Held(span.signal, span.labels, span.onset))
         self.held = held
+
+    def snapshot(self, frames: Mapping[str, SeriesFrame], now: datetime) -> Snapshot:
+        """The latest value of every series of this cycle's frames."""
+        return snapshot_from_frames(frames)
 
     def run(self, now: datetime) -> tuple[list[AnomalyEvent], dict[str, SeriesFrame]]:
         """Fetch what is new, evaluate every catalogue signal, fetch the context series."""

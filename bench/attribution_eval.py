@@ -1,9 +1,9 @@
 """Attribution accuracy: every scenario's history replayed through detection, correlation and diagnosis.
 
 For each ``simulator/scenarios/*.yaml``: generate its history (in-process, cached in ``--workdir``
-by a hash of the scenario, window and simulator source), derive every catalogue signal and the
+by a hash of the scenario, the window and the generator's version), derive every catalogue signal and the
 rules' context from the raw series, detect over the whole history, then replay the daemon's
-cycles every ``--interval`` through the incident tracker (``analyzer/replay.py``, shared with
+cycles every ``--interval`` through the incident tracker (``drills/replay.py``, shared with
 ``oximeter drill``). A scenario is right when it yields exactly one incident per expected root
 cause (the truth and its ``also``; none for a fault-free one), each named by layer, rule and
 entity. Prints a table and ends with ``attribution accuracy: N %``.
@@ -28,18 +28,13 @@ import time
 from datetime import UTC, datetime
 from pathlib import Path
 
-from analyzer.drill import (
-    DEFAULT_CACHE,
-    DrillScore,
-    expected_truths,
-    prepare_drill_windows,
-    replay_drill,
-    score,
-)
 from analyzer.events import parse_iso
 from analyzer.incident_store import parse_duration
 from analyzer.incidents import IncidentSettings
-from analyzer.replay import HistoryWindow, history_dir, replay_history
+from drills.cli import DEFAULT_CACHE
+from drills.history import HistoryWindow, history_dir
+from drills.replay import prepare_drill_windows, replay_drill, replay_history
+from drills.score import DrillScore, expected_truths, score
 from simulator.scenario import load_scenario
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -1,7 +1,7 @@
 """Detection quality on every simulator scenario: per fault, detected or not and how late;
 per scenario, the false alarms; and false alarms per simulated day over the fault-free week.
 
-Affordable because only what detection reads is simulated, through ``analyzer/replay.py``'s cached
+Affordable because only what detection reads is simulated, through ``drills/history.py``'s cached
 history windows (shared with ``oximeter drill``): for each scenario, the window around its faults
 (an hour of warm-up for the recent baseline, the fault, half an hour of tail) and the fault-free
 same-time window a day earlier that the seasonal baselines read, as the live daemon reads them
@@ -35,21 +35,20 @@ import yaml
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from analyzer.catalogue import CATALOGUE, build_catalogue
-from analyzer.drill import DEFAULT_CACHE
 from analyzer.events import AnomalyEvent
 from analyzer.incident_store import parse_duration
-from analyzer.replay import (
+from analyzer.signals import SignalSpec
+from drills.cli import DEFAULT_CACHE
+from drills.history import (
     DAY_S,
     DRILL_END_S,
     HistoryWindow,
     cache_key,
-    detect,
     drill_windows,
     prepare,
     same_time_window,
-    signal_frames,
 )
-from analyzer.signals import SignalSpec
+from drills.replay import detect, signal_frames
 from simulator.scenario import Scenario, load_scenario
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -47,8 +47,10 @@ import yaml
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from analyzer.drill import DEFAULT_CACHE, expected_truths, parse_when, replay_windows  # noqa: E402
-from analyzer.replay import DAY_S, drill_windows, history_dir, same_time_window, truth_matches  # noqa: E402
+from drills.cli import DEFAULT_CACHE  # noqa: E402
+from drills.history import DAY_S, drill_windows, history_dir, same_time_window  # noqa: E402
+from drills.replay import replay_windows  # noqa: E402
+from drills.score import expected_truths, parse_when, truth_matches  # noqa: E402
 from oximeter.xids import PAGING_XIDS  # noqa: E402
 from simulator.arrivals import mean_lengths  # noqa: E402
 from simulator.scenario import EngineOverrides, GatewayLimits, load_scenario  # noqa: E402

@@ -3,7 +3,7 @@
 Generates a fault-free fleet history whose traffic is the trace (``simulator/trace.py``: scaled so
 the busiest hour runs at ``--peak-utilisation`` of the fleet's capacity, tiled over the days,
 thinned by the daily shape, round-robin over the nodes), replays it through detection,
-correlation and the incident lifecycle (``analyzer/replay.py``, as ``oximeter drill`` does) and
+correlation and the incident lifecycle (``drills/replay.py``, as ``oximeter drill`` does) and
 prints what the traffic did and every incident opened. Ends with ``incidents on a fault-free
 trace-driven history: N``; exits 1 when N > 0.
 
@@ -22,9 +22,10 @@ from pathlib import Path
 
 import pandas as pd
 
-from analyzer.drill import DEFAULT_CACHE
 from analyzer.incident_store import parse_duration
-from analyzer.replay import DRILL_END_S, HistoryWindow, history_dir, replay_history
+from drills.cli import DEFAULT_CACHE
+from drills.history import DRILL_END_S, HistoryWindow, history_dir
+from drills.replay import replay_history
 from oximeter.errors import ConfigError
 from simulator.scenario import Scenario, Truth, with_trace
 from simulator.trace import load_trace

@@ -32,7 +32,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "analyze": ("analyzer.daemon", "run the analyzer daemon: detect, correlate, store, notify"),
     "report": ("reporter.digest_cli", "send or preview the daily health digest"),
     "store": ("oximeter.store_cli", "check the shared store's integrity, or back it up while in use"),
-    "drill": ("analyzer.drill",
+    "drill": ("drills.cli",
               "rehearse a fault scenario against the stack or in replay, and score the diagnosis"),
 }
 

@@ -22,11 +22,14 @@ from dataclasses import dataclass, field
 from datetime import UTC, date, datetime, time, timedelta, tzinfo
 from zoneinfo import ZoneInfo
 
+import numpy as np
+
+from analyzer.detectors.counter import counter_steps
 from analyzer.incident_store import IncidentQuery, IncidentStore
 from analyzer.incidents import Incident
 from oximeter.prometheus import Series
 from reporter.digest_capacity import Headroom, NMinusOne, headroom, n_minus_one, placement
-from reporter.prom import PromQuery, counter_increase
+from reporter.prom import PromQuery
 from reporter.settings import DigestSettings
 
 STEP_S = 60.0  # the contract's 1m resolution
@@ -160,8 +163,9 @@ class Digest:
 
 
 def increases(series: Iterable[Series]) -> list[tuple[dict[str, str], float]]:
-    """Each series' exact increase over its points."""
-    return [(dict(s.labels), counter_increase([v for _, v in s.points])) for s in series]
+    """Each series' exact increase over its points (a reset counts from 0)."""
+    return [(dict(s.labels), float(counter_steps(np.array([v for _, v in s.points], dtype=np.float64)).sum()))
+            for s in series]
 
 
 def _sum_by(rows: Iterable[tuple[dict[str, str], float]], *keys: str) -> dict[tuple[str, ...], float]:

@@ -3,8 +3,6 @@ configured from the digest's settings, and the exact increase of a counter's sam
 
 from __future__ import annotations
 
-import itertools
-from collections.abc import Sequence
 from datetime import datetime
 from typing import TYPE_CHECKING, Protocol
 
@@ -38,10 +36,3 @@ def digest_client(settings: DigestSettings, url: str | None = None) -> Prometheu
                             token=read_secret(token_env) if token_env else None,
                             verify=settings.prometheus_tls_verify, session=session)
 
-
-def counter_increase(values: Sequence[float]) -> float:
-    """Exact increase of a counter over consecutive samples: positive steps, a reset counts from 0."""
-    total = 0.0
-    for before, after in itertools.pairwise(values):
-        total += after - before if after >= before else after
-    return total

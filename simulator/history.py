@@ -15,7 +15,7 @@ import json
 import math
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -24,6 +24,7 @@ import pyarrow.parquet as pq
 from loguru import logger
 
 from oximeter.errors import ConfigError
+from simulator.arrivals import Arrival
 from simulator.clock import VirtualClock
 from simulator.engine import EngineParams
 from simulator.faults import FAULT_KINDS, FaultError
@@ -32,6 +33,13 @@ from simulator.node_history import NodeHistory
 from simulator.scenario import Scenario, load_scenario, parse_duration_s, with_trace
 from simulator.series import SeriesStore
 from simulator.trace import load_trace
+
+# The version of what ``generate`` produces. Drill histories are cached under a key made of the
+# scenario's content and this number (not of the source files, which would make every edit
+# anywhere in the simulator, a comment included, regenerate every history). Bump it whenever a
+# change alters the samples a scenario yields; tests/drills/test_history_version.py fails on any
+# edit of the generator's code until its fingerprint is pinned to a version, saying so.
+HISTORY_VERSION = 1
 
 
 def build_fleet(sc: Scenario, days: float, *, path: str = "<scenario>") -> Fleet:
@@ -80,15 +88,20 @@ def build_fleet(sc: Scenario, days: float, *, path: str = "<scenario>") -> Fleet
 
 
 def generate(
-    sc: Scenario, days: float, step_s: float, end_s: float, *, path: str = "<scenario>"
+    sc: Scenario, days: float, step_s: float, end_s: float, *, path: str = "<scenario>",
+    recorded: Mapping[str, Sequence[Arrival]] | None = None,
 ) -> tuple[SeriesStore, Fleet]:
-    """Simulate the whole fleet; the last sample is at ``end_s`` (epoch seconds)."""
+    """Simulate the whole fleet; the last sample is at ``end_s`` (epoch seconds).
+
+    ``recorded``: per node, the exact requests to replay (seconds from the start) instead of the
+    scenario's traffic — a run recorded elsewhere, seen by the same models."""
     steps = round(days * 86400.0 / step_s)
     origin = end_s - steps * step_s
     fleet = build_fleet(sc, days, path=path)
     store = SeriesStore([origin + (i + 1) * step_s for i in range(steps)])
     for name in fleet.nodes:
-        NodeHistory(sc, fleet, name, store, step_s, origin).run(steps)
+        given = None if recorded is None else recorded.get(name, ())
+        NodeHistory(sc, fleet, name, store, step_s, origin, given).run(steps)
     return store, fleet
 
 

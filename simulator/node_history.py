@@ -16,7 +16,7 @@ from __future__ import annotations
 import heapq
 import math
 import random
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 
@@ -27,7 +27,7 @@ from exporter.backends.sim import BadPayloadError, parse_gpu, parse_host_memory
 from exporter.collector import GpuCollector
 from gateway.admission import AdmissionController, AdmissionLimits, Outcome, RejectReason, Ticket
 from gateway.metrics import GatewayMetrics
-from simulator.arrivals import MAX_PROMPT_TOKENS, ArrivalStream
+from simulator.arrivals import MAX_PROMPT_TOKENS, Arrival, ArrivalStream
 from simulator.clock import VirtualClock
 from simulator.engine import Seq, SeqState
 from simulator.exposition import engine_families
@@ -107,9 +107,11 @@ class NodeHistory:
     """One node's engine, GPUs, dependency and gateway over the whole horizon."""
 
     def __init__(
-        self, sc: Scenario, fleet: Fleet, name: str, store: SeriesStore, step_s: float, wall_origin_s: float
+        self, sc: Scenario, fleet: Fleet, name: str, store: SeriesStore, step_s: float, wall_origin_s: float,
+        recorded: Sequence[Arrival] | None = None,
     ) -> None:
         self.sc, self.fleet, self.name, self.store = sc, fleet, name, store
+        self.recorded = recorded
         self.node = fleet.node(name)
         self.engine = self.node.engine
         self.step_s = step_s
@@ -197,10 +199,21 @@ class NodeHistory:
                 yield t + gap * c / copies, int(prompt[i]), int(output[i])
         yield math.inf, 0, 0
 
+    def _given(self, recorded: Sequence[Arrival]) -> Iterator[tuple[float, int, int]]:
+        """Exactly these requests, e.g. the ones a live run actually sent and when."""
+        for a in sorted(recorded, key=lambda a: a.at_s):
+            yield a.at_s, a.prompt_tokens, a.output_tokens
+        yield math.inf, 0, 0
+
     def run(self, steps: int) -> None:
         """Simulate ``steps`` steps, sampling at the end of each."""
         engine, heap, clock = self.engine, self.heap, self.clock
-        arrivals = self._drawn() if self.sc.trace is None else self._replayed(steps * self.step_s)
+        if self.recorded is not None:
+            arrivals = self._given(self.recorded)
+        elif self.sc.trace is None:
+            arrivals = self._drawn()
+        else:
+            arrivals = self._replayed(steps * self.step_s)
         next_arrival, *lengths = next(arrivals)
         now = clock.now()  # only this loop sets the clock
         for i in range(steps):

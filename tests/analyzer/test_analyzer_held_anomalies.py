@@ -11,7 +11,7 @@ from analyzer.catalogue import CATALOGUE
 from analyzer.evaluate import evaluate_signal
 from analyzer.frame import SeriesFrame
 from analyzer.incidents import IncidentSettings
-from analyzer.replay import detect, replay_cycles
+from drills.replay import detect, replay_cycles
 
 SIGNAL = "dependency_latency_p99"
 BEFORE, STEP, AFTER = 120, 360, 60  # minutes: 2 h quiet, a 6 h step, 1 h after it

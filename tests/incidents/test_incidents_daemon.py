@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import signal
 import sqlite3
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -15,11 +15,13 @@ import pytest
 import requests
 from incident_cases import at, ev
 
-from analyzer.daemon import Analyzer, DaemonMetrics, snapshot_from_frames, topology_from_frames
+from analyzer.case import Snapshot
+from analyzer.daemon import Analyzer, DaemonMetrics
 from analyzer.events import AnomalyEvent
 from analyzer.frame import SeriesFrame
 from analyzer.incident_store import IncidentStore
 from analyzer.incidents import Change, Incident, IncidentSettings
+from analyzer.pipeline import snapshot_from_frames, topology_from_frames
 from analyzer.settings import AnalyzerSettings
 from analyzer.topology import Topology
 from oximeter.ports import wait_port
@@ -107,6 +109,9 @@ class Flaky:
         if self.down:
             raise requests.ConnectionError("connection refused")
         return self.events, {}
+
+    def snapshot(self, frames: Mapping[str, SeriesFrame], now: datetime) -> Snapshot:
+        return snapshot_from_frames(frames)
 
     def remember(self, spans: Iterable[Any]) -> None:
         self.remembered = list(spans)

@@ -14,6 +14,7 @@ from analyzer.case import Case, Snapshot
 from analyzer.diagnosis import diagnose
 from analyzer.events import AnomalyEvent
 from analyzer.signals import SignalSpec
+from analyzer.verdicts import symptom_severity
 from oximeter.config import parse_config
 
 N0 = {"service": "chat", "node": "node-0"}
@@ -448,9 +449,9 @@ def test_a_configured_kv_threshold_reaches_the_kv_rules() -> None:
 def test_a_configured_queue_wait_threshold_sets_the_p0_line() -> None:
     """A 0.6 s queue-wait p99 is under the shipped 1 s P0 line, over a configured 0.5 s one."""
     case = Case((Q_SOFT,), frozenset({"node-0"}), UTIL_LOW)
-    assert dx.symptom_severity(case) == "info"
+    assert symptom_severity(case) == "info"
     lowered = replace(case, catalogue=_configured({"queue_wait_p99": {"threshold": 0.5}}))
-    assert dx.symptom_severity(lowered) == "critical"
+    assert symptom_severity(lowered) == "critical"
 
 
 @pytest.mark.parametrize(("threshold", "rule"), [(0.05, "empty_outputs"), (0.2, "unclassified")])

@@ -3,7 +3,7 @@ restarted pod's node so that incidents on that node list it."""
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -13,6 +13,7 @@ import pandas as pd
 import requests
 from incident_cases import at, ev
 
+from analyzer.case import Snapshot
 from analyzer.daemon import Analyzer
 from analyzer.events import AnomalyEvent
 from analyzer.frame import SeriesFrame
@@ -75,6 +76,9 @@ class OneEvent:
 
     def run(self, now: datetime) -> tuple[list[AnomalyEvent], dict[str, SeriesFrame]]:
         return [ev("xid_paging", 1, 0, node="n1", gpu="2", xid="79")], {}
+
+    def snapshot(self, frames: Mapping[str, SeriesFrame], now: datetime) -> Snapshot:
+        return {}
 
     def remember(self, spans: Iterable[Any]) -> None:
         pass

@@ -14,10 +14,9 @@ from oximeter.errors import OximeterError
 from oximeter.ports import refusing_port
 from oximeter.procs import oximeter_argv
 from oximeter.prometheus import Series
-from reporter.digest import colour, day_bounds, histogram_quantile, share_below
+from reporter.digest import colour, day_bounds, histogram_quantile, increases, share_below
 from reporter.digest_capacity import CONCURRENCY_LIMIT, DEMAND, LIMITS, Peak, headroom, n_minus_one
 from reporter.digest_schedule import DigestScheduler
-from reporter.prom import counter_increase
 from reporter.settings import DigestSettings, ReporterSettings
 
 INF = math.inf
@@ -54,7 +53,8 @@ def test_share_below(limit: float, expected: float) -> None:
     ([0.0, 0.0, 0.0], 0.0),
 ])
 def test_counter_increase(values: list[float], expected: float) -> None:
-    assert counter_increase(values) == expected
+    points = tuple((60.0 * i, v) for i, v in enumerate(values))
+    assert increases([Series((("job", "x"),), points)]) == [({"job": "x"}, expected)]
 
 
 @pytest.mark.parametrize(("value", "threshold", "expected"), [

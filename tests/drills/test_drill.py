@@ -2,7 +2,7 @@
 plus the scoring, the windows and the scenario lookup as tables.
 
 Histories are cached in the per-user drill cache (keyed by the scenario, the window and the
-simulator's source), so only the first run after a simulator change pays for generation, in any
+generator's version), so only the first run after a generator change pays for generation, in any
 checkout.
 """
 
@@ -19,8 +19,9 @@ from typing import Any
 import pytest
 import yaml
 
-from analyzer.drill import DEFAULT_CACHE, LIBRARY, expected_truths, scenario_paths, score
-from analyzer.replay import DRILL_END_S, drill_windows, same_time_window
+from drills.cli import DEFAULT_CACHE, LIBRARY, scenario_paths
+from drills.history import DRILL_END_S, drill_windows, same_time_window
+from drills.score import expected_truths, score
 from oximeter.errors import ConfigError
 from oximeter.procs import oximeter_argv
 from simulator.scenario import load_scenario

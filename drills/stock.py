@@ -21,9 +21,9 @@ def why_stock_cannot_judge(path: Path, cache_dir: Path, step_s: float, interval_
                            trace: tuple[str, float] | None = None) -> str | None:
     """The gateway faults of ``path`` and the missing inputs behind the signals that name its
     faults, or None when there are none."""
-    from analyzer.drill import expected_truths, load_drill_scenario, replay_windows
-    from analyzer.replay import truth_matches
     from analyzer.stock_inputs import describe
+    from drills.replay import load_drill_scenario, replay_windows
+    from drills.score import expected_truths, truth_matches
     from simulator.faults import FAULT_KINDS
 
     sc = load_drill_scenario(path, trace)

@@ -1,0 +1,278 @@
+"""Replay a scenario through the analyzer in accelerated time: history → signals → detection →
+the daemon's cycles (correlation, diagnosis, incident lifecycle), without Prometheus or a clock.
+
+Used by ``oximeter drill --replay`` and the benches. Every signal is read from the history
+through the frame source (the same query expressions the live analyzer runs); detection runs
+once over the whole history, and the daemon's cycle then steps through it every ``interval_s``.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, replace
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from analyzer.baselines import BaselinePolicy
+from analyzer.case import Labels, Snapshot
+from analyzer.catalogue import CATALOGUE
+from analyzer.daemon import Analyzer
+from analyzer.evaluate import evaluate_signal
+from analyzer.events import AnomalyEvent
+from analyzer.frame import SeriesFrame
+from analyzer.incident_store import IncidentQuery, IncidentStore
+from analyzer.incidents import Change, Incident, IncidentSettings
+from analyzer.pipeline import CONTEXT, topology_from_frames
+from analyzer.settings import AnalyzerSettings
+from analyzer.signals import SignalSpec
+from analyzer.sources.base import ReplayClock
+from analyzer.sources.frames import FrameSource
+from analyzer.sources.raw import RawStore
+from analyzer.sources.stock import with_stock_translated
+from analyzer.topology import Topology
+from drills.history import DAY_S, drill_windows, history_dir, prepare, same_time_window
+from drills.score import DrillScore, expected_truths, score
+from oximeter.store import connect
+
+
+def signal_frames(history: Path | RawStore, catalogue: Mapping[str, SignalSpec] = CATALOGUE, *,
+                  stock: bool = False) -> tuple[dict[str, SeriesFrame], float]:
+    """Every catalogue signal, its traffic guard and the rules' context over the whole history (a
+    history directory, or its raw series; ``stock``: a stock fleet's history, read through the
+    adapters as Prometheus would)."""
+    raw = history if isinstance(history, RawStore) else RawStore.from_history(history)
+    if stock:
+        raw = with_stock_translated(raw)
+    source = FrameSource(raw=raw)
+    specs: dict[str, SignalSpec] = {**catalogue, **CONTEXT}
+    for spec in catalogue.values():
+        traffic = spec.traffic_spec()
+        if traffic is not None:
+            specs[traffic.name] = traffic
+    return {name: source.signal_frame(spec) for name, spec in specs.items()}, float(raw.step_s)
+
+
+def detect(frames: Mapping[str, SeriesFrame], step_s: float,
+           catalogue: Mapping[str, SignalSpec] = CATALOGUE, policy: BaselinePolicy | None = None,
+           same_time: Mapping[float, Mapping[str, SeriesFrame]] | None = None,
+           hold_s: float = IncidentSettings().resolve_after_s) -> list[AnomalyEvent]:
+    """Anomaly events of every catalogue signal (minimum-traffic guard applied, as the daemon does).
+
+    ``same_time`` (lag_s → frames) holds the windows a day (or a week) earlier that the seasonal
+    baselines compare with, as the daemon's same-time windows do. Each anomaly stays out of its
+    signal's baselines until ``hold_s`` after it clears (its incident's quiet time before it
+    resolves), as the daemon keeps open incidents out.
+    """
+    events: list[AnomalyEvent] = []
+    for name, spec in catalogue.items():
+        frame = frames.get(name)
+        if frame is None or frame.values.empty or not len(frame.values.columns):
+            continue
+        guard = frames.get(f"{name}:traffic")
+        traffic = None if guard is None or guard.values.empty else guard.values
+        history = {lag: lagged[name].values for lag, lagged in (same_time or {}).items() if name in lagged}
+        events += evaluate_signal(spec, frame, step_s=step_s, traffic=traffic, policy=policy,
+                                  history=history or None, hold_s=hold_s)
+    return events
+
+
+def as_of(events: Sequence[AnomalyEvent], now: datetime) -> list[AnomalyEvent]:
+    """What a live cycle at ``now`` would have seen: detected by then, cleared only if by then."""
+    out = []
+    for e in events:
+        if e.detected_at > now:
+            continue
+        out.append(e if e.cleared_at is None or e.cleared_at <= now else replace(e, cleared_at=None))
+    return out
+
+
+class Snapshots:
+    """The context snapshot (``analyzer.pipeline.snapshot_from_frames``) of any moment, from frames
+    forward-filled once: the latest finite value within the last ``rows`` samples, per series."""
+
+    def __init__(self, frames: Mapping[str, SeriesFrame], rows: int = 20) -> None:
+        self._parts = []
+        for name, frame in frames.items():
+            if frame.values.empty:
+                continue
+            labels = [AnomalyEvent.labels_from(frame.labels_of(str(c))) for c in frame.values.columns]
+            filled = frame.values.ffill(limit=rows - 1)
+            self._parts.append((name, pd.DatetimeIndex(filled.index), filled.to_numpy(np.float64), labels))
+
+    def at(self, now: datetime) -> Snapshot:
+        """The snapshot a cycle at ``now`` reads."""
+        stamp = pd.Timestamp(now)
+        out: dict[str, dict[Labels, float]] = {}
+        for name, index, values, labels in self._parts:
+            row = int(index.searchsorted(stamp, side="right")) - 1
+            if row >= 0:
+                out[name] = {lab: float(v) for lab, v in zip(labels, values[row], strict=True)
+                             if math.isfinite(v)}
+        return out
+
+
+@dataclass(frozen=True)
+class ReplayOutcome:
+    """Every incident the replayed daemon opened (in its last state) and every notify-worthy change."""
+
+    incidents: tuple[Incident, ...]
+    changes: tuple[Change, ...]
+
+
+class DetectedPipeline:
+    """The analyzer's pipeline for a replay whose detection ran once over the whole history: each
+    cycle gets the events a live cycle at ``now`` would have seen and the rules' context then."""
+
+    def __init__(self, frames: Mapping[str, SeriesFrame], events: Sequence[AnomalyEvent]) -> None:
+        self.events, self.snapshots = events, Snapshots(frames)
+
+    def run(self, now: datetime) -> tuple[list[AnomalyEvent], dict[str, SeriesFrame]]:
+        """The events as of ``now``; no frames (the topology is joined once, see :func:`replay_cycles`)."""
+        return as_of(self.events, now), {}
+
+    def snapshot(self, frames: Mapping[str, SeriesFrame], now: datetime) -> Snapshot:
+        """The context at ``now``."""
+        return self.snapshots.at(now)
+
+    def remember(self, spans: Iterable[Any]) -> None:
+        """Nothing to do: detection already kept each anomaly out of its baselines (``hold_s``)."""
+
+
+class Told:
+    """The notifier of a replay: it keeps every change the daemon hands over, in order."""
+
+    def __init__(self) -> None:
+        self.changes: list[Change] = []
+
+    def notify(self, change: Change, incident: Incident | None) -> None:
+        """Keep the change."""
+        self.changes.append(change)
+
+    def notice(self, key: str, text: str) -> None:
+        """A replay's source never fails: nothing to keep."""
+
+
+def replay_cycles(frames: Mapping[str, SeriesFrame], events: Sequence[AnomalyEvent], interval_s: float,
+                  settings: IncidentSettings | None = None,
+                  topology: Topology | None = None,
+                  catalogue: Mapping[str, SignalSpec] = CATALOGUE,
+                  unreadable: frozenset[str] = frozenset(), not_judged: Sequence[str] = ()) -> ReplayOutcome:
+    """The daemon's own cycle (:class:`analyzer.daemon.Analyzer`: findings, tracker, store,
+    notifier) every ``interval_s`` of replayed time over the whole history, on an in-memory store
+    (``catalogue``: the one the events were detected with, which also says which signals open
+    incidents; ``unreadable`` and ``not_judged``: what the inputs cannot feed, as the daemon is told)."""
+    settings = settings or IncidentSettings()
+    indexes = [f.values.index for f in frames.values() if len(f.values.index)]
+    if not indexes:
+        return ReplayOutcome((), ())
+    start, end = indexes[0][0].to_pydatetime(), indexes[0][-1].to_pydatetime()
+    # Replayed time advances by one interval per cycle, however long the cycle took.
+    elapsed = [0.0]
+    clock = ReplayClock(start, speed=1.0, monotonic=lambda: elapsed[0])
+    # oximeter_target_info's series are the same every cycle of a replay: joined once.
+    joined = topology_from_frames(frames, topology or Topology())
+    told, store = Told(), IncidentStore(connect(":memory:"))
+    try:
+        analyzer = Analyzer(DetectedPipeline(frames, events), store, settings, joined, told, clock.now,
+                            catalogue=catalogue, unreadable=unreadable, not_judged=not_judged)
+        while clock.now() + timedelta(seconds=interval_s) <= end:
+            elapsed[0] += interval_s
+            analyzer.cycle()
+        incidents = store.query(IncidentQuery(limit=10_000), clock.now())
+    finally:
+        store.conn.close()
+    return ReplayOutcome(tuple(sorted(incidents, key=lambda i: (i.first_onset, i.id))), tuple(told.changes))
+
+
+def replay_history(directory: Path, interval_s: float, settings: IncidentSettings | None = None,
+                   catalogue: Mapping[str, SignalSpec] = CATALOGUE, policy: BaselinePolicy | None = None,
+                   same_time: Mapping[float, Path] | None = None, *, stock: bool = False) -> ReplayOutcome:
+    """One history directory, end to end (``same_time``: lag_s → the history that long before;
+    ``stock``: a stock fleet's history, see :func:`signal_frames`)."""
+    frames, step_s = signal_frames(directory, catalogue, stock=stock)
+    lagged = {lag: signal_frames(d, catalogue, stock=stock)[0] for lag, d in (same_time or {}).items()}
+    hold_s = (settings or IncidentSettings()).resolve_after_s
+    inputs = AnalyzerSettings(inputs="stock" if stock else "oximeter")
+    return replay_cycles(frames, detect(frames, step_s, catalogue, policy, lagged, hold_s), interval_s,
+                         settings, catalogue=catalogue, unreadable=inputs.unreadable_context(),
+                         not_judged=inputs.not_judged())
+
+
+# -- drills ----------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Replayed:
+    """A scenario's drill windows replayed: what the analyzer opened and told, and the truth."""
+
+    incidents: list[dict[str, Any]]  # the API's JSON shape
+    told: list[Any]  # the notify-worthy changes (analyzer.incidents.Change), in order
+    faults: list[dict[str, Any]]  # truth.json's faults, with absolute start/end epochs
+    days: float  # simulated time replayed, all windows together
+
+
+def replay_windows(sc: Any, cache_dir: Path, step_s: float, interval_s: float) -> Replayed:
+    """Every drill window of scenario ``sc`` (generated or cached) through the daemon's cycles."""
+    from analyzer.incidents import NOTIFY_KINDS
+
+    stock = sc.telemetry == "stock"
+    # Stock inputs leave out the signals nothing feeds, as the analyzer does on them.
+    catalogue = AnalyzerSettings(inputs="stock" if stock else "oximeter").catalogue()
+    incidents: list[dict[str, Any]] = []
+    told: list[Any] = []
+    faults: list[dict[str, Any]] = []
+    days = 0.0
+    for window in drill_windows(sc, step_s=step_s):
+        directory = history_dir(window, cache_dir, step_s)
+        yesterday = history_dir(same_time_window(window), cache_dir, step_s)
+        faults += json.loads((directory / "truth.json").read_text(encoding="utf-8"))["faults"]
+        outcome = replay_history(directory, interval_s, catalogue=catalogue, same_time={DAY_S: yesterday},
+                                 stock=stock)
+        incidents += [i.to_dict() for i in outcome.incidents]
+        # Replay has no Alertmanager: chat's messages are the incidents' told changes.
+        told += [c for c in outcome.changes if c.kind in NOTIFY_KINDS]
+        days += window.days
+    return Replayed(incidents, told, faults, days)
+
+
+def load_drill_scenario(path: Path, trace: tuple[str, float] | None = None, inputs: str = "oximeter") -> Any:
+    """The scenario at ``path``; with ``trace`` (file, peak utilisation), its traffic replayed from it;
+    ``inputs``: the telemetry the fleet presents (``stock``: no gateway, stock exporters)."""
+    from simulator.scenario import load_scenario, with_trace
+
+    sc = load_scenario(path)
+    sc = sc if trace is None else with_trace(sc, *trace)
+    return sc if inputs == "oximeter" else sc.model_copy(update={"telemetry": inputs})
+
+
+def replay_drill(path: Path, cache_dir: Path, step_s: float, interval_s: float,
+                 trace: tuple[str, float] | None = None, inputs: str = "oximeter") -> DrillScore:
+    """The scenario's windows replayed through the analyzer, scored; a stock drill that fails says
+    whether stock telemetry could have judged it (:mod:`drills.stock`)."""
+    from analyzer.stability import message_budget
+
+    sc = load_drill_scenario(path, trace, inputs)
+    run = replay_windows(sc, cache_dir, step_s, interval_s)
+    budget = sum(message_budget(c.kind for c in run.told if c.incident_id == i["id"]) for i in run.incidents)
+    starts = [f["start_epoch_s"] for f in run.faults]
+    start = datetime.fromtimestamp(min(starts), tz=UTC) if starts else None
+    expected = expected_truths(sc.truth.model_dump(), [a.model_dump() for a in sc.also])
+    mode = "replay" if inputs == "oximeter" else f"replay/{inputs}"
+    verdict = score(sc.name, mode, expected, run.incidents, start, len(run.told), budget)
+    if verdict.passed or inputs == "oximeter":
+        return verdict
+    from drills.stock import why_stock_cannot_judge
+
+    return replace(verdict, cannot_judge=why_stock_cannot_judge(path, cache_dir, step_s, interval_s, trace))
+
+
+def prepare_drill_windows(paths: Sequence[Path], cache_dir: Path, step_s: float, jobs: int,
+                          trace: tuple[str, float] | None = None, inputs: str = "oximeter") -> None:
+    """Every drill window of the scenarios and the fault-free day before each, generated `jobs` at a time."""
+    windows = [w for p in paths for w in drill_windows(load_drill_scenario(p, trace, inputs), step_s=step_s)]
+    windows += [same_time_window(w) for w in windows]
+    prepare(windows, cache_dir, step_s, jobs)

@@ -1,0 +1,71 @@
+"""Cached drill histories are keyed by the scenario and ``simulator.history.HISTORY_VERSION``, not
+by the generator's source; this test is what keeps that key honest. It fingerprints the code a
+history is generated from (``simulator/history.py`` and every module of ours it imports, as
+syntax trees, so comments and formatting do not count) and looks the fingerprint up in a table
+of the versions: a change to the generator fails here until its author says which version its
+output belongs to, one line, instead of drills replaying stale cached histories. A change that
+cannot alter what a scenario yields (a refactor, a new option off by default) keeps the version,
+so nobody regenerates every history for it.
+"""
+
+from __future__ import annotations
+
+import ast
+import hashlib
+from pathlib import Path
+
+from simulator.history import HISTORY_VERSION
+
+ROOT = Path(__file__).resolve().parents[2]
+ENTRY = ROOT / "simulator" / "history.py"
+OURS = ("simulator", "gateway", "exporter", "oximeter")
+# The generator's code (fingerprint) -> the HISTORY_VERSION whose output it yields. Only ever add
+# lines: the table shows a reviewer every change and whether it was judged to alter the output.
+PINNED = {
+    "56130c458da6fa67": 1,
+    "10f6d65501eb510a": 1,  # replaying recorded requests, only when given
+}
+
+
+def generator_trees() -> dict[Path, ast.Module]:
+    """``simulator/history.py`` and every module of ours it imports, transitively, parsed."""
+    trees: dict[Path, ast.Module] = {}
+    todo = [ENTRY]
+    while todo:
+        path = todo.pop()
+        if path in trees or not path.is_file():
+            continue
+        trees[path] = tree = ast.parse(path.read_text(encoding="utf-8"))
+        for node in ast.walk(tree):
+            names = [a.name for a in node.names] if isinstance(node, ast.Import) else \
+                [node.module] if isinstance(node, ast.ImportFrom) and node.module and not node.level else []
+            for name in names:
+                if name.split(".")[0] in OURS:
+                    base = ROOT.joinpath(*name.split("."))
+                    todo += [base.with_suffix(".py"), base / "__init__.py"]
+    return trees
+
+
+def fingerprint() -> str:
+    """The generator's code as syntax trees (its version constant left out: setting it is the fix)."""
+    digest = hashlib.sha256()
+    for path, tree in sorted(generator_trees().items()):
+        if path == ENTRY:
+            tree.body = [n for n in tree.body if not (isinstance(n, ast.Assign) and any(
+                isinstance(t, ast.Name) and t.id == "HISTORY_VERSION" for t in n.targets))]
+        digest.update(str(path.relative_to(ROOT)).encode())
+        digest.update(ast.dump(tree).encode())
+    return digest.hexdigest()[:16]
+
+
+def test_the_history_generator_version_matches_its_code() -> None:
+    got = fingerprint()
+    assert PINNED.get(got) == HISTORY_VERSION, (
+        f"the history generator's code changed (fingerprint {got}): if what a scenario yields may "
+        "differ, raise HISTORY_VERSION in simulator/history.py, so that no drill replays a stale "
+        f"cached history; then add {got!r}: <HISTORY_VERSION> to PINNED in "
+        f"{Path(__file__).relative_to(ROOT)}")
+
+
+def test_the_version_is_the_newest_pinned() -> None:
+    assert max(PINNED.values()) == HISTORY_VERSION
