@@ -34,25 +34,43 @@ def start_process(tmp_path: Path) -> Iterator[StartProcess]:
     ManagedProcess.stop_all(list(reversed(started)))
 
 
-# Soaks that need the shared stack fault-free since it started run before any test injects a fault.
-SOAKS_FIRST = ("tests/e2e/test_e2e_quiet.py", "tests/live/test_live_quiet.py")
+# The order the shared stack's users run in on its worker (everything else keeps collection order):
+# - tests that inject no fault first: the fault-free soak's clock runs from Prometheus's start
+#   anyway, so they take none of the suite's time;
+# - then the soaks, which need the stack fault-free since it started;
+# - then the end-to-end faults: the thermal throttle on n1 and the stall on n2 are injected together
+#   (tests/e2e/conftest.py). The telemetry loss on n2 runs once the stall's incident is diagnosed,
+#   while the thermal incident is still resolving; it asserts Prometheus's alert only, so the
+#   analyzer folding it into n2's incident changes nothing it judges. No live fault runs before
+#   the end-to-end ones: an incident still open when they start would absorb them.
+LIVE_ORDER = (
+    "tests/live/test_live_queries.py",
+    "tests/live/test_live_quiet.py",
+    "tests/e2e/test_e2e_quiet.py",
+    "tests/e2e/test_e2e_scheduling.py",
+    "tests/live/test_live_telemetry.py",
+    "tests/e2e/test_e2e_thermal.py",
+    "tests/e2e/test_e2e_victoria.py",
+)
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Move the fault-free soaks to the front (stable otherwise)."""
-    def soak(item: pytest.Item) -> bool:
-        return any(item.nodeid.startswith(p) for p in SOAKS_FIRST)
-    items.sort(key=lambda item: not soak(item))
+    """Put the shared stack's users in ``LIVE_ORDER`` (a stable sort: the rest keep their order)."""
+    def rank(item: pytest.Item) -> int:
+        return next((i for i, path in enumerate(LIVE_ORDER) if item.nodeid.startswith(path)), -1)
+    items.sort(key=rank)
 
 
 # Tests that must share one pytest-xdist worker (``make test`` runs several): every user of the
 # session's live stack (a session fixture is per worker, and the stack is costly), and the drill
 # replays (they fill one history cache; apart they would generate the same windows twice).
 XDIST_GROUPS = {"live_stack": ("tests/live/", "tests/e2e/"), "drill_cache": ("tests/drills/test_drill.py",)}
-# Modules under those paths that start their own stack rather than use the shared one: on the
-# shared stack's worker they would run after it, in series; elsewhere their module-scoped fixture
-# still keeps each one unit.
-XDIST_OWN_STACK = ("tests/e2e/test_e2e_stock.py",)
+# Modules under those paths that do not use the shared stack: on its worker they would run in
+# series with it; elsewhere their module-scoped fixtures still keep each one unit. The stock e2e
+# starts its own stack; the configuration and chat-sink tests start none.
+XDIST_OWN_STACK = (
+    "tests/e2e/test_e2e_stock.py", "tests/live/test_stack_config.py", "tests/e2e/test_chat_sink.py",
+)
 
 
 ROOT = Path(__file__).resolve().parent.parent

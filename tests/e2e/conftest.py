@@ -101,6 +101,10 @@ def faults(live_stack: Stack, victoria: Victoria) -> Iterator[Faults]:
     wait_until(lambda: judged(live_stack, "queue_wait_p99"), open_deadline_s("queue_wait_p99"),
                interval_s=1.0, what="enough requests in every node's queue-wait window")
     api = analyzer_url(live_stack)
+    # An incident still open would absorb the faults, and each test would wait out its deadline for
+    # a new one (tests/conftest.py runs no other fault before these).
+    still_open = [(i["id"], i["rule"]) for i in incidents(api) if i["state"] != "resolved"]
+    assert still_open == [], f"incidents open before the end-to-end faults: {still_open}"
     before = {i["id"] for i in incidents(api)}
     victoria_before = {i["id"] for i in incidents(victoria.api)}
     t0 = time.monotonic()

@@ -2,8 +2,10 @@
 changes, one "opened" and one "resolved" chat message with at most a severity change between them
 (the throttled node's queue may cross the line that makes it critical, depending on the load), and
 Alertmanager's temperature alert attached to the incident as evidence (relayed by the analyzer, not
-sent to chat again). The fault runs alongside
-an engine stall on n2 (``conftest.py``): n1's incident is n1's alone."""
+sent to chat again). The time-scaled temperature alert fires for that GPU only (``for: 1m`` is 6 s
+here; the promtool unit tests keep the real durations), reaches Alertmanager and resolves once the
+fault is over. The fault runs alongside an engine stall on n2 (``conftest.py``): n1's incident is
+n1's alone."""
 
 from __future__ import annotations
 
@@ -17,6 +19,7 @@ from e2e_helpers import (
     headline,
     incident,
     incident_messages,
+    incidents,
     kind_of,
     new_incidents,
 )
@@ -58,4 +61,18 @@ def test_thermal_throttle_is_one_infrastructure_incident(live_stack: Stack, faul
     assert alerts and any(THERMAL_ALERT in c["description"] for c in alerts), final["changes"]
     assert [i["id"] for i in new_incidents(api, before, node="n1")] == [opened["id"]]
     assert chat_sink.problems == []
+    # Prometheus fired the temperature alert for the throttled GPU and no other at any moment since
+    # the faults began (read back from its ALERTS series, so nothing between two polls is missed),
+    # and what Alertmanager sent the relay (grouped by node) named that node.
+    window = f"{time.monotonic() - t0 + 5:.0f}s"
+    firing = f'ALERTS{{alertname="{THERMAL_ALERT}", alertstate="firing"}}'
+    ever = live_stack.query(f"max_over_time({firing}[{window}])")
+    assert [(a["metric"]["node"], a["metric"]["gpu"]) for a in ever] == [("n1", "1")], ever
+    relayed = [c["labels"].get("node") for inc in incidents(api) if inc["id"] not in before
+               for c in incident(api, inc["id"])["changes"]
+               if c["source"] == "alertmanager" and THERMAL_ALERT in c["description"]]
+    assert relayed and set(relayed) == {"n1"}, relayed
+    wait_until(lambda: not any(a["labels"]["alertname"] == THERMAL_ALERT for a in live_stack.alerts()),
+               resolve_deadline_s(0.0, "gpu_temperature"), interval_s=1.0,
+               what=f"{THERMAL_ALERT} resolved after the fault ended")
     print(f"thermal: incident after {detect_s:.0f} s, resolved after {time.monotonic() - t0:.0f} s")
