@@ -104,7 +104,9 @@ def peer_outlier(case: Case) -> Diagnosis | None:
     # peer gap (a 5-min median) closes, and that gap is the throttle's, not a slow card's.
     throttled = throttled or any(x.entity.get("node") == node
                                  for x in case.of("gpu_temperature", "gpu_sm_clock_ratio"))
-    if throttled or _node_moved(case, e) or _busier(case, e) or _kv_starved(case, e):
+    # Each says the gap is load or another layer's fault rather than a slow card.
+    explained = (_node_moved, _busier, _kv_starved, _prefill_bound)
+    if throttled or any(explains(case, e) for explains in explained):
         return None
     cause = RootCause(e.signal, e.labels)
     return verdict(case, "peer_outlier", "infrastructure", cause,
@@ -138,6 +140,14 @@ def _kv_starved(case: Case, e: AnomalyEvent) -> bool:
         return True
     limit = case.limit("kv_cache_usage")
     return any(dict(k).get("node") == node and v >= limit for k, v in case.context("kv_cache_usage").items())
+
+
+def _prefill_bound(case: Case, e: AnomalyEvent) -> bool:
+    """Whether a node's latency gap to its peers is its prefix cache collapsing: every prompt it no
+    longer finds cached is prefilled again, and a prefill holds up every token of the batch it
+    joins. That is the engine's cache on a sound card (``prefix_cache_collapse``)."""
+    return e.signal == "engine_itl_peer" and any(
+        x.entity.get("node") == e.entity.get("node") for x in case.of("prefix_cache_hit_ratio"))
 
 
 def _busier(case: Case, e: AnomalyEvent) -> bool:
@@ -197,16 +207,27 @@ def kv_pressure(case: Case) -> Diagnosis | None:
     blocks run out, so they are KV pressure by themselves, and with bursty traffic the pool can fill
     and preempt in bursts too short to build a gateway queue or to show in a sampled usage gauge.
     A full cache alone is not: vLLM fills its pool under any steady load.
+
+    Requests waiting in the engine's own queue while it preempts (at any rate, under the rising
+    preemptions' threshold too) wait for KV blocks, not for a batch slot: with the engine's queue
+    seen, TTFT up is that wait, as it is for ``capacity_exhausted``, and the pool is the cause.
     """
-    queue, preempt = case.of(*QUEUE_UP), case.of("preemption_rate")
+    waiting = max(case.context(ENGINE_WAITING).values(), default=0.0)
+    queue = case.of(*QUEUE_UP) or (case.of(*TTFT_UP) if waiting > 0 else [])
+    preempt = case.of("preemption_rate")
     if not queue and not preempt:
         return None
     kv = {k: v for k, v in case.context("kv_cache_usage").items() if v >= case.limit("kv_cache_usage")}
+    evicting = {k: v for k, v in case.context("preemption_rate").items() if v > 0} if waiting > 0 else {}
     if kv:
         labels = sorted(kv)[0]
         cause, text = RootCause("kv_cache_usage", labels), f"KV cache {kv[labels] * 100:.0f} % full"
     elif preempt:
         cause, text = RootCause("preemption_rate", preempt[0].labels), f"preemptions {preempt[0].value:.2g}/s"
+    elif evicting:
+        labels = sorted(evicting)[0]
+        cause = RootCause("preemption_rate", labels)
+        text = f"its engine held requests waiting and preempted {evicting[labels]:.2g}/s"
     else:
         return None
     causes = ["kv_cache_usage", "preemption_rate"]
@@ -216,8 +237,13 @@ def kv_pressure(case: Case) -> Diagnosis | None:
 
 
 def prefix_cache_collapse(case: Case) -> Diagnosis | None:
-    """Prefix-cache hit ratio dropping sharply while TTFT rises."""
-    ttft = case.of(*TTFT_UP)
+    """Prefix-cache hit ratio dropping sharply while TTFT rises, or while the node's inter-token
+    latency leaves its peers' (the prompts prefilled again hold up every decode step)."""
+    e = first(case, "prefix_cache_hit_ratio")
+    if e is None:
+        return None
+    node = e.entity.get("node")
+    ttft = case.of(*TTFT_UP) or [x for x in case.of("engine_itl_peer") if x.entity.get("node") == node]
     if not ttft:
         return None
     return first_names_cause(case, "prefix_cache_collapse", "engine", ("prefix_cache_hit_ratio",), "warning",

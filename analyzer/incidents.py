@@ -169,8 +169,10 @@ class IncidentTracker:
         open_hits, resolved_hits = [], []
         for inc in self.incidents:
             # The same service-wide shortage seen on another node joins the open incident, even one
-            # another finding already updated this cycle.
-            shortage = inc.state == "open" and _one_shortage(inc, finding)
+            # another finding already updated this cycle; a shortage that is still going on: the
+            # cleared leftovers of another node's incident (its queue, read as capacity once the
+            # throttle that caused it is gone) are that incident's, not the service's.
+            shortage = inc.state == "open" and finding.group.active and _one_shortage(inc, finding)
             if inc.id in exclude and not shortage:
                 continue
             overlap = bool(members & inc.members) or bool(keys & set(inc.keys)) or shortage

@@ -75,4 +75,7 @@ def test_thermal_throttle_is_one_infrastructure_incident(live_stack: Stack, faul
     wait_until(lambda: not any(a["labels"]["alertname"] == THERMAL_ALERT for a in live_stack.alerts()),
                resolve_deadline_s(0.0, "gpu_temperature"), interval_s=1.0,
                what=f"{THERMAL_ALERT} resolved after the fault ended")
+    # n1's incident is n1's alone, also after it resolved: its cleared members (the throttled node's
+    # queue among them) joined no other incident, such as the stall's on n2.
+    assert [i["id"] for i in incidents(api) if i["id"] not in before and "n1" in i["nodes"]] == [opened["id"]]
     print(f"thermal: incident after {detect_s:.0f} s, resolved after {time.monotonic() - t0:.0f} s")

@@ -30,6 +30,9 @@ ENGINE_WAITED: Snapshot = {dx.ENGINE_WAITING: {(("node", "node-0"),): 3.0}}
 ENGINE_NEVER_WAITED: Snapshot = {dx.ENGINE_WAITING: {(("node", "node-0"),): 0.0}}
 TTFT = ev("ttft_p99", 1.2, 0.4, on=N0)
 PREEMPT = ev("preemption_rate", 0.38, 0.1, node="node-0", model="m")
+PREFIX_DROP = ev("prefix_cache_hit_ratio", 0.2, 0.7, node="node-0", model="m")
+# A few preemptions per 5 min, under the rising-preemptions threshold (0.1/s).
+PREEMPTING: Snapshot = {"preemption_rate": {MODEL: 0.03}}
 THERMAL: Snapshot = {"gpu_temperature": {gpu(): 91.0}, "gpu_sm_clock_ratio": {gpu(): 0.55},
                      dx.THERMAL_REASON: {gpu(): 1.0}}
 HOT_NO_REASON: Snapshot = {**THERMAL, dx.THERMAL_REASON: {gpu(): 0.0}}
@@ -236,6 +239,16 @@ ROWS = [
         winner="unclassified", root="kv_cache_usage"),
     Row("kv not full, no preemption", dx.kv_pressure, (Q,), merge(UTIL_HIGH, KV_OK), fires=False,
         winner="capacity_exhausted"),
+    Row("TTFT up while its engine queues and preempts under the rising threshold: the requests wait "
+        "for KV blocks", dx.kv_pressure, (TTFT,), merge(UTIL_LOW, ENGINE_WAITED, KV_OK, PREEMPTING),
+        root="preemption_rate",
+        sentence="ttft p99 1.2 s = 3.0 × baseline while its engine held requests waiting and preempted "
+                 "0.03/s"),
+    Row("TTFT up while its engine queues with the KV cache full", dx.kv_pressure, (TTFT,),
+        merge(UTIL_LOW, ENGINE_WAITED, KV_FULL), root="kv_cache_usage"),
+    Row("a preempting engine that never queued: TTFT alone is not KV pressure", dx.kv_pressure, (TTFT,),
+        merge(UTIL_LOW, ENGINE_NEVER_WAITED, KV_OK, PREEMPTING), fires=False, winner="unclassified",
+        root="ttft_p99"),
     Row("prefix collapse", dx.prefix_cache_collapse,
         (ev("prefix_cache_hit_ratio", 0.2, 0.7, node="node-0", model="m"),
          ev("ttft_p99", 1.2, 0.4, onset=2, on=N0)), root="prefix_cache_hit_ratio",
@@ -243,6 +256,14 @@ ROWS = [
     Row("prefix drop without TTFT", dx.prefix_cache_collapse,
         (ev("prefix_cache_hit_ratio", 0.2, 0.7, node="node-0", model="m"),), fires=False,
         winner="unclassified", root="prefix_cache_hit_ratio"),
+    Row("prefix collapse whose prefills hold up every token: the node's gap to its peers is impact",
+        dx.prefix_cache_collapse,
+        (PREFIX_DROP, ev("engine_itl_peer", 0.09, 0.03, onset=60, node="node-0", model="m")),
+        root="prefix_cache_hit_ratio",
+        sentence="prefix_cache_hit_ratio 20 % = 0.3 × baseline while engine_itl_peer 90 ms = 3.0 × baseline"),
+    Row("a peer gap on another node than the collapsed cache is that node's", dx.prefix_cache_collapse,
+        (PREFIX_DROP, ev("engine_itl_peer", 0.09, 0.03, onset=2, node="node-1", model="m")), fires=False,
+        winner="peer_outlier", root="engine_itl_peer"),
     Row("empty answers", dx.empty_outputs, (EMPTY,), root="empty_output_ratio", severity="warning",
         sentence="12 % of the answers on node=node-0,service=chat were empty: the engine answers with "
                  "nothing (template, adapter or model)"),

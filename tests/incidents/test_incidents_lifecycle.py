@@ -8,6 +8,7 @@ from datetime import timedelta
 import pytest
 from incident_cases import T0, at, ev, gpu
 
+from analyzer import diagnosis as dx
 from analyzer.case import Snapshot
 from analyzer.correlate import correlate
 from analyzer.events import AnomalyEvent
@@ -270,6 +271,27 @@ def test_stale_cleared_group_does_not_split_the_open_incident() -> None:
     changes = _step(tracker, cleared, 47)
     assert changes == [("root_cause_changed", 2, "warning")]  # carrying the severity it rose to
     assert [(i.state, i.rule) for i in tracker.incidents] == [("open", "dependency_degraded")]
+
+
+def test_a_resolved_throttles_cleared_queue_does_not_join_another_nodes_shortage() -> None:
+    tracker = IncidentTracker(SETTINGS)
+    busy: Snapshot = {"gpu_utilization_p95": {gpu("node-0"): 0.97, gpu("node-1"): 0.96}}
+    hot: Snapshot = {**busy, "gpu_temperature": {gpu("node-1"): 91.0},
+                     "gpu_sm_clock_ratio": {gpu("node-1"): 0.5}, dx.THERMAL_REASON: {gpu("node-1"): 1.0}}
+    throttle = [ev("gpu_temperature", 91, 70, node="node-1", gpu="0", cleared=6),
+                ev("queue_wait_p99", 3.0, 0.01, node="node-1", service="chat", cleared=6)]
+    short = ev("queue_wait_p99", 2.5, 0.01, onset=1, node="node-0", service="chat")
+    _step(tracker, [*throttle, short], 3, hot)
+    assert sorted((i.rule, i.nodes) for i in tracker.incidents) == [
+        ("capacity_exhausted", ("node-0",)), ("thermal_throttle", ("node-1",))]
+    # The GPU cools; node-1's queue clears with it, its incident resolves, and its cleared events,
+    # still inside the lookback, read as a capacity problem on busy GPUs: node-1's, not node-0's.
+    for minute in range(7, 16):
+        _step(tracker, [*throttle, short], minute, busy)
+    states = {i.rule: (i.state, i.nodes, {dict(k).get("node") for _, k in i.members})
+              for i in tracker.incidents}
+    assert states == {"capacity_exhausted": ("open", ("node-0",), {"node-0"}),
+                      "thermal_throttle": ("resolved", ("node-1",), {"node-1"})}, states
 
 
 BUSY: Snapshot = {"gpu_utilization_p95": {gpu("node-0"): 0.97, gpu("node-1"): 0.96, gpu("node-2"): 0.97}}
