@@ -1,5 +1,5 @@
 """Replay a scenario through the analyzer in accelerated time: history → signals → detection →
-the daemon's cycles (correlation, diagnosis, incident lifecycle), without Prometheus or a clock.
+the daemon's cycles (correlation, diagnosis, incident lifecycle), without Prometheus, on replayed time.
 
 Used by ``oximeter drill --replay`` and the benches. Every signal is read from the history
 through the frame source (the same query expressions the live analyzer runs); detection runs

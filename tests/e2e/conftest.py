@@ -68,7 +68,8 @@ def victoria(live_stack: Stack, tmp_path_factory: pytest.TempPathFactory) -> Ite
                 f"-promscrape.config={scrape}", "-search.latencyOffset=1s", "-retentionPeriod=1d"]),
                 lambda port: http_ok(f"http://127.0.0.1:{port}/health"))
             vm_url = f"http://127.0.0.1:{vm_port}"
-            config = analyzer_config(work, vm_url, scale=SCALE, step_s=ANALYZER_STEP_S, interval_s=1.0,
+            config = analyzer_config(work, vm_url, scale=SCALE, step_s=ANALYZER_STEP_S,
+                                     interval_s=ANALYZER_STEP_S,
                                      use_recording_rules=False)
             (work / "oximeter.yaml").write_text(yaml.safe_dump(config), encoding="utf-8")
             analyzer = launch("analyzer-vm", oximeter_argv(

@@ -43,7 +43,7 @@ def stock_stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
     token_file.write_text("stock-relay-token", encoding="utf-8")
     with ChatSink() as sink:
         addon = analyzer_addon(workspace, sink.url, token_file, scale=SCALE, step_s=ANALYZER_STEP_S,
-                               interval_s=1.0, inputs="stock")
+                               interval_s=ANALYZER_STEP_S, inputs="stock")
         options = live_options(backfill=None, alertmanager=False, redis=False, telemetry="stock",
                                addons=(addon,))
         with Stack(workspace, options) as stack:

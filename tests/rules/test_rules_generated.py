@@ -13,13 +13,30 @@ from inprocess import run_main
 
 from alert_rules import alerting_rules, recording_rules
 from analyzer.catalogue import CATALOGUE, build_catalogue
-from analyzer.recording_rules import SIGNALS_RULES, render
+from analyzer.recording_rules import SIGNALS_RULES, render, rendered_adapters
+from analyzer.sources import stock
 from oximeter.procs import oximeter_argv
 
 
 def test_committed_signal_rules_are_current() -> None:
     """Fails when the catalogue changed without `oximeter rules build`."""
     assert SIGNALS_RULES.read_text(encoding="utf-8") == render(), "run `oximeter rules build` and commit it"
+
+
+def test_committed_adapter_rules_are_current() -> None:
+    """Fails when the stock translation's tables changed without `oximeter rules build`."""
+    for path, text in rendered_adapters().items():
+        assert path.read_text(encoding="utf-8") == text, f"{path.name}: run `oximeter rules build`"
+
+
+def test_an_adapter_translation_is_rendered_from_the_table(monkeypatch: pytest.MonkeyPatch) -> None:
+    table = {"DCGM_FI_DEV_NEW_FIELD": ("oximeter_gpu_new_ratio", 0.01, {"kind": "x"})}
+    monkeypatch.setattr(stock, "DCGM_GAUGES", table)
+    [rule] = yaml.safe_load("\n".join(stock.render_dcgm()))[:1]
+    assert (rule["record"], rule["labels"]) == ("oximeter_gpu_new_ratio", {"kind": "x"})
+    assert "DCGM_FI_DEV_NEW_FIELD," in rule["expr"] and ")) / 100\n" in rule["expr"]
+    with pytest.raises(ValueError, match="no rendered part"):
+        stock.spliced("groups: []\n", [], "x.rules.yml")
 
 
 def test_every_record_a_signal_names_is_written_once_with_its_query() -> None:
