@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 import requests
 import yaml
-from e2e_helpers import THERMAL_S, Faults, Victoria, analyzer_url, incidents
+from e2e_helpers import THERMAL_S, Faults, Victoria, VictoriaStore, analyzer_url, incidents
 from shared_stack import ANALYZER_STEP_S, SCALE, open_deadline_s
 
 from analyzer.catalogue import CATALOGUE
@@ -50,39 +50,47 @@ def vm_metrics(vm_url: str) -> str:
 
 
 @pytest.fixture(scope="session")
-def victoria(live_stack: Stack, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Victoria]:
-    """VictoriaMetrics scraping the shared stack, and an analyzer on it telling its own chat sink."""
+def victoria_store(live_stack: Stack, tmp_path_factory: pytest.TempPathFactory) -> Iterator[VictoriaStore]:
+    """VictoriaMetrics scraping the shared stack's targets from the fault-free soak on, so that its
+    analyzer's windows hold live samples from before the faults."""
     work = tmp_path_factory.mktemp("victoria")
     started: list[ManagedProcess] = []
-
-    def launch(name: str, argv: list[str], env: dict[str, str] | None = None) -> ManagedProcess:
-        proc = ManagedProcess(name, argv, work / "logs", env=env).start()
-        started.append(proc)
-        return proc
-
     scrape = _scrape_config(live_stack, work / "scrape.yml")
     try:
-        with ChatSink() as sink:
-            _, vm_port = start_reserved(lambda port: launch("victoria-metrics", [
-                VICTORIA, f"-httpListenAddr=127.0.0.1:{port}", f"-storageDataPath={work / 'vm'}",
-                f"-promscrape.config={scrape}", "-search.latencyOffset=1s", "-retentionPeriod=1d"]),
-                lambda port: http_ok(f"http://127.0.0.1:{port}/health"))
-            vm_url = f"http://127.0.0.1:{vm_port}"
-            config = analyzer_config(work, vm_url, scale=SCALE, step_s=ANALYZER_STEP_S,
-                                     interval_s=ANALYZER_STEP_S,
-                                     use_recording_rules=False)
-            (work / "oximeter.yaml").write_text(yaml.safe_dump(config), encoding="utf-8")
-            analyzer = launch("analyzer-vm", oximeter_argv(
-                "--config", str(work / "oximeter.yaml"), "analyze", "--port", "0",
-                "--port-file", str(work / "api.port")), env={CHAT_URL_ENV: sink.url})
-            api = f"http://127.0.0.1:{wait_port(analyzer, work / 'api.port')}"
-            analyzer.wait_ready(lambda: http_ok(f"{api}/metrics"), 60)
-            # Scraped series first: the analyzer's windows need some live samples before the faults.
-            wait_until(lambda: "oximeter_gpu_temperature_celsius" in vm_metrics(vm_url), 60,
-                       what="VictoriaMetrics has scraped the exporters")
-            yield Victoria(api, vm_url, sink, lambda: ManagedProcess.stop_all(list(reversed(started))))
+        _, vm_port = start_reserved(lambda port: _launch(started, work, "victoria-metrics", [
+            VICTORIA, f"-httpListenAddr=127.0.0.1:{port}", f"-storageDataPath={work / 'vm'}",
+            f"-promscrape.config={scrape}", "-search.latencyOffset=1s", "-retentionPeriod=1d"]),
+            lambda port: http_ok(f"http://127.0.0.1:{port}/health"))
+        vm_url = f"http://127.0.0.1:{vm_port}"
+        wait_until(lambda: "oximeter_gpu_temperature_celsius" in vm_metrics(vm_url), 60,
+                   what="VictoriaMetrics has scraped the exporters")
+        yield VictoriaStore(vm_url, work, started)
     finally:
         ManagedProcess.stop_all(list(reversed(started)))
+
+
+def _launch(started: list[ManagedProcess], work: Path, name: str, argv: list[str],
+            env: dict[str, str] | None = None) -> ManagedProcess:
+    proc = ManagedProcess(name, argv, work / "logs", env=env).start()
+    started.append(proc)
+    return proc
+
+
+@pytest.fixture(scope="session")
+def victoria(victoria_store: VictoriaStore) -> Iterator[Victoria]:
+    """An analyzer reading VictoriaMetrics, telling its own chat sink. It starts with the faults, not
+    with the soak (each of its cycles reads every signal as raw PromQL: a fifth of a core)."""
+    store, work = victoria_store, victoria_store.work
+    with ChatSink() as sink:
+        config = analyzer_config(work, store.url, scale=SCALE, step_s=ANALYZER_STEP_S,
+                                 interval_s=ANALYZER_STEP_S, use_recording_rules=False)
+        (work / "oximeter.yaml").write_text(yaml.safe_dump(config), encoding="utf-8")
+        analyzer = _launch(store.started, work, "analyzer-vm", oximeter_argv(
+            "--config", str(work / "oximeter.yaml"), "analyze", "--port", "0",
+            "--port-file", str(work / "api.port")), env={CHAT_URL_ENV: sink.url})
+        api = f"http://127.0.0.1:{wait_port(analyzer, work / 'api.port')}"
+        analyzer.wait_ready(lambda: http_ok(f"{api}/metrics"), 60)
+        yield Victoria(api, store.url, sink, lambda: ManagedProcess.stop_all(list(reversed(store.started))))
 
 
 def judged(stack: Stack, signal: str) -> bool:

@@ -4,15 +4,17 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import requests
 
+from oximeter.procs import ManagedProcess
 from oximeter.stack import Stack
 from reporter.sink import ChatSink, SinkMessage
 
 THERMAL_ALERT = "GpuTemperatureHigh"
-THERMAL_S = 60.0  # the latency rise thermal_throttle needs persists for a scaled 5 minutes (30 s)
+THERMAL_S = 40.0  # opens within seconds (a scaled minute of persistence); Alertmanager relays it by ~20 s
 
 
 @dataclass(frozen=True)
@@ -36,6 +38,15 @@ class Victoria:
     url: str
     sink: ChatSink
     stop: Callable[[], None]
+
+
+@dataclass(frozen=True)
+class VictoriaStore:
+    """VictoriaMetrics scraping the shared stack: its URL, work folder and processes."""
+
+    url: str
+    work: Path
+    started: list[ManagedProcess]
 
 
 def analyzer_url(stack: Stack) -> str:

@@ -10,7 +10,7 @@ from __future__ import annotations
 import time
 
 import pytest
-from e2e_helpers import Victoria, analyzer_url, headline, incidents, kind_of
+from e2e_helpers import VictoriaStore, analyzer_url, headline, incidents, kind_of
 from shared_stack import ANALYZER_STEP_S, SCALE
 
 from oximeter.procs import wait_until
@@ -24,9 +24,9 @@ pytestmark = pytest.mark.e2e
 
 
 def test_fault_free_stack_opens_no_incident(live_stack: Stack, chat_sink: ChatSink,
-                                            victoria: Victoria) -> None:
-    # ``victoria`` (the faults' second analyzer) starts inside the soak rather than after it, as the
-    # faults need it scraping before they begin; it tells its own sink, so this soak is unchanged.
+                                            victoria_store: VictoriaStore) -> None:
+    # VictoriaMetrics (the faults' second store) starts scraping inside the soak rather than after
+    # it, as the faults' second analyzer needs samples from before they begin.
     assert live_stack.prometheus_started_s is not None
     end = live_stack.prometheus_started_s + SOAK_S + 2
     if end > time.time():
