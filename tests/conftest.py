@@ -54,10 +54,31 @@ LIVE_ORDER = (
 )
 
 
+# Units that take a worker 15-50 s each (most of it CPU), handed out right after the shared stack's
+# so that none of them starts when the other workers are nearly done and the suite waits for its
+# tail. On a fresh clone xdist knows no durations; docs/benchmarks.md ("Test suite") lists them.
+LONG_FIRST = (
+    "tests/reporter/test_reporter_digest_e2e.py",
+    "tests/simulator/test_live_history_agreement.py",
+    "tests/test_ports.py",
+    "tests/drills/test_drill.py",
+    "tests/e2e/test_e2e_stock.py",
+    "tests/simulator/test_sim_history.py",
+    "tests/drills/test_drill_live.py",
+    "tests/incidents/test_daemon_prometheus_down.py",
+    "tests/test_imports.py",
+)
+
+
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Put the shared stack's users in ``LIVE_ORDER`` (a stable sort: the rest keep their order)."""
-    def rank(item: pytest.Item) -> int:
-        return next((i for i, path in enumerate(LIVE_ORDER) if item.nodeid.startswith(path)), -1)
+    """The shared stack's users first, in ``LIVE_ORDER``, then ``LONG_FIRST``, then the rest in
+    collection order (a stable sort); ``GroupScheduling`` hands units out in this order."""
+    def rank(item: pytest.Item) -> tuple[int, int]:
+        for tier, paths in enumerate((LIVE_ORDER, LONG_FIRST)):
+            found = next((i for i, path in enumerate(paths) if item.nodeid.startswith(path)), None)
+            if found is not None:
+                return tier, found
+        return 2, 0
     items.sort(key=rank)
 
 
@@ -86,9 +107,14 @@ def _has_module_fixture(path: str) -> bool:
 
 class GroupScheduling(LoadScopeScheduling):
     """Each test is its own unit of work, except the groups above and the modules with a
-    module-scoped fixture, each one unit (the largest first, so the live stack starts at once).
-    xdist's own ``--dist loadgroup`` reads groups from a node-id suffix that pytest 9.2 no longer
-    keeps (pytest-dev/pytest-xdist#1386)."""
+    module-scoped fixture, each one unit; units go out in collection order (see
+    ``pytest_collection_modifyitems``: the live stack starts at once, the long units next), not
+    xdist's largest-first. xdist's own ``--dist loadgroup`` reads groups from a node-id suffix that
+    pytest 9.2 no longer keeps (pytest-dev/pytest-xdist#1386)."""
+
+    def __init__(self, config: pytest.Config, log: Producer | None = None) -> None:
+        super().__init__(config, log)
+        config.option.loadscopereorder = False
 
     def _split_scope(self, nodeid: str) -> str:
         group = None if nodeid.startswith(XDIST_OWN_STACK) else \
