@@ -178,9 +178,8 @@ CHECKS = [
 
 
 # -- history ------------------------------------------------------------------------------
-def history_observed(scenario: Path, out: Path, sent: Mapping[str, list[Arrival]]) -> dict[str, Observed]:
+def history_observed(sc: Scenario, out: Path, sent: Mapping[str, list[Arrival]]) -> dict[str, Observed]:
     """The history of exactly the requests the live run sent, read back from its Parquet output."""
-    sc = load_scenario(scenario)
     store, _fleet = generate(sc, DURATION_S / 86400, SAMPLE_S, math.floor(time.time()), recorded=sent)
     out.mkdir(parents=True)
     store.write_parquet(out)
@@ -359,7 +358,7 @@ def test_live_run_and_history_agree(tmp_path: Path, start_sim: StartSim) -> None
     # The history replays what was sent inside its horizon: a request a starved test process sent
     # after the run's end would arrive after the history's last sample anyway.
     sent = {node: [a for a in arrivals if a.at_s < DURATION_S] for node, arrivals in run.sent.items()}
-    history = history_observed(path, tmp_path / "history", sent)
+    history = history_observed(sc, tmp_path / "history", sent)
     rows, failures = [], []
     for node in ("n1", "n2"):
         for check in CHECKS:
