@@ -20,12 +20,15 @@ from analyzer.signals import SignalSpec, TrafficGuard
 from oximeter.errors import ConfigError
 from oximeter.xids import xid_pattern
 
-# A p99 over fewer observations per 5-min window than this is its slowest request or two, not a
-# tail: the p99 signals count detections only where their window holds at least this many.
-P99_MIN_COUNT = 100
+# The p99 signals count detections only where their 5-min window holds at least this many
+# observations (ten a minute). Below it a window's p99 is one or two stray requests; at it (as at
+# 100) it is still its slowest one, and what makes a detection more than one slow request is its
+# persistence: the p99 must stay up for 10 min beyond its window, so slow requests recur through
+# 15 min, a few percent of them. A light node (0.3 requests a second at night) is judged too.
+P99_MIN_COUNT = 50
 # Comparing one node's p99 with its peers' is finer (a tenth apart) than comparing it with its own
-# baseline, so each peer's p99 must rest on a few requests beyond it, not one: three times as many.
-PEER_MIN_COUNT = 3 * P99_MIN_COUNT
+# baseline, so each peer's p99 must rest on a few requests beyond it, not one: 300 (three beyond it).
+PEER_MIN_COUNT = 300
 
 
 def _s(**fields: Any) -> SignalSpec:

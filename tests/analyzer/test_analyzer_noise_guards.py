@@ -107,6 +107,18 @@ def test_request_latency_p99s_need_enough_observations() -> None:
     assert guarded["engine_itl_peer"].minimum == PEER_MIN_COUNT
 
 
+@pytest.mark.parametrize(("requests_5m", "judged"), [(30.0, False), (85.0, True)])
+def test_a_light_nodes_queue_wait_is_judged(requests_5m: float, judged: bool) -> None:
+    """A gateway admitting too few at night: 0.3 requests a second, every 5-min window holding
+    80-100 of them, and each waiting seconds. Its queue wait is judged (it persists far beyond one
+    slow request); six requests a minute are too few to judge."""
+    waits = frame({"n1": _burst(5, 30, 15.0, 0.005)})
+    traffic = frame({"n1": np.full(ROWS, requests_5m)})
+    events = evaluate_signal(CATALOGUE["queue_wait_p99"], SeriesFrame(waits, {"n1": {"node": "n1"}}),
+                             traffic=traffic, step_s=60.0)
+    assert bool(events) == judged
+
+
 @pytest.mark.parametrize(("requests_5m", "flagged"), [(135.0, False), (900.0, True)])
 def test_a_node_slower_than_its_peers_counts_only_with_traffic(requests_5m: float, flagged: bool) -> None:
     # Five same-model nodes at night; one node's inter-token p99 0.062 s against 0.048 s.
