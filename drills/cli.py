@@ -77,7 +77,7 @@ def run(args: argparse.Namespace) -> int:
         step_s = parse_duration(args.step, "--step").total_seconds()
         interval_s = parse_duration(args.interval, "--interval").total_seconds()
         target = None
-        trace = None if args.trace is None else (args.trace, args.trace_peak_utilisation, args.trace_volume)
+        trace = None if args.trace is None else (args.trace, args.trace_peak_utilisation)
         if trace is not None:
             if live:
                 raise ConfigError(["--trace replays histories: use it with --replay (live traffic comes "
@@ -158,8 +158,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
                         help=f"history cache folder (default {DEFAULT_CACHE})")
     from simulator.cli import add_trace_flags
 
-    add_trace_flags(replay, "replay every scenario over this arrival trace's traffic instead of its own",
-                    volume="scenario")
+    add_trace_flags(replay, "replay every scenario over this arrival trace's traffic instead of its own")
     live = parser.add_argument_group("live")
     live.add_argument("--sim-url", metavar="URL", help="the simulator (any engine port), e.g. http://127.0.0.1:8000")
     live.add_argument("--analyzer-url", metavar="URL", help="the analyzer API, e.g. http://127.0.0.1:9471")

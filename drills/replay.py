@@ -14,7 +14,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -39,12 +39,6 @@ from analyzer.topology import Topology
 from drills.history import DAY_S, drill_windows, history_dir, prepare, same_time_window
 from drills.score import DrillScore, expected_truths, score
 from oximeter.store import connect
-
-if TYPE_CHECKING:
-    from simulator.scenario import TraceVolume
-
-# A drill over a trace: the trace file, its peak utilisation and where its volume comes from.
-TraceReplay = tuple[str, float, "TraceVolume"]
 
 
 def signal_frames(history: Path | RawStore, catalogue: Mapping[str, SignalSpec] = CATALOGUE, *,
@@ -245,9 +239,8 @@ def replay_windows(sc: Any, cache_dir: Path, step_s: float, interval_s: float) -
     return Replayed(incidents, told, faults, days)
 
 
-def load_drill_scenario(path: Path, trace: TraceReplay | None = None, inputs: str = "oximeter") -> Any:
-    """The scenario at ``path``; with ``trace`` (file, peak utilisation, volume), its traffic
-    replayed from it;
+def load_drill_scenario(path: Path, trace: tuple[str, float] | None = None, inputs: str = "oximeter") -> Any:
+    """The scenario at ``path``; with ``trace`` (file, peak utilisation), its traffic replayed from it;
     ``inputs``: the telemetry the fleet presents (``stock``: no gateway, stock exporters)."""
     from simulator.scenario import load_scenario, with_trace
 
@@ -257,7 +250,7 @@ def load_drill_scenario(path: Path, trace: TraceReplay | None = None, inputs: st
 
 
 def replay_drill(path: Path, cache_dir: Path, step_s: float, interval_s: float,
-                 trace: TraceReplay | None = None, inputs: str = "oximeter") -> DrillScore:
+                 trace: tuple[str, float] | None = None, inputs: str = "oximeter") -> DrillScore:
     """The scenario's windows replayed through the analyzer, scored; a stock drill that fails says
     whether stock telemetry could have judged it (:mod:`drills.stock`)."""
     from analyzer.stability import message_budget
@@ -278,7 +271,7 @@ def replay_drill(path: Path, cache_dir: Path, step_s: float, interval_s: float,
 
 
 def prepare_drill_windows(paths: Sequence[Path], cache_dir: Path, step_s: float, jobs: int,
-                          trace: TraceReplay | None = None, inputs: str = "oximeter") -> None:
+                          trace: tuple[str, float] | None = None, inputs: str = "oximeter") -> None:
     """Every drill window of the scenarios and the fault-free day before each, generated `jobs` at a time."""
     windows = [w for p in paths for w in drill_windows(load_drill_scenario(p, trace, inputs), step_s=step_s)]
     windows += [same_time_window(w) for w in windows]

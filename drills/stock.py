@@ -15,11 +15,10 @@ from pathlib import Path
 
 from analyzer.catalogue import CATALOGUE
 from analyzer.settings import AnalyzerSettings
-from drills.replay import TraceReplay
 
 
 def why_stock_cannot_judge(path: Path, cache_dir: Path, step_s: float, interval_s: float,
-                           trace: TraceReplay | None = None) -> str | None:
+                           trace: tuple[str, float] | None = None) -> str | None:
     """The gateway faults of ``path`` and the missing inputs behind the signals that name its
     faults, or None when there are none."""
     from analyzer.stock_inputs import describe

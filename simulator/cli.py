@@ -17,7 +17,7 @@ from oximeter.errors import ConfigError
 from oximeter.secrets import read_secret
 from simulator.admin import TOKEN_ENV
 from simulator.faults import FAULT_KINDS
-from simulator.scenario import Telemetry, TraceVolume
+from simulator.scenario import Telemetry
 from simulator.settings import SimSettings
 
 _SERVE_FLAGS = {
@@ -99,7 +99,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
         help="epoch seconds of the last sample (default: now, rounded to the step)",
     )
     add_trace_flags(history, "replace the scenario's traffic with this arrival trace (CSV: timestamp, "
-                             "prompt and output tokens)", volume="trace")
+                             "prompt and output tokens)")
     history.add_argument("--telemetry", choices=get_args(Telemetry), default=None,
                          help="what the fleet presents (default: the scenario's): Oximeter's gateway and "
                          "exporter, or stock (no gateway, dcgm-exporter's default fields, vLLM's and "
@@ -107,17 +107,12 @@ def configure(parser: argparse.ArgumentParser) -> None:
     history.set_defaults(func=run_history)
 
 
-def add_trace_flags(parser: argparse.ArgumentParser | argparse._ArgumentGroup, text: str,
-                    volume: TraceVolume) -> None:
-    """``--trace FILE``, ``--trace-peak-utilisation`` and ``--trace-volume`` (sim history, drill)."""
+def add_trace_flags(parser: argparse.ArgumentParser | argparse._ArgumentGroup, text: str) -> None:
+    """``--trace FILE`` and ``--trace-peak-utilisation`` (traffic, sim history, drill)."""
     parser.add_argument("--trace", metavar="FILE", default=None, help=text)
     parser.add_argument("--trace-peak-utilisation", type=float, default=0.6, metavar="U",
                         help="with --trace: load in the trace's busiest minute, at the busiest hour, as "
-                             "a share of the fleet's capacity; sets how fast the trace plays (default 0.6)")
-    parser.add_argument("--trace-volume", choices=get_args(TraceVolume), default=volume,
-                        help="with --trace: how many arrivals: the trace's at that utilisation, or the "
-                             "scenario's base_rps, hour by hour, from time-shifted copies of the trace "
-                             f"laid over each other (default {volume})")
+                             "a share of the fleet's capacity (default 0.6)")
 
 
 def _settings(args: argparse.Namespace) -> SimSettings:

@@ -157,7 +157,7 @@ def main(args: argparse.Namespace) -> int:
     try:
         sc = load_scenario(args.scenario)
         if args.trace is not None:
-            sc = with_trace(sc, args.trace, args.trace_peak_utilisation, args.trace_volume)
+            sc = with_trace(sc, args.trace, args.trace_peak_utilisation)
         if getattr(args, "telemetry", None):
             sc = sc.model_copy(update={"telemetry": args.telemetry})
         if sc.trace is not None:

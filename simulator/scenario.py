@@ -117,11 +117,6 @@ class EngineOverrides(BaseModel):
     tokens_per_iteration: int = Field(8, ge=1)
 
 
-# Where a trace's number of arrivals comes from: the trace played at its peak utilisation, or the
-# scenario's base_rps (a drill over a trace keeps the traffic its fault was written for).
-TraceVolume = Literal["trace", "scenario"]
-
-
 class TraceTraffic(BaseModel):
     """Traffic replayed from an arrival trace (``simulator/trace.py``) instead of drawn at ``base_rps``."""
 
@@ -129,11 +124,7 @@ class TraceTraffic(BaseModel):
 
     file: str = Field(description="trace CSV; a relative path counts from the scenario file's folder")
     peak_utilisation: float = Field(0.6, gt=0, description=(
-        "load in the trace's busiest minute at the busiest hour, 0-1 of the fleet's capacity: how fast "
-        "the trace plays"))
-    volume: TraceVolume = Field("trace", description=(
-        "trace: as many arrivals as peak_utilisation gives; scenario: as many as base_rps (hour by "
-        "hour), the trace's copies laid over each other, shifted in time (or one thinned)"))
+        "load in the trace's busiest minute at the busiest hour, 0-1 of the fleet's capacity"))
 
 
 # What the fleet presents: Oximeter's gateway in front of each engine and Oximeter's exporter, or a
@@ -187,14 +178,14 @@ def load_scenario(path: str | Path) -> Scenario:
             [f"{'.'.join(str(p) for p in e['loc']) or '<root>'}: {e['msg']}" for e in exc.errors()], str(path)
         ) from None
     if sc.trace is not None:
-        sc = with_trace(sc, str(path.parent / sc.trace.file), sc.trace.peak_utilisation, sc.trace.volume)
+        sc = with_trace(sc, str(path.parent / sc.trace.file), sc.trace.peak_utilisation)
     return sc
 
 
-def with_trace(sc: Scenario, file: str, peak_utilisation: float, volume: TraceVolume = "trace") -> Scenario:
+def with_trace(sc: Scenario, file: str, peak_utilisation: float) -> Scenario:
     """``sc`` with its traffic replayed from trace ``file`` (an absolute path, so caches and
     worker processes read the same file whatever their working folder)."""
     if not peak_utilisation > 0:
         raise ConfigError([f"trace.peak_utilisation: must be > 0, got {peak_utilisation}"], file)
-    trace = TraceTraffic(file=str(Path(file).resolve()), peak_utilisation=peak_utilisation, volume=volume)
+    trace = TraceTraffic(file=str(Path(file).resolve()), peak_utilisation=peak_utilisation)
     return sc.model_copy(update={"trace": trace})

@@ -7,12 +7,8 @@ generators replay it the same way (``oximeter traffic --trace`` live, ``oximeter
 and scenarios with a ``trace:`` key in virtual time):
 
 - **rate**: the trace's time axis is stretched (or compressed) so that its busiest minute, at
-  the busiest hour, carries ``peak_utilisation`` × the fleet's capacity (``capacity_rps``): a
-  fleet provisioned for the trace's bursts; shorter bursts keep their shape;
-- **volume** (``volume: scenario``): to carry the scenario's own ``base_rps`` instead (hour by
-  hour, as its Poisson traffic would), copies of the stretched trace are laid over each other,
-  each shifted in time, or one copy is thinned: more users with the same habits, not the same
-  users faster, so a burst stays as long and as large as at ``peak_utilisation``;
+  the busiest hour, carries ``peak_utilisation`` × the fleet's capacity (``capacity_rps``);
+  shorter bursts keep their shape;
 - **days**: the stretched trace is tiled end to end, anchored to the clock, and thinned by the
   daily and weekly shape (an arrival at a quieter hour is kept with probability level / peak);
 - **nodes**: arrivals go round-robin over the nodes, as a load balancer in front of them would.
@@ -33,7 +29,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from oximeter.errors import ConfigError
-from simulator.traffic import daily_rate, day_multiplier
+from simulator.traffic import day_multiplier
 
 if TYPE_CHECKING:
     from simulator.scenario import Scenario
@@ -216,44 +212,27 @@ def capacity_rps(trace: Trace, cap: Capacity, max_prompt: int, max_output: int) 
 Arrivals = tuple[np.ndarray, np.ndarray, np.ndarray]  # times, prompt tokens, output tokens
 
 
-# Copy k of an overlaid trace starts k × this fraction of a pass later (mod 1): the golden ratio's,
-# so any number of copies spreads evenly over the pass and no two line their bursts up.
-_COPY_SHIFT = (math.sqrt(5.0) - 1.0) / 2.0
-
-
-def schedule(trace: Trace, scale: float, start_s: float, end_s: float,
-             level: Callable[[np.ndarray], np.ndarray], seed: int, copies: float = 1.0) -> Arrivals:
+def schedule(trace: Trace, peak_rps: float, start_s: float, end_s: float,
+             level: Callable[[np.ndarray], np.ndarray], seed: int) -> Arrivals:
     """Arrival times in ``[start_s, end_s)`` and their prompt and output tokens, whole fleet.
 
-    The trace plays ``scale`` times faster than recorded (``Trace.speed_for``), tiled from clock
-    zero (so any window of the same clock sees the same traffic); ``copies`` of it are laid over
-    each other, each shifted in time (a fraction: every copy thinned to that share), and each
-    arrival is kept with probability ``level(t)`` (0-1: the hour's traffic relative to the busiest
-    hour). One copy is the trace as scaled.
+    The trace runs fast (or slow) enough that its busiest minute carries ``peak_rps``, tiled from
+    clock zero (so any window of the same clock sees the same traffic), and each arrival is kept
+    with probability ``level(t)`` (0-1: the hour's traffic relative to the busiest hour).
     """
-    period, n = trace.period_s / scale, len(trace.offsets_s)
-    layers = max(1, math.ceil(copies - 1e-9))
-    share = copies / layers
-    times, indices = [], []
-    for layer in range(layers):
-        shift = (layer * _COPY_SHIFT % 1.0) * period
-        first, last = math.floor((start_s - shift) / period), math.floor((end_s - shift) / period)
-        tiles = np.arange(first, last + 1, dtype=np.float64)
-        at = (shift + tiles[:, None] * period + trace.offsets_s[None, :] / scale).ravel()
-        index = np.tile(np.arange(n), len(tiles))
-        # Each tile thins with its own draws, so every window over the same clock times keeps the
-        # same arrivals; the first copy draws as a lone trace does.
-        draws = np.concatenate([np.random.default_rng(
-            [seed, int(tile) % 2**32, *([layer] if layer else [])]).random(n) for tile in tiles])
-        inside = (at >= start_s) & (at < end_s)
-        at, index, draws = at[inside], index[inside], draws[inside]
-        keep = draws < level(at) * share
-        times.append(at[keep])
-        indices.append(index[keep])
-    at, index = np.concatenate(times), np.concatenate(indices)
-    order = np.argsort(at, kind="stable")
-    at, index = at[order], index[order]
-    return at, trace.prompt_tokens[index], trace.output_tokens[index]
+    scale = trace.speed_for(peak_rps)
+    period = trace.period_s / scale
+    first, last = math.floor(start_s / period), math.floor(end_s / period)
+    tiles = np.arange(first, last + 1, dtype=np.float64)
+    at = (tiles[:, None] * period + trace.offsets_s[None, :] / scale).ravel()
+    index = np.tile(np.arange(len(trace.offsets_s)), len(tiles))
+    # Each tile thins with its own draws, so every window over the same clock times keeps the same arrivals.
+    n = len(trace.offsets_s)
+    draws = np.concatenate([np.random.default_rng([seed, int(tile) % 2**32]).random(n) for tile in tiles])
+    inside = (at >= start_s) & (at < end_s)
+    at, index, draws = at[inside], index[inside], draws[inside]
+    keep = draws < level(at)
+    return at[keep], trace.prompt_tokens[index[keep]], trace.output_tokens[index[keep]]
 
 
 _MINUTES = np.arange(24 * 60 + 1) / 60.0
@@ -264,7 +243,7 @@ def clock_level(day_s: float, *, daily_shape: bool = True, weekend_factor: float
                 start_hour: float = 0.0) -> Callable[[np.ndarray], np.ndarray]:
     """Traffic at clock time t (seconds; days of ``day_s`` from the epoch, a Thursday) relative to the
     busiest hour of the week, 0-1: the daily shape of ``simulator.traffic`` and the weekend factor."""
-    peak = _busiest_level(daily_shape, weekend_factor)
+    peak = (float(_DAY_TABLE.max()) if daily_shape else 1.0) * max(1.0, weekend_factor)
 
     def level(t: np.ndarray) -> np.ndarray:
         days = t / day_s + start_hour / 24.0
@@ -275,17 +254,6 @@ def clock_level(day_s: float, *, daily_shape: bool = True, weekend_factor: float
     return level
 
 
-def _busiest_level(daily_shape: bool, weekend_factor: float) -> float:
-    return (float(_DAY_TABLE.max()) if daily_shape else 1.0) * max(1.0, weekend_factor)
-
-
-def busiest_hour_rps(base_rps: float, *, daily_shape: bool = True, weekend_factor: float = 1.0) -> float:
-    """Requests per second that Poisson traffic at daily mean ``base_rps`` carries at the week's
-    busiest hour (where ``clock_level`` is 1), so a trace at this mean matches it hour by hour."""
-    shaped = max(daily_rate(h * 3600.0, 86400.0, base_rps, shaped=daily_shape) for h in _MINUTES)
-    return shaped * max(1.0, weekend_factor)
-
-
 def scenario_arrivals(sc: Scenario, origin_s: float, horizon_s: float, node_index: int,
                       max_prompt: int, max_output: int) -> Arrivals:
     """One node's share (round-robin) of scenario ``sc``'s trace traffic over ``horizon_s`` seconds
@@ -293,14 +261,8 @@ def scenario_arrivals(sc: Scenario, origin_s: float, horizon_s: float, node_inde
     assert sc.trace is not None
     trace = load_trace(sc.trace.file)
     cap = Capacity.of(sc.engine, max_concurrency=sc.gateway.max_concurrency)
-    peak_rps = sc.trace.peak_utilisation * capacity_rps(trace, cap, max_prompt, max_output) * sc.nodes
-    speed = trace.speed_for(peak_rps)
-    copies = 1.0
-    if sc.trace.volume == "scenario":
-        fleet_rps = sc.nodes * busiest_hour_rps(sc.base_rps, daily_shape=sc.daily_shape,
-                                                weekend_factor=sc.weekend_factor)
-        copies = fleet_rps / (trace.mean_rps * speed)
+    peak = sc.trace.peak_utilisation * capacity_rps(trace, cap, max_prompt, max_output) * sc.nodes
     level = clock_level(86400.0, daily_shape=sc.daily_shape, weekend_factor=sc.weekend_factor)
-    at, prompt, output = schedule(trace, speed, origin_s, origin_s + horizon_s, level, sc.seed, copies)
+    at, prompt, output = schedule(trace, peak, origin_s, origin_s + horizon_s, level, sc.seed)
     share = slice(node_index, None, sc.nodes)
     return at[share] - origin_s, np.minimum(prompt[share], max_prompt), np.minimum(output[share], max_output)

@@ -267,7 +267,7 @@ def trace_arrivals(args: argparse.Namespace, nodes: int) -> Iterator[Arrival]:
     max_output = RequestMix().max_output_tokens
     peak = args.trace_peak_utilisation * capacity_rps(trace, cap, MAX_PROMPT_TOKENS, max_output) * nodes
     level = clock_level(args.day_seconds, start_hour=args.start_hour)
-    at, prompt, output = schedule(trace, trace.speed_for(peak), 0.0, args.duration, level, args.seed)
+    at, prompt, output = schedule(trace, peak, 0.0, args.duration, level, args.seed)
     for t, p, o in zip(at.tolist(), prompt.tolist(), output.tolist(), strict=True):
         yield t, min(p, MAX_PROMPT_TOKENS), max(1, min(o, max_output))
 
@@ -321,8 +321,8 @@ def configure(parser: argparse.ArgumentParser) -> None:
                         help="replay this arrival trace (CSV: timestamp, prompt and output tokens) "
                              "instead of Poisson arrivals at --base-rps")
     parser.add_argument("--trace-peak-utilisation", type=float, default=0.6, metavar="U",
-                        help="with --trace: load in the trace's busiest minute at the busiest hour, as a "
-                             "share of the targets' capacity as the simulator models it (default 0.6)")
+                        help="with --trace: load in the trace's busiest minute, at the busiest hour, as "
+                             "a share of the targets' capacity as the simulator models it (default 0.6)")
     parser.set_defaults(func=run)
 
 
