@@ -81,14 +81,17 @@ def _counter(name: str, help_text: str, labels: Sequence[str]) -> CounterMetricF
 def new_sample(name: str, labels: dict[str, str], value: float) -> Sample:
     """``Sample(name, labels, value)``, built in C: ``Sample(...)`` and ``Sample._make`` run Python
     code, and a history builds hundreds of samples per node and step."""
-    return tuple.__new__(Sample, (name, labels, value, None, None, None))
+    return _tuple_new(Sample, (name, labels, value, None, None, None))
+
+
+_tuple_new = tuple.__new__
 
 
 def _put(family: GaugeMetricFamily | CounterMetricFamily, labels: dict[str, str], value: float) -> None:
     """``family.add_metric`` with the labels already a dict (in the family's label order), so one
     GPU's labels are built once per scrape rather than once per sample."""
     name = family.name + "_total" if family.type == "counter" else family.name
-    family.samples.append(new_sample(name, labels, value))
+    family.samples.append(_tuple_new(Sample, (name, labels, value, None, None, None)))  # new_sample, inlined
 
 
 class GpuCollector(Collector):
@@ -240,10 +243,9 @@ class GpuCollector(Collector):
         live = [(r, own) for r, own in zip(gpus, owns, strict=True) if r.up]
         for name, help_text, value_of in _GPU_GAUGES:
             family = _gauge(name, help_text, GPU_LABELS)
-            for r, own in live:
-                value = value_of(r)
-                if value is not None:
-                    _put(family, own, value)
+            # _put, inlined: these are most of a scrape's samples.
+            family.samples = [_tuple_new(Sample, (family.name, own, value, None, None, None))
+                              for r, own in live if (value := value_of(r)) is not None]
             yield family
         reasons = _gauge("oximeter_gpu_clock_event_active",
                          "1 while a clock event reason (throttle) is active.", (*GPU_LABELS, "reason"))
