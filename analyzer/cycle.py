@@ -44,8 +44,10 @@ class SignalCycle:
         if traffic is not None:
             self.guard = LiveWindow(traffic, self.live_s, self.step_s)
         if needs_history(self.spec):
+            # Each same-time window reads a whole width ahead at a time (see ``run``).
             width = self.live_s + 2 * self.policy.seasonal_half_window_s
-            self.same_time = {lag: LiveWindow(self.spec, width, self.step_s) for lag in self.policy.lags_s}
+            self.same_time = {lag: LiveWindow(self.spec, width, self.step_s, ahead_s=width)
+                              for lag in self.policy.lags_s}
 
     def run(self, source: Source, now: datetime, *, anomalous: pd.DataFrame | None = None,
             changes: Sequence[ChangeWindow] = ()) -> list[AnomalyEvent]:
@@ -58,7 +60,10 @@ class SignalCycle:
         self.last_traffic = None if self.guard is None else self.guard.update(source, now)
         traffic = None if self.last_traffic is None else self.last_traffic.values
         half = timedelta(seconds=self.policy.seasonal_half_window_s)
-        history = {lag: win.update(source, now - timedelta(seconds=lag) + half).values
+        # Older than the live window, a store's samples no longer change: a same-time window may read
+        # ahead up to there (with a lag shorter than the window, it cannot read ahead at all).
+        settled = now - timedelta(seconds=self.live_s)
+        history = {lag: win.update(source, now - timedelta(seconds=lag) + half, settled=settled).values
                    for lag, win in self.same_time.items()} or None
         return evaluate_signal(self.spec, frame, history=history, traffic=traffic, anomalous=anomalous,
                                changes=changes, policy=self.policy, step_s=self.step_s,

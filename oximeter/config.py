@@ -3,9 +3,9 @@
 Each component owns its section's model (``gateway/settings.py``, ``simulator/settings.py``, ...).
 A command validates only its own sections (``load_section``), so ``oximeter gateway`` never
 imports the analyzer's models; ``oximeter config check`` validates them all (``load_config``).
-This module imports only the standard library, PyYAML and ``oximeter.errors`` at import time, so
-the exporter uses it on a GPU host without pydantic: pydantic is imported only to validate a
-pydantic section.
+This module imports only the standard library and ``oximeter.errors`` at import time, so the
+exporter uses it on a GPU host without pydantic: pydantic is imported only to validate a pydantic
+section, and PyYAML only to read a file (a sidecar started without one never loads it).
 """
 
 from __future__ import annotations
@@ -15,8 +15,6 @@ import importlib
 import re
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
-
-import yaml
 
 from oximeter.errors import ConfigError
 
@@ -103,6 +101,8 @@ def _read_yaml(path: str | Path | None) -> tuple[Any, str | None]:
         raise ConfigError([f"cannot read file: {exc.strerror}"], where) from None
     except UnicodeDecodeError as exc:
         raise ConfigError([f"not UTF-8 text (byte {exc.start}): save the file as UTF-8"], where) from None
+    import yaml
+
     try:
         return yaml.safe_load(text), where
     except (ValueError, RecursionError) as exc:  # PyYAML's own checks, e.g. a date such as 2026-02-30

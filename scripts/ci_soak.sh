@@ -64,7 +64,9 @@ for i in $(seq 1 "$runs"); do
 	git clone -q "$repo" "$dir/main"
 	log="$dir/make-test.log"
 	start=$(date +%s)
-	setsid bash -c 'cd "$1" && CI=true exec make test' _ "$dir/main" >"$log" 2>&1 </dev/null &
+	# `times` after make: the CPU time of everything the run started and waited for (user + system).
+	setsid bash -c 'cd "$1" && CI=true make test; rc=$?; times >"$2"; exit $rc' _ "$dir/main" "$dir/cpu" \
+		>"$log" 2>&1 </dev/null &
 	run_pid=$!
 	wait "$run_pid"
 	rc=$?
@@ -74,7 +76,10 @@ for i in $(seq 1 "$runs"); do
 	# pytest's closing line, with or without its ===== frame ("1364 passed in 384.01s (0:06:24)").
 	summary=$(grep -E '^[= ]*[0-9]+ (passed|failed|errors?)\b.* in [0-9.]+s' "$log" | tail -n 1 | tr -d '=' \
 		| sed 's/^ *//; s/ *$//')
-	printf 'run %d: exit %d, wall %d:%02d, %s\n' "$i" "$rc" $((wall / 60)) $((wall % 60)) "${summary:-no pytest summary}"
+	# The children's line of `times` ("5m12.310s 0m40.120s"), as whole seconds of user + system.
+	cpu=$(sed -n 2p "$dir/cpu" 2>/dev/null | awk '{ t = 0; for (i = 1; i <= 2; i++) { split($i, a, /[ms]/); t += a[1] * 60 + a[2] } printf "%d", t }')
+	printf 'run %d: exit %d, wall %d:%02d, cpu %ss, %s\n' "$i" "$rc" $((wall / 60)) $((wall % 60)) "${cpu:-?}" \
+		"${summary:-no pytest summary}"
 	if [[ $rc == 0 ]]; then
 		green=$((green + 1))
 	else

@@ -111,8 +111,8 @@ def add_trace_flags(parser: argparse.ArgumentParser | argparse._ArgumentGroup, t
     """``--trace FILE`` and ``--trace-peak-utilisation`` (traffic, sim history, drill)."""
     parser.add_argument("--trace", metavar="FILE", default=None, help=text)
     parser.add_argument("--trace-peak-utilisation", type=float, default=0.6, metavar="U",
-                        help="with --trace: mean load at the busiest hour as a share of the fleet's "
-                             "capacity (default 0.6)")
+                        help="with --trace: load in the trace's busiest minute, at the busiest hour, as "
+                             "a share of the fleet's capacity (default 0.6)")
 
 
 def _settings(args: argparse.Namespace) -> SimSettings:

@@ -123,7 +123,8 @@ class TraceTraffic(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     file: str = Field(description="trace CSV; a relative path counts from the scenario file's folder")
-    peak_utilisation: float = Field(0.6, gt=0, description="mean load at the busiest hour, 0-1 of capacity")
+    peak_utilisation: float = Field(0.6, gt=0, description=(
+        "load in the trace's busiest minute at the busiest hour, 0-1 of the fleet's capacity"))
 
 
 # What the fleet presents: Oximeter's gateway in front of each engine and Oximeter's exporter, or a

@@ -321,8 +321,8 @@ def configure(parser: argparse.ArgumentParser) -> None:
                         help="replay this arrival trace (CSV: timestamp, prompt and output tokens) "
                              "instead of Poisson arrivals at --base-rps")
     parser.add_argument("--trace-peak-utilisation", type=float, default=0.6, metavar="U",
-                        help="with --trace: mean load at the busiest hour as a share of the targets' "
-                             "capacity as the simulator models it (default 0.6)")
+                        help="with --trace: load in the trace's busiest minute, at the busiest hour, as "
+                             "a share of the targets' capacity as the simulator models it (default 0.6)")
     parser.set_defaults(func=run)
 
 

@@ -1,7 +1,7 @@
 """The test session's one live stack (ARCHITECTURE "Real components, and keeping the suite fast").
 
 ``tests/live`` (issue 4) and ``tests/e2e`` (issue 8) share it: one cached backfill, Prometheus with
-rules time-scaled by ``SCALE`` (10 minutes of real durations take one minute), 1 s scrapes and
+rules time-scaled by ``SCALE`` (10 minutes of real durations take one minute), 2 s scrapes and
 evaluations, Prometheus's lookback scaled with them (5m -> 30s, so an instant query sees live
 samples, not the backfill that ended earlier), Alertmanager with 1 s grouping routing to the
 analyzer daemon's relay, and the analyzer (``oximeter/demo_stack.py``'s configuration, persistence
@@ -33,14 +33,18 @@ assert BACKFILL.days * 86400 >= 86400 / SCALE + 1800 + BACKFILL_GAP_S, \
 # The analyzers' query step and cycle, the demo's: a 1 s cycle doubled their CPU (the shared one's
 # and VictoriaMetrics' each took about a fifth of a core) for detections a second sooner.
 ANALYZER_STEP_S = 2.0
+# Prometheus's (and VictoriaMetrics') scrape and rule-evaluation interval, the demo's: at 1 s,
+# Prometheus, every target's /metrics and the ALERTS series cost twice the CPU, and every scaled
+# rule window (the shortest, [1m], is 6 s) still holds three samples at 2 s.
+SCRAPE_S = 2.0
 STARTED: list[Stack] = []
 
 
 def live_options(**overrides: Any) -> StackOptions:
-    """The live tests' stack: scaled rules, 1 s scrapes, 1 s Alertmanager grouping, the backfill."""
+    """The live tests' stack: scaled rules, 2 s scrapes, 1 s Alertmanager grouping, the backfill."""
     base = StackOptions(
         nodes=BACKFILL.nodes, gpus_per_node=BACKFILL.gpus_per_node, seed=BACKFILL.seed,
-        time_scale=SCALE, scrape_interval_s=1.0, eval_interval_s=1.0, lookback_delta_s=LOOKBACK_S,
+        time_scale=SCALE, scrape_interval_s=SCRAPE_S, eval_interval_s=SCRAPE_S, lookback_delta_s=LOOKBACK_S,
         backfill=BACKFILL, alert_group_wait_s=1.0, alert_group_interval_s=1.0, alert_repeat_interval_s=60.0,
         traffic_rps_per_node=BACKFILL.base_rps, daily_shape=BACKFILL.daily_shape,
     )

@@ -70,33 +70,51 @@ class LiveWindow:
 
     Each :meth:`update` fetches only the steps after the last one held (plus one step of overlap,
     since a store's most recent point may still change), then drops what fell out of the window.
+    A window that lies in the past (the same time a day or a week ago) may read ``ahead_s`` beyond
+    its end in one query, up to what the caller says has settled: those steps will not change, and
+    one query per ``ahead_s`` replaces one per cycle (the same-time windows were a third of the
+    analyzer's queries).
     """
 
     spec: SignalSpec
     window_s: float
     step_s: float
+    ahead_s: float = 0.0
     values: pd.DataFrame = field(default_factory=pd.DataFrame)
     labels: dict[str, dict[str, str]] = field(default_factory=dict)
     # The last label mapping merged: a source that returns the same mapping each cycle is not re-read.
     _seen_labels: object = field(default=None, init=False, repr=False)
+    # What is held: ``values`` plus, with ``ahead_s``, the settled steps after its end.
+    _held: pd.DataFrame = field(default_factory=pd.DataFrame, init=False, repr=False)
 
-    def update(self, source: Source, now: datetime) -> SeriesFrame:
-        """The window ending at ``now`` (aligned), fetching only new steps."""
+    def update(self, source: Source, now: datetime, *, settled: datetime | None = None) -> SeriesFrame:
+        """The window ending at ``now`` (aligned), fetching only new steps (and, with ``ahead_s``,
+        up to ``ahead_s`` more of them, none after ``settled``)."""
         end = align(now, self.step_s)
-        start = end - timedelta(seconds=self.window_s)
-        if not self.values.empty:
-            last = pd.Timestamp(self.values.index[-1]).to_pydatetime()
-            start = max(start, last - timedelta(seconds=self.step_s))
-        fresh = source.fetch(self.spec, start, end, self.step_s)
-        if fresh.labels is not self._seen_labels:
-            self.labels.update({k: dict(v) for k, v in fresh.labels.items() if k not in self.labels})
-            self._seen_labels = fresh.labels
-        if self.values.empty:
-            combined = fresh.values
-        else:
-            cut = fresh.values.index[0] if len(fresh.values) else self.values.index[-1] + pd.Timedelta(1)
-            old = self.values.loc[self.values.index < cut]
-            combined = pd.concat([old, fresh.values], axis=0, join="outer")
-        index = grid_index(end - timedelta(seconds=self.window_s), end, self.step_s)
-        self.values = combined.reindex(index).astype(np.float32)
+        first = end - timedelta(seconds=self.window_s)
+        held = self._held
+        if held.empty or pd.Timestamp(held.index[-1]).to_pydatetime() < end:
+            start = first
+            if not held.empty:
+                last = pd.Timestamp(held.index[-1]).to_pydatetime()
+                start = max(start, last - timedelta(seconds=self.step_s))
+            until = end
+            if self.ahead_s > 0 and settled is not None:
+                until = max(end, min(end + timedelta(seconds=self.ahead_s), align(settled, self.step_s)))
+            fresh = source.fetch(self.spec, start, until, self.step_s)
+            if fresh.labels is not self._seen_labels:
+                self.labels.update({k: dict(v) for k, v in fresh.labels.items() if k not in self.labels})
+                self._seen_labels = fresh.labels
+            if held.empty:
+                combined = fresh.values
+            else:
+                cut = fresh.values.index[0] if len(fresh.values) else held.index[-1] + pd.Timedelta(1)
+                combined = pd.concat([held.loc[held.index < cut], fresh.values], axis=0, join="outer")
+            self._held = combined.reindex(grid_index(first, until, self.step_s)).astype(np.float32)
+            if until == end:  # nothing read ahead: what is held is the window
+                self.values = self._held
+                return SeriesFrame(self.values, self.labels)
+        index = grid_index(first, end, self.step_s)
+        self._held = self._held.loc[self._held.index >= index[0]]
+        self.values = self._held.reindex(index)
         return SeriesFrame(self.values, self.labels)

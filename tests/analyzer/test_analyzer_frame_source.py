@@ -165,6 +165,25 @@ def test_live_window_fetches_only_new_steps(history: Path) -> None:
     assert source.calls[1] == (T0 + timedelta(minutes=19, seconds=45), T0 + timedelta(minutes=21))
 
 
+
+def test_a_past_window_reads_ahead_up_to_what_has_settled(history: Path) -> None:
+    """A same-time window reads ``ahead_s`` at once and then nothing for that long; it returns
+    what a full fetch returns, and never asks for a step after ``settled``."""
+    source = Counting(FrameSource.from_history(history))
+    spec = CATALOGUE["gpu_temperature"]
+    past = LiveWindow(spec, window_s=900, step_s=STEP, ahead_s=600)
+    for minute in range(20, 40):
+        now = T0 + timedelta(minutes=minute, seconds=7)
+        settled = now + timedelta(minutes=7)  # the window's end ages: what follows it may be read
+        got = past.update(source, now, settled=settled)
+        full = source.inner.fetch(spec, align(now, STEP) - timedelta(seconds=900), now, STEP)
+        pd.testing.assert_frame_equal(got.values.sort_index(axis=1), full.values.sort_index(axis=1),
+                                      check_freq=False)
+        assert all(end <= settled for _, end in source.calls)
+    # 20 cycles: the first reads 7 minutes ahead (settled), then one query per 7-10 minutes.
+    assert source.calls[0] == (T0 + timedelta(minutes=5), T0 + timedelta(minutes=27))
+    assert len(source.calls) == 3
+
 def test_replay_clock_runs_accelerated() -> None:
     ticks = iter([100.0, 101.5])
     clock = ReplayClock(T0, speed=60.0, monotonic=lambda: next(ticks))

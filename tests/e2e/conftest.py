@@ -38,7 +38,8 @@ def _scrape_config(stack: Stack, path: Path) -> Path:
     own job left out."""
     prometheus = yaml.safe_load((stack.workspace / "prometheus.yml").read_text(encoding="utf-8"))
     jobs = [job for job in prometheus["scrape_configs"] if job["job_name"] != ANALYZER_JOB]
-    path.write_text(yaml.safe_dump({"global": {"scrape_interval": "1s"}, "scrape_configs": jobs}),
+    interval = f"{stack.options.scrape_interval_s:g}s"
+    path.write_text(yaml.safe_dump({"global": {"scrape_interval": interval}, "scrape_configs": jobs}),
                     encoding="utf-8")
     return path
 
@@ -112,9 +113,10 @@ def faults(live_stack: Stack, victoria: Victoria) -> Iterator[Faults]:
     api = analyzer_url(live_stack)
     # An incident still open would absorb the faults, and each test would wait out its deadline for
     # a new one (tests/conftest.py runs no other fault before these).
-    still_open = [(i["id"], i["rule"]) for i in incidents(api) if i["state"] != "resolved"]
+    known = incidents(api)
+    still_open = [(i["id"], i["rule"]) for i in known if i["state"] != "resolved"]
     assert still_open == [], f"incidents open before the end-to-end faults: {still_open}"
-    before = {i["id"] for i in incidents(api)}
+    before = {i["id"] for i in known}
     victoria_before = {i["id"] for i in incidents(victoria.api)}
     t0 = time.monotonic()
     live_stack.fault("thermal_throttle", "n1", gpu=1, strength=0.45, duration_s=THERMAL_S)  # ends by itself

@@ -19,7 +19,7 @@ from typing import Any
 
 import pytest
 from e2e_helpers import THERMAL_S, incident, incidents
-from shared_stack import ANALYZER_STEP_S, SCALE, live_options, open_deadline_s
+from shared_stack import ANALYZER_STEP_S, SCALE, SCRAPE_S, live_options, open_deadline_s
 
 from analyzer.stock_inputs import StockInputs
 from dashboards.build import load_built
@@ -32,7 +32,7 @@ from reporter.sink import ChatSink
 pytestmark = pytest.mark.e2e
 # As the live panel test: Grafana's 1 s interval and a 30 s range; the longest scaled window a panel
 # reads ([5m] at scale 10) fills this long after Prometheus starts.
-TIMING = Timing(scrape_interval_s=1.0, interval_s=1.0, range_s=30.0)
+TIMING = Timing(scrape_interval_s=SCRAPE_S, interval_s=SCRAPE_S, range_s=30.0)
 WARMUP_S = 45.0
 
 

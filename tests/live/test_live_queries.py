@@ -1,7 +1,7 @@
 """Issue 4, must show 3: every panel query and every recording rule returns live series.
 
-Queries are expanded as Grafana sends them (``dashboards/promql.py``) with the datasource's 1 s
-scrape interval and a 30 s range, first with one concrete value per variable (resolved from the
+Queries are expanded as Grafana sends them (``dashboards/promql.py``) with the datasource's scrape
+interval (the stack's) and a 30 s range, first with one concrete value per variable (resolved from the
 variable's own query against the live Prometheus), then with All. A concrete value proves that the
 series carry the label the variable filters on; the result's labels must agree with the selection.
 """
@@ -13,6 +13,7 @@ import time
 from typing import Any
 
 import pytest
+from shared_stack import SCRAPE_S
 
 from alert_rules import recording_rules
 from dashboards.build import load_built
@@ -20,7 +21,7 @@ from dashboards.promql import Timing, panel_queries, variable_queries
 from oximeter.procs import wait_until
 from oximeter.stack import Stack
 
-TIMING = Timing(scrape_interval_s=1.0, interval_s=1.0, range_s=30.0)
+TIMING = Timing(scrape_interval_s=SCRAPE_S, interval_s=SCRAPE_S, range_s=30.0)
 DASHBOARDS = load_built()
 _LABEL_VALUES = re.compile(r"^label_values\((.*),\s*(\w+)\)$", re.S)
 EXPECTED_VALUES = {"node": ["n1", "n2"], "gpu": ["0", "1"], "service": ["chat"]}
