@@ -55,7 +55,10 @@ demo: setup
 # tests/conftest.py schedules: the live-stack tests share one worker, the drill replays another.
 TEST_WORKERS ?= 3
 
+# Collecting once first fills the bytecode cache (PYTHONPYCACHEPREFIX) for the workers, which would
+# otherwise all compile the same modules at once on a fresh clone: ~12 CPU-seconds less in all.
 test: setup
+	@$(BIN)/python -m pytest -q --collect-only -p no:cacheprovider $(ARGS) >/dev/null || true
 	$(BIN)/python -m pytest -q -n $(TEST_WORKERS) --durations=15 $(ARGS)
 
 # The fuzz tests with a long budget (nightly): thousands of cases per input instead of a hundred.

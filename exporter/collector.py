@@ -15,6 +15,7 @@ from typing import Protocol, TypeVar
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
+from prometheus_client.samples import Sample
 
 from exporter.backends.base import (
     CLOCK_EVENT_REASONS,
@@ -75,6 +76,22 @@ def _gauge(name: str, help_text: str, labels: Sequence[str]) -> GaugeMetricFamil
 
 def _counter(name: str, help_text: str, labels: Sequence[str]) -> CounterMetricFamily:
     return CounterMetricFamily(name, help_text, labels=labels)
+
+
+def new_sample(name: str, labels: dict[str, str], value: float) -> Sample:
+    """``Sample(name, labels, value)``, built in C: ``Sample(...)`` and ``Sample._make`` run Python
+    code, and a history builds hundreds of samples per node and step."""
+    return _tuple_new(Sample, (name, labels, value, None, None, None))
+
+
+_tuple_new = tuple.__new__
+
+
+def _put(family: GaugeMetricFamily | CounterMetricFamily, labels: dict[str, str], value: float) -> None:
+    """``family.add_metric`` with the labels already a dict (in the family's label order), so one
+    GPU's labels are built once per scrape rather than once per sample."""
+    name = family.name + "_total" if family.type == "counter" else family.name
+    family.samples.append(_tuple_new(Sample, (name, labels, value, None, None, None)))  # new_sample, inlined
 
 
 class GpuCollector(Collector):
@@ -187,8 +204,7 @@ class GpuCollector(Collector):
             yield from dcgm_families(node, gpus)
 
     @staticmethod
-    def _nvlink_families(live: Sequence[GpuReading], labels: Callable[[GpuReading], list[str]],
-                         ) -> Iterator[Metric]:
+    def _nvlink_families(live: Sequence[tuple[GpuReading, dict[str, str]]]) -> Iterator[Metric]:
         """Per NVLink: up, error counters by kind, and the bytes it sent and received (node
         exporter's transmit/receive naming), so one degraded link shows as itself."""
         link_labels = (*GPU_LABELS, "link")
@@ -199,39 +215,37 @@ class GpuCollector(Collector):
         sent = _counter("oximeter_gpu_nvlink_transmit_bytes_total", "Data sent over the NVLink.", link_labels)
         received = _counter("oximeter_gpu_nvlink_receive_bytes_total", "Data received over the NVLink.",
                             link_labels)
-        for r in live:
+        for r, own in live:
             for link in r.nvlinks or ():
-                base = [*labels(r), str(link.link)]
-                up.add_metric(base, 1 if link.up else 0)
+                base = {**own, "link": str(link.link)}
+                _put(up, base, 1 if link.up else 0)
                 counts = dict(link.errors)
                 for kind in NVLINK_ERROR_KINDS:
                     if kind in counts:
-                        errors.add_metric([*base, kind], counts[kind])
+                        _put(errors, {**base, "kind": kind}, counts[kind])
                 if link.transmit_bytes is not None:
-                    sent.add_metric(base, link.transmit_bytes)
+                    _put(sent, base, link.transmit_bytes)
                 if link.receive_bytes is not None:
-                    received.add_metric(base, link.receive_bytes)
+                    _put(received, base, link.receive_bytes)
         yield from (up, errors, sent, received)
 
     def _gpu_families(self, gpus: Sequence[GpuReading]) -> Iterator[Metric]:
         node = self.node
-
-        def labels(r: GpuReading) -> list[str]:
-            ident = r.identity
-            return [node, str(ident.index), ident.uuid, ident.model, ident.pci_bus_id]
-
+        # Each GPU's labels are built once per scrape and shared by its samples of every family
+        # (the history scrapes every GPU of a fleet at every step); a sample's labels are only read.
+        owns = [dict(zip(GPU_LABELS, (node, str(r.identity.index), r.identity.uuid, r.identity.model,
+                                      r.identity.pci_bus_id), strict=True)) for r in gpus]
         up = _gauge("oximeter_gpu_up", "1 when the GPU answered this scrape, 0 when lost or late.",
                     GPU_LABELS)
-        for r in gpus:
-            up.add_metric(labels(r), 1 if r.up else 0)
+        for r, own in zip(gpus, owns, strict=True):
+            _put(up, own, 1 if r.up else 0)
         yield up
-        live = [r for r in gpus if r.up]
+        live = [(r, own) for r, own in zip(gpus, owns, strict=True) if r.up]
         for name, help_text, value_of in _GPU_GAUGES:
             family = _gauge(name, help_text, GPU_LABELS)
-            for r in live:
-                value = value_of(r)
-                if value is not None:
-                    family.add_metric(labels(r), value)
+            # _put, inlined: these are most of a scrape's samples.
+            family.samples = [_tuple_new(Sample, (family.name, own, value, None, None, None))
+                              for r, own in live if (value := value_of(r)) is not None]
             yield family
         reasons = _gauge("oximeter_gpu_clock_event_active",
                          "1 while a clock event reason (throttle) is active.", (*GPU_LABELS, "reason"))
@@ -244,45 +258,45 @@ class GpuCollector(Collector):
                       (*GPU_LABELS, "direction"))
         procs = _gauge("oximeter_gpu_process_memory_used_bytes", "GPU memory held by a compute process.",
                        (*GPU_LABELS, "pid", "process"))
-        for r in live:
-            base = labels(r)
+        for r, own in live:
             if r.clock_event_reasons is not None:
                 for reason in CLOCK_EVENT_REASONS:
-                    reasons.add_metric([*base, reason], 1 if reason in r.clock_event_reasons else 0)
+                    _put(reasons, {**own, "reason": reason}, 1 if reason in r.clock_event_reasons else 0)
             for kind, count in (("corrected", r.ecc_corrected_total),
                                 ("uncorrected", r.ecc_uncorrected_total)):
                 if count is not None:
-                    ecc.add_metric([*base, kind], count)
+                    _put(ecc, {**own, "kind": kind}, count)
             for kind, count in (("correctable", r.remapped_rows_correctable),
                                 ("uncorrectable", r.remapped_rows_uncorrectable)):
                 if count is not None:
-                    rows.add_metric([*base, kind], count)
+                    _put(rows, {**own, "kind": kind}, count)
             if r.pcie_replay_total is not None:
-                replays.add_metric(base, r.pcie_replay_total)
+                _put(replays, own, r.pcie_replay_total)
             for direction, rate in (("transmit", r.pcie_transmit_bytes_per_second),
                                     ("receive", r.pcie_receive_bytes_per_second)):
                 if rate is not None:
-                    pcie.add_metric([*base, direction], rate)
+                    _put(pcie, {**own, "direction": direction}, rate)
             by_pid: dict[int, tuple[str, int]] = {}
             for proc in r.processes or ():
                 # One process can appear once per MIG instance: one series per pid, summed.
                 name, used = by_pid.get(proc.pid, (proc.name, 0))
                 by_pid[proc.pid] = (name, used + proc.used_memory_bytes)
             for pid, (name, used) in sorted(by_pid.items()):
-                procs.add_metric([*base, str(pid), name], used)
+                _put(procs, {**own, "pid": str(pid), "process": name}, used)
         yield from (reasons, ecc, rows, replays, pcie, procs)
-        yield from self._nvlink_families(live, labels)
+        yield from self._nvlink_families(live)
         # Xid counters survive a lost GPU: Xid 79 ("fallen off the bus") is what explains it.
         xid_count = _counter("oximeter_gpu_xid_errors", "Xid critical errors, by code.", (*GPU_LABELS, "xid"))
         xid_last = _gauge("oximeter_gpu_xid_last_timestamp_seconds",
                           "When an Xid code was last seen (Unix time; 0 = never).", (*GPU_LABELS, "xid"))
-        for r in gpus:
+        for r, own in zip(gpus, owns, strict=True):
             if r.xid is None:
                 continue
             stats = {s.xid: s for s in r.xid}
             for code in sorted(set(PAGING_XIDS) | set(stats)):
                 stat = stats.get(code)
-                xid_count.add_metric([*labels(r), str(code)], stat.count if stat else 0)
-                xid_last.add_metric([*labels(r), str(code)], stat.last_timestamp_seconds if stat else 0)
+                labels = {**own, "xid": str(code)}
+                _put(xid_count, labels, stat.count if stat else 0)
+                _put(xid_last, labels, stat.last_timestamp_seconds if stat else 0)
         yield xid_count
         yield xid_last

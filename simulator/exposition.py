@@ -16,6 +16,7 @@ from prometheus_client.core import (
 )
 from prometheus_client.registry import Collector
 
+from exporter.collector import new_sample
 from simulator.engine import FINISH_REASONS, EngineModel
 from simulator.stats import Histogram
 
@@ -24,8 +25,15 @@ _LABELS = ["model_name", "engine"]
 
 
 def _hist(name: str, doc: str, labels: list[str], values: list[str], h: Histogram) -> HistogramMetricFamily:
+    # The samples ``fam.add_metric(values, buckets, h.total)`` adds, with the label dict built once.
     fam = HistogramMetricFamily(name, doc, labels=labels)
-    fam.add_metric(values, [(le, float(c)) for le, c in h.cumulative()], h.total)
+    own = dict(zip(labels, values, strict=True))
+    buckets = h.cumulative()
+    bucket = name + "_bucket"
+    fam.samples = [new_sample(bucket, {**own, "le": le}, float(c)) for le, c in buckets]
+    if float(buckets[0][0]) >= 0:  # as add_metric: no sum and count with a negative bucket
+        fam.samples += [new_sample(name + "_count", own, float(buckets[-1][1])),
+                        new_sample(name + "_sum", own, h.total)]
     return fam
 
 

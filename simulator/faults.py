@@ -202,6 +202,8 @@ class FaultBook:
         self._faults: dict[str, Fault] = {}
         # Bumped on every change, so derived caches (engine conditions) know to recompute.
         self.version = 0
+        self._by_kind: dict[tuple[str, str], list[Fault]] = {}
+        self._by_kind_version = -1
 
     def add(self, fault: Fault) -> Fault:
         """Store ``fault``; an existing id is an error (delete it first)."""
@@ -227,14 +229,25 @@ class FaultBook:
 
     def active(self, now: float, node: str, kind: str | None = None, gpu: int | None = None) -> list[Fault]:
         """Faults active at ``now`` on ``node`` (optionally one kind, one GPU)."""
+        faults = self._faults.values() if kind is None else self._of_kind(node, kind)
         return [
             f
-            for f in self._faults.values()
+            for f in faults
             if f.node == node
             and f.active(now)
             and (kind is None or f.kind == kind)
             and (gpu is None or f.gpu is None or f.gpu == gpu)
         ]
+
+    def _of_kind(self, node: str, kind: str) -> list[Fault]:
+        """``node``'s faults of ``kind``, in the book's order: a history asks for one kind on one
+        node for every request and GPU, and most kinds have no fault there."""
+        if self._by_kind_version != self.version:
+            self._by_kind = {}
+            for f in self._faults.values():
+                self._by_kind.setdefault((f.node, f.kind), []).append(f)
+            self._by_kind_version = self.version
+        return self._by_kind.get((node, kind), [])
 
     def strongest(self, now: float, node: str, kind: str, gpu: int | None = None) -> Fault | None:
         """The active fault of ``kind`` with the largest effect (ties: the latest started)."""

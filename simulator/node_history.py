@@ -48,6 +48,8 @@ JOBS = {"vllm": 8000, "oximeter-gateway": 9000, "oximeter-exporter": 9400, "dcgm
 # Jobs whose series name their node themselves (dcgm-exporter's Hostname, kube-state-metrics'
 # node label, fleet-wide for the deployment), so the scrape adds no node label.
 _CLUSTER_JOBS = {"dcgm-exporter", "kube-state-metrics"}
+_DAY_S = 86400.0
+_EDGE_S = 1e-3  # far more than the microsecond datetime rounds a timestamp to
 # Exporter self-timing is wall-clock noise, not part of the model.
 _SKIP_FAMILIES = {"oximeter_exporter_collect_duration_seconds"}
 
@@ -152,6 +154,7 @@ class NodeHistory:
         self.by_seq: dict[int, _Request] = {}
         self.by_ticket: dict[Ticket, _Request] = {}
         self._ingress_credit = 0.0
+        self._day = (math.inf, -math.inf, False)  # the day _weekend looked up last: (from, until, weekend)
         self._last_work = 0.0
         self.faults = [f for f in fleet.faults.all() if f.node == name]
         for fault in self.faults:
@@ -168,10 +171,24 @@ class NodeHistory:
         wall = self.wall_origin_s + t
         day = 86400.0
         rate = daily_rate(wall % day, day, self.sc.base_rps, shaped=self.sc.daily_shape)
-        if datetime.fromtimestamp(wall, UTC).weekday() >= 5:
+        if self._weekend(wall):
             rate *= self.sc.weekend_factor
         spike = self.fleet.faults.strongest(t, self.name, "traffic_spike")
         return rate * (spike.strength if spike is not None else 1.0)
+
+    def _weekend(self, wall: float) -> bool:
+        """Whether ``wall`` (epoch seconds) falls on a Saturday or Sunday (UTC), looked up once per
+        day: only within a millisecond of midnight can datetime's rounding to microseconds move a
+        time to the next day, so those few ask datetime themselves."""
+        lo, hi, weekend = self._day
+        if lo <= wall < hi:
+            return weekend
+        start = math.floor(wall / _DAY_S) * _DAY_S
+        if start + _EDGE_S <= wall < start + _DAY_S - _EDGE_S:
+            weekend = datetime.fromtimestamp(start + _DAY_S / 2, UTC).weekday() >= 5
+            self._day = (start + _EDGE_S, start + _DAY_S - _EDGE_S, weekend)
+            return weekend
+        return datetime.fromtimestamp(wall, UTC).weekday() >= 5
 
     def _drawn(self) -> Iterator[tuple[float, int, int]]:
         """Poisson arrivals at the scenario's rate, each with its drawn lengths (see arrivals.py)."""

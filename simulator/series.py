@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import math
+import operator
 from array import array
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
@@ -34,6 +35,8 @@ class _Family:
 
 
 _Extra = tuple[tuple[str, str], ...]
+# A sample's (name, labels): what says two families' samples go to the same series, in order.
+_head = operator.itemgetter(0, 1)
 
 
 class _Plan(NamedTuple):
@@ -75,7 +78,7 @@ class SeriesStore:
                 plan = known[1]
             else:
                 same_name = last_name.get(fam.name)
-                if same_name is not None and same_name.keys == [s[:2] for s in fam.samples]:
+                if same_name is not None and same_name.keys == list(map(_head, fam.samples)):
                     plan = same_name
                 else:
                     plan = self._plan(fam, extra)
@@ -109,7 +112,7 @@ class SeriesStore:
                     values = entry.series[series_key] = array("d", [NAN]) * len(self.timestamps)
                 cache[fast_key] = values
             slots.append((i, values))
-        return _Plan([s[:2] for s in fam.samples], slots)
+        return _Plan(list(map(_head, fam.samples)), slots)
 
     def values(self, sample_name: str, **labels: str) -> list[list[float]]:
         """Every stored series named ``sample_name`` whose labels include ``labels`` (NaN = absent)."""

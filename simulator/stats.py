@@ -9,6 +9,7 @@ from __future__ import annotations
 import bisect
 import math
 import operator
+from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from functools import cache, partial, reduce
@@ -149,14 +150,11 @@ class PendingObservations:
         bounds = self._bounds
         # observe() puts NaN in the sum but in no bucket.
         counted = [v for v in values if v == v] if any(map(math.isnan, values)) else values
-        counts = [0] * len(bounds)
-        for i in map(partial(bisect.bisect_left, bounds), counted):
-            counts[i] += 1
+        counts = Counter(map(partial(bisect.bisect_left, bounds), counted))  # bucket index -> values
         child = self.child
-        for i, n in enumerate(counts):
-            if n:
-                child._buckets[i].inc(n)
-                self._counts[i] += n
+        for i, n in sorted(counts.items()):
+            child._buckets[i].inc(n)
+            self._counts[i] += n
         child._sum.set(reduce(operator.add, values, child._sum.get()))
         self._sum = reduce(operator.add, values, self._sum)
         values.clear()
@@ -278,7 +276,8 @@ class ChildSampler:
                 old = families[pos]
                 new = Metric(old.name, old.documentation, old.type)
                 values = pending.sample_values()
-                make = type(old.samples[0])._make
+                # ``_make`` without its Python-level length check: the fields come from a sample.
+                make = partial(tuple.__new__, type(old.samples[0]))
                 new.samples = [
                     *(make((s[0], s[1], v, *s[3:])) for s, v in zip(old.samples, values, strict=False)),
                     *old.samples[len(values):],

@@ -9,16 +9,20 @@ family's samples went against fresh families.
 from __future__ import annotations
 
 import math
+from datetime import UTC, datetime
 from typing import Any
 
 import pytest
 from prometheus_client import CollectorRegistry, Counter, Histogram
-from prometheus_client.core import GaugeMetricFamily, Metric
+from prometheus_client.core import GaugeMetricFamily, HistogramMetricFamily, Metric
 
-from simulator.history import generate
+from simulator.exposition import _hist
+from simulator.history import build_fleet, generate
+from simulator.node_history import NodeHistory
 from simulator.scenario import Scenario, ScenarioFault
 from simulator.series import SeriesStore
-from simulator.stats import ChildSampler, PendingCount, PendingObservations
+from simulator.stats import TTFT_BUCKETS, ChildSampler, PendingCount, PendingObservations
+from simulator.stats import Histogram as StatsHistogram
 
 # Bucket edges, a bound of 0, values past the last bound, repeats and a NaN (no bucket, NaN sum).
 VALUES = [0.0, 0.004, 0.005, 0.0051, 0.1, 0.3, 7.0, 1e9, 0.1, 0.5, 2.5, math.nan, 0.7]
@@ -134,3 +138,21 @@ def test_store_reuses_placement_only_for_the_same_samples() -> None:
     assert store.values("g", k="b", node="n1")[0][:3] == [2.0, 2.0, 5.0]
     assert math.isnan(store.values("g", k="a", node="n1")[0][3])
     assert store.values("g", k="a", node="n2")[0][3] == 7.0
+
+
+def test_engine_histogram_samples_equal_add_metric() -> None:
+    h = StatsHistogram(TTFT_BUCKETS)
+    for value in (0.0005, 0.03, 0.03, 7.0, 5000.0):
+        h.observe(value)
+    plain = HistogramMetricFamily("vllm:x", "d", labels=["model_name", "engine"])
+    plain.add_metric(["m", "0"], [(le, float(c)) for le, c in h.cumulative()], h.total)
+    assert _hist("vllm:x", "d", ["model_name", "engine"], ["m", "0"], h).samples == plain.samples
+
+
+def test_weekend_lookup_equals_datetime_at_every_moment_of_the_day() -> None:
+    history = NodeHistory(_scenario(), build_fleet(_scenario(), 1.0), "n1", SeriesStore([0.0]), 60.0, 0.0)
+    friday = 1_767_312_000.0  # 2026-01-02 00:00 UTC: Friday, then the weekend, then Monday
+    walls = [friday + day * 86400.0 + offset for day in range(-1, 4)
+             for offset in (-1e-3, -5e-7, -4e-7, -1e-9, 0.0, 1e-9, 4e-7, 5e-7, 1e-3, 4321.5, 86399.9)]
+    for wall in [*walls, *reversed(walls)]:
+        assert history._weekend(wall) == (datetime.fromtimestamp(wall, UTC).weekday() >= 5), wall

@@ -73,6 +73,12 @@ def test_strongest_picks_the_largest_effect() -> None:
         )
     assert book.strongest(1.0, "n1", "decode_slowdown").strength == 5.0  # type: ignore[union-attr]
     assert book.strongest(1.0, "n1", "kv_shrink").strength == 0.1  # type: ignore[union-attr]
+    # Faults added or removed after a lookup count at the next one.
+    assert book.strongest(1.0, "n2", "kv_shrink") is None
+    book.add(parse_fault({"kind": "kv_shrink", "node": "n2", "strength": 0.3, "id": "k2"}, now=0.0))
+    assert book.strongest(1.0, "n2", "kv_shrink").strength == 0.3  # type: ignore[union-attr]
+    book.remove("k1")
+    assert book.strongest(1.0, "n1", "kv_shrink").strength == 0.5  # type: ignore[union-attr]
 
 
 def make_fleet() -> tuple[VirtualClock, Fleet]:
