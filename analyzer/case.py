@@ -26,12 +26,6 @@ THROTTLE_REASON = "gpu_clock_throttle"  # 1 while any clock event reason but idl
 # 15 min: the queue wait it explains is a p99 over 5 min held 10 min more before it is an event, so
 # the burst behind a queue-wait event can be that old when the rule first sees the event.
 ENGINE_WAITING = "engine_waiting_max"
-# Right now: the requests each engine holds waiting, and each GPU's utilisation. An engine holding
-# requests while every GPU of its node idles is not running them (a hung engine): a full engine never
-# idles with work waiting. Neither the 15-min maximum above nor a 5-min utilisation percentile can
-# tell that from a burst minutes ago, so these are read as current samples.
-ENGINE_WAITING_NOW = "engine_waiting_now"
-GPU_UTIL_NOW = "gpu_utilization_now"
 
 DESCRIPTIVE_LABELS = frozenset({"uuid", "pci_bus_id", "gpu_model"})
 

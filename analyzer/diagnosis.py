@@ -16,8 +16,6 @@ from statistics import fmean, median
 
 from analyzer.case import (
     ENGINE_WAITING,
-    ENGINE_WAITING_NOW,
-    GPU_UTIL_NOW,
     LOWER_LAYERS,
     THERMAL_REASON,
     THROTTLE_REASON,
@@ -46,10 +44,7 @@ from analyzer.signals import traffic_name
 from analyzer.verdicts import first, first_names_cause, impact_text, verdict
 from oximeter.vocabulary import LAYERS, Severity
 
-# The gateway's queue backing up. Its 429s count: it refuses a request only when its queue is full or
-# the request would wait longer than it may, so they show the queue within a minute, where its wait's
-# p99 is judged over its 5-min window and held 5 min more.
-QUEUE_UP = ("queue_wait_p99", "queue_length", "queue_limit_ratio", "rejected_429_ratio")
+QUEUE_UP = ("queue_wait_p99", "queue_length", "queue_limit_ratio")
 LATENCY_UP = ("queue_wait_p99", "ttft_p99", "request_p99", "engine_ttft_p99", "engine_itl_peer")
 TTFT_UP = ("ttft_p99", "engine_ttft_p99")
 PEER_SIGNALS = ("gpu_utilization_peer", "engine_itl_peer")
@@ -273,23 +268,6 @@ def _queue_wait(case: Case) -> AnomalyEvent | None:
     return first(case, "queue_wait_p99") or first(case, *QUEUE_UP)
 
 
-def _stalled(case: Case) -> tuple[float, float] | None:
-    """(requests held, the busiest GPU's utilisation) of an engine of the group that holds requests
-    waiting right now while every GPU of its node idles (under ``gpu_util_low``), else None.
-
-    A full engine never idles with work waiting (it would run it), so this one is not running what
-    it holds: hung. Utilisation is read as current samples, not the 5-min percentile, which keeps
-    the busy minutes before the hang for as long as its window spans.
-    """
-    util = case.per_gpu(GPU_UTIL_NOW)
-    for labels, held in sorted(case.context(ENGINE_WAITING_NOW).items()):
-        node = dict(labels).get("node")
-        mine = [v for (n, _), v in util.items() if n == node]
-        if held > 0 and mine and max(mine) < case.thresholds.gpu_util_low:
-            return held, max(mine)
-    return None
-
-
 def capacity_exhausted(case: Case) -> Diagnosis | None:
     """Queue wait up while the engines are full: GPU utilisation high (> 85 %), or an engine holding
     requests in its own waiting queue (no batch slot or KV blocks free). Nothing is broken; the
@@ -300,12 +278,7 @@ def capacity_exhausted(case: Case) -> Diagnosis | None:
     fills the engine, so its waiting queue stays empty. With the engine's queue seen, TTFT up is
     the wait too (the engine's queue time is part of it), and it rises minutes before the
     queue-wait p99 has held long enough to be an event.
-
-    An engine holding requests while its GPUs idle right now is not full but hung, whatever its
-    GPUs did minutes ago: ``scheduling_bottleneck`` names it.
     """
-    if _stalled(case) is not None:
-        return None
     util = case.context("gpu_utilization_p95")
     busy = fmean(util.values()) if util else None
     waiting = max(case.context(ENGINE_WAITING).values(), default=0.0)
@@ -325,31 +298,17 @@ def capacity_exhausted(case: Case) -> Diagnosis | None:
 
 
 def scheduling_bottleneck(case: Case) -> Diagnosis | None:
-    """Queue wait up, GPUs idle-ish, KV not full, nothing wrong below: requests wait on something else.
-
-    Also an engine that holds requests while its GPUs idle (:func:`_stalled`): it takes requests and
-    schedules none of them, so they wait in front of idle GPUs as they do behind a gateway that admits
-    too few; no engine signal deviates (its KV cache, preemptions and latency say nothing), and the
-    sentence names the engine's held requests so the reader restarts the engine, not the gateway.
-    """
-    q = _queue_wait(case)
-    if q is None:
+    """Queue wait up, GPUs idle-ish, KV not full, nothing wrong below: requests wait on something else."""
+    q, util = _queue_wait(case), case.context("gpu_utilization_p95")
+    if q is None or not util or fmean(util.values()) >= case.thresholds.gpu_util_low:
         return None
     if any(e.layer in LOWER_LAYERS for e in case.events):
         return None
     if any(v >= case.limit("kv_cache_usage") for v in case.context("kv_cache_usage").values()):
         return None
-    util, stall = case.context("gpu_utilization_p95"), _stalled(case)
-    if stall is not None:
-        held, busiest = stall
-        why = (f"its engine held {held:.0f} request(s) waiting with its GPUs idle (GPU util "
-               f"{busiest * 100:.0f} %): the engine runs none of them")
-    elif util and fmean(util.values()) < case.thresholds.gpu_util_low:
-        why = f"GPU util {fmean(util.values()) * 100:.0f} %"
-    else:
-        return None
     return verdict(case, "scheduling_bottleneck", "scheduling", RootCause(q.signal, q.labels),
-                    f"{describe(q)} while {why}", "warning", list(QUEUE_UP))
+                    f"{describe(q)} while GPU util {fmean(util.values()) * 100:.0f} %", "warning",
+                    list(QUEUE_UP))
 
 
 # Rules whose cause is the service's, not one replica's: the load balancer spreads a service's

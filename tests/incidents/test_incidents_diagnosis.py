@@ -28,12 +28,6 @@ KV_OK: Snapshot = {"kv_cache_usage": {MODEL: 0.80}}
 # The most requests node-0's engine held in its own waiting queue over the last 15 min.
 ENGINE_WAITED: Snapshot = {dx.ENGINE_WAITING: {(("node", "node-0"),): 3.0}}
 ENGINE_NEVER_WAITED: Snapshot = {dx.ENGINE_WAITING: {(("node", "node-0"),): 0.0}}
-# Right now: node-0's engine holds 12 requests waiting while its GPUs idle (hung), or while they work.
-STALLED: Snapshot = {dx.ENGINE_WAITING_NOW: {(("node", "node-0"),): 12.0},
-                     dx.GPU_UTIL_NOW: {gpu(): 0.0, gpu(index="1"): 0.02}}
-WAITING_BUSY: Snapshot = {**STALLED, dx.GPU_UTIL_NOW: {gpu(): 0.97, gpu(index="1"): 0.96}}
-# The gateway refusing 43 % of requests (its queue full, or the wait too long): the queue, within a minute.
-REJECTED = ev("rejected_429_ratio", 0.43, 0.05, on=N0, route="/v1/chat/completions")
 TTFT = ev("ttft_p99", 1.2, 0.4, on=N0)
 PREEMPT = ev("preemption_rate", 0.38, 0.1, node="node-0", model="m")
 PREFIX_DROP = ev("prefix_cache_hit_ratio", 0.2, 0.7, node="node-0", model="m")
@@ -309,19 +303,6 @@ ROWS = [
     Row("scheduling bottleneck", dx.scheduling_bottleneck, (Q,), merge(UTIL_LOW, KV_OK),
         root="queue_wait_p99",
         severity="critical", sentence="queue_wait p99 4.8 s = 6.1 × baseline while GPU util 32 %"),
-    Row("the gateway's 429s are its queue backing up", dx.scheduling_bottleneck, (REJECTED,),
-        merge(UTIL_LOW, KV_OK), root="rejected_429_ratio", severity="warning",
-        sentence="rejected_429_ratio 43 % = 8.6 × baseline while GPU util 32 %"),
-    Row("a hung engine: requests held while its GPUs idle now, busy minutes ago", dx.scheduling_bottleneck,
-        (REJECTED, ev("error_504_ratio", 0.9, 0.01, on=N0, route="/v1/chat/completions")),
-        merge(UTIL_HIGH, ENGINE_WAITED, STALLED, KV_OK), root="rejected_429_ratio", severity="critical",
-        sentence="rejected_429_ratio 43 % = 8.6 × baseline while its engine held 12 request(s) waiting "
-                 "with its GPUs idle (GPU util 2 %): the engine runs none of them"),
-    Row("a hung engine is not full, whatever its GPUs did minutes ago", dx.capacity_exhausted, (Q,),
-        merge(UTIL_HIGH, ENGINE_WAITED, STALLED, KV_OK), fires=False, winner="scheduling_bottleneck",
-        root="queue_wait_p99"),
-    Row("requests waiting in an engine whose GPUs work: full, not hung", dx.capacity_exhausted, (Q,),
-        merge(UTIL_LOW, ENGINE_WAITED, WAITING_BUSY, KV_OK), root="queue_wait_p99"),
     Row("lower-layer anomaly on the joined node", dx.scheduling_bottleneck,
         (Q, ev("gpu_temperature", 88, 70, onset=2, node="node-0", gpu="1")), UTIL_LOW, fires=False,
         winner="unclassified", root="gpu_temperature"),

@@ -7,7 +7,7 @@ from dataclasses import replace
 
 from incident_cases import at, ev, gpu
 
-from analyzer.case import ENGINE_WAITING_NOW, GPU_UTIL_NOW, THERMAL_REASON, Snapshot
+from analyzer.case import THERMAL_REASON, Snapshot
 from analyzer.events import AnomalyEvent
 from analyzer.incidents import ChangeEvent, IncidentSettings, IncidentTracker, findings
 from analyzer.topology import Topology, TopologySettings
@@ -164,28 +164,6 @@ def test_a_matched_rule_outranks_the_guess_an_incident_opened_on() -> None:
     inc = tracker.incidents[0]
     assert (inc.rule, inc.layer, inc.root_cause.signal) == (
         "capacity_exhausted", "scheduling", "queue_wait_p99")
-
-
-def test_a_hung_engine_is_named_on_its_first_429s_and_keeps_that_name() -> None:
-    """An engine that stops running what it holds: the gateway refuses requests within a minute,
-    its queue wait's p99 crosses minutes later. The incident opens named (its GPUs idle right now
-    with requests held, though their 5-min percentile still shows the busy minutes before) and
-    the late queue wait is evidence of the same cause, not a new root cause."""
-    tracker = IncidentTracker(SETTINGS)
-    held: Snapshot = {"gpu_utilization_p95": {gpu(): 0.9}, ENGINE_WAITING_NOW: {(("node", "node-0"),): 12.0},
-                      GPU_UTIL_NOW: {gpu(): 0.0}}
-    rejected = ev("rejected_429_ratio", 0.4, 0.05, node="node-0", service="chat", route="/v1")
-    timeouts = ev("error_504_ratio", 0.9, 0.01, node="node-0", service="chat", route="/v1")
-    assert _step(tracker, [rejected, timeouts], 1, held) == [("opened", "critical")]
-    queue = ev("queue_wait_p99", 58.0, 0.005, onset=2, node="node-0", service="chat")
-    told = []
-    for minute in range(8, 20):
-        told += _step(tracker, [rejected, timeouts, queue], minute, held)
-    assert told == []
-    (inc,) = tracker.incidents
-    assert (inc.rule, inc.layer, inc.root_cause.signal) == ("scheduling_bottleneck", "scheduling",
-                                                            "rejected_429_ratio")
-    assert "held 12 request(s) waiting with its GPUs idle" in inc.sentence
 
 
 def test_a_second_severity_rise_is_folded_into_the_next_message() -> None:
