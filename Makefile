@@ -8,7 +8,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 # Every Python process the demo and the tests start (a hundred and more in `make test`) imports
 # pandas, numpy and our packages. Without cached bytecode each one compiles all of that from source
-# again, ~3 CPU-seconds apiece: pip installs with --no-compile (below), and many machines and CI
+# again, ~3 CPU-seconds apiece: pip installs with --no-compile (below), and some machines and CI
 # images set PYTHONDONTWRITEBYTECODE. So bytecode is written, once per module, by whichever process
 # imports it first, into one tree inside the venv (the sources stay free of __pycache__ folders).
 export PYTHONDONTWRITEBYTECODE :=
