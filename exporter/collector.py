@@ -78,20 +78,20 @@ def _counter(name: str, help_text: str, labels: Sequence[str]) -> CounterMetricF
     return CounterMetricFamily(name, help_text, labels=labels)
 
 
+_tuple_new = tuple.__new__
+
+
 def new_sample(name: str, labels: dict[str, str], value: float) -> Sample:
     """``Sample(name, labels, value)``, built in C: ``Sample(...)`` and ``Sample._make`` run Python
     code, and a history builds hundreds of samples per node and step."""
     return _tuple_new(Sample, (name, labels, value, None, None, None))
 
 
-_tuple_new = tuple.__new__
-
-
 def _put(family: GaugeMetricFamily | CounterMetricFamily, labels: dict[str, str], value: float) -> None:
     """``family.add_metric`` with the labels already a dict (in the family's label order), so one
     GPU's labels are built once per scrape rather than once per sample."""
     name = family.name + "_total" if family.type == "counter" else family.name
-    family.samples.append(_tuple_new(Sample, (name, labels, value, None, None, None)))  # new_sample, inlined
+    family.samples.append(new_sample(name, labels, value))
 
 
 class GpuCollector(Collector):
@@ -243,8 +243,7 @@ class GpuCollector(Collector):
         live = [(r, own) for r, own in zip(gpus, owns, strict=True) if r.up]
         for name, help_text, value_of in _GPU_GAUGES:
             family = _gauge(name, help_text, GPU_LABELS)
-            # _put, inlined: these are most of a scrape's samples.
-            family.samples = [_tuple_new(Sample, (family.name, own, value, None, None, None))
+            family.samples = [new_sample(family.name, own, value)
                               for r, own in live if (value := value_of(r)) is not None]
             yield family
         reasons = _gauge("oximeter_gpu_clock_event_active",

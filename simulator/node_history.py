@@ -169,8 +169,7 @@ class NodeHistory:
 
     def _rate(self, t: float) -> float:
         wall = self.wall_origin_s + t
-        day = 86400.0
-        rate = daily_rate(wall % day, day, self.sc.base_rps, shaped=self.sc.daily_shape)
+        rate = daily_rate(wall % _DAY_S, _DAY_S, self.sc.base_rps, shaped=self.sc.daily_shape)
         if self._weekend(wall):
             rate *= self.sc.weekend_factor
         spike = self.fleet.faults.strongest(t, self.name, "traffic_spike")
