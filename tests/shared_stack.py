@@ -15,6 +15,7 @@ import dataclasses
 from pathlib import Path
 from typing import Any
 
+from dashboards.promql import Timing
 from oximeter.backfill import BackfillSpec
 from oximeter.demo_stack import ALERT_GROUP_WAIT_S, BACKFILL_GAP_S, analyzer_addon, analyzer_config
 from oximeter.stack import Stack, StackOptions
@@ -37,6 +38,11 @@ ANALYZER_STEP_S = 2.0
 # Prometheus, every target's /metrics and the ALERTS series cost twice the CPU, and every scaled
 # rule window (the shortest, [1m], is 6 s) still holds three samples at 2 s.
 SCRAPE_S = 2.0
+# How the panel tests expand dashboard queries, as Grafana would against this stack: its scrape
+# interval as $__interval and a 30 s range. The longest scaled window a panel or rule reads ([5m] at
+# scale 10) fills ``PANEL_WARMUP_S`` after Prometheus starts.
+PANEL_TIMING = Timing(scrape_interval_s=SCRAPE_S, interval_s=SCRAPE_S, range_s=30.0)
+PANEL_WARMUP_S = 45.0
 STARTED: list[Stack] = []
 
 

@@ -22,6 +22,7 @@ import yaml
 from e2e_helpers import THERMAL_S, Faults, Victoria, VictoriaStore, analyzer_url, incidents
 from shared_stack import ANALYZER_STEP_S, SCALE, open_deadline_s
 
+from alert_rules.scale import format_duration
 from analyzer.catalogue import CATALOGUE
 from oximeter.demo_stack import CHAT_URL_ENV, analyzer_config
 from oximeter.ports import start_reserved, wait_port
@@ -38,7 +39,7 @@ def _scrape_config(stack: Stack, path: Path) -> Path:
     own job left out."""
     prometheus = yaml.safe_load((stack.workspace / "prometheus.yml").read_text(encoding="utf-8"))
     jobs = [job for job in prometheus["scrape_configs"] if job["job_name"] != ANALYZER_JOB]
-    interval = f"{stack.options.scrape_interval_s:g}s"
+    interval = format_duration(stack.options.scrape_interval_s)
     path.write_text(yaml.safe_dump({"global": {"scrape_interval": interval}, "scrape_configs": jobs}),
                     encoding="utf-8")
     return path

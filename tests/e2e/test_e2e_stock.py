@@ -19,21 +19,17 @@ from typing import Any
 
 import pytest
 from e2e_helpers import THERMAL_S, incident, incidents
-from shared_stack import ANALYZER_STEP_S, SCALE, SCRAPE_S, live_options, open_deadline_s
+from shared_stack import ANALYZER_STEP_S, PANEL_TIMING, PANEL_WARMUP_S, SCALE, live_options, open_deadline_s
 
 from analyzer.stock_inputs import StockInputs
 from dashboards.build import load_built
-from dashboards.promql import Timing, panel_queries
+from dashboards.promql import panel_queries
 from oximeter.demo_stack import analyzer_addon
 from oximeter.procs import wait_until
 from oximeter.stack import Stack
 from reporter.sink import ChatSink
 
 pytestmark = pytest.mark.e2e
-# As the live panel test: Grafana's 1 s interval and a 30 s range; the longest scaled window a panel
-# reads ([5m] at scale 10) fills this long after Prometheus starts.
-TIMING = Timing(scrape_interval_s=SCRAPE_S, interval_s=SCRAPE_S, range_s=30.0)
-WARMUP_S = 45.0
 
 
 @pytest.fixture(scope="module")
@@ -92,14 +88,14 @@ def test_every_panel_has_data_or_reads_only_what_a_stock_fleet_lacks(stock_stack
     inputs = StockInputs()
     empty, unavailable_with_data, lacking = [], [], []
     for file, dashboard in load_built().items():
-        for query in panel_queries(dashboard, timing=TIMING):
+        for query in panel_queries(dashboard, timing=PANEL_TIMING):
             where = f"{file} / {query.panel} / {query.ref_id}"
             if not inputs.producible(query.expr):
                 lacking.append(where)
                 if stock_stack.query(query.expr):
                     unavailable_with_data.append(where)
                 continue
-            timeout_s = max(5.0, stock_stack.prometheus_started_s + WARMUP_S - time.time())
+            timeout_s = max(5.0, stock_stack.prometheus_started_s + PANEL_WARMUP_S - time.time())
             try:
                 wait_until(lambda q=query.expr: stock_stack.query(q), timeout_s, interval_s=0.5, what=where)
             except TimeoutError:

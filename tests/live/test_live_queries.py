@@ -13,26 +13,23 @@ import time
 from typing import Any
 
 import pytest
-from shared_stack import SCRAPE_S
+from shared_stack import PANEL_TIMING, PANEL_WARMUP_S
 
 from alert_rules import recording_rules
 from dashboards.build import load_built
-from dashboards.promql import Timing, panel_queries, variable_queries
+from dashboards.promql import panel_queries, variable_queries
 from oximeter.procs import wait_until
 from oximeter.stack import Stack
 
-TIMING = Timing(scrape_interval_s=SCRAPE_S, interval_s=SCRAPE_S, range_s=30.0)
 DASHBOARDS = load_built()
 _LABEL_VALUES = re.compile(r"^label_values\((.*),\s*(\w+)\)$", re.S)
 EXPECTED_VALUES = {"node": ["n1", "n2"], "gpu": ["0", "1"], "service": ["chat"]}
-# The longest scaled window a query reads ([5m] of a rule at scale 10) fills this long after start.
-WARMUP_S = 45.0
 
 
 def _series(stack: Stack, expr: str) -> list[dict[str, Any]]:
     """The query's result, polled while the stack warms up (windows filling after start)."""
     assert stack.prometheus_started_s is not None
-    timeout_s = max(5.0, stack.prometheus_started_s + WARMUP_S - time.time())
+    timeout_s = max(5.0, stack.prometheus_started_s + PANEL_WARMUP_S - time.time())
     try:
         result = wait_until(lambda: stack.query(expr), timeout_s, interval_s=0.5, what=expr)
     except TimeoutError:
@@ -57,7 +54,7 @@ def _variable_values(stack: Stack, dashboard: dict[str, Any]) -> dict[str, list[
 def _cases() -> list[Any]:
     cases = []
     for file, dashboard in DASHBOARDS.items():
-        for i, q in enumerate(panel_queries(dashboard, timing=TIMING)):
+        for i, q in enumerate(panel_queries(dashboard, timing=PANEL_TIMING)):
             cases.append(pytest.param(file, i, id=f"{file.removesuffix('.json')}/{q.panel}/{q.ref_id}"))
     return cases
 
@@ -71,10 +68,10 @@ def test_variables_list_the_fleet(live_only: Stack, file: str) -> None:
 @pytest.mark.parametrize(("file", "index"), _cases())
 def test_panel_query_returns_live_series(live_only: Stack, file: str, index: int) -> None:
     dashboard = DASHBOARDS[file]
-    query = panel_queries(dashboard, timing=TIMING)[index]
+    query = panel_queries(dashboard, timing=PANEL_TIMING)[index]
     values = _variable_values(live_only, dashboard)
     selection = {name: vals[:1] for name, vals in values.items()}
-    concrete = panel_queries(dashboard, selection, TIMING)[index]
+    concrete = panel_queries(dashboard, selection, PANEL_TIMING)[index]
     assert (concrete.panel, concrete.ref_id) == (query.panel, query.ref_id)
     for expr in (concrete.expr, query.expr):
         result = _series(live_only, expr)
