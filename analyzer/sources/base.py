@@ -92,29 +92,33 @@ class LiveWindow:
         up to ``ahead_s`` more of them, none after ``settled``)."""
         end = align(now, self.step_s)
         first = end - timedelta(seconds=self.window_s)
-        held = self._held
-        if held.empty or pd.Timestamp(held.index[-1]).to_pydatetime() < end:
-            start = first
-            if not held.empty:
-                last = pd.Timestamp(held.index[-1]).to_pydatetime()
-                start = max(start, last - timedelta(seconds=self.step_s))
+        if self._held.empty or self._held.index[-1] < end:
             until = end
             if self.ahead_s > 0 and settled is not None:
                 until = max(end, min(end + timedelta(seconds=self.ahead_s), align(settled, self.step_s)))
-            fresh = source.fetch(self.spec, start, until, self.step_s)
-            if fresh.labels is not self._seen_labels:
-                self.labels.update({k: dict(v) for k, v in fresh.labels.items() if k not in self.labels})
-                self._seen_labels = fresh.labels
-            if held.empty:
-                combined = fresh.values
-            else:
-                cut = fresh.values.index[0] if len(fresh.values) else held.index[-1] + pd.Timedelta(1)
-                combined = pd.concat([held.loc[held.index < cut], fresh.values], axis=0, join="outer")
-            self._held = combined.reindex(grid_index(first, until, self.step_s)).astype(np.float32)
-            if until == end:  # nothing read ahead: what is held is the window
-                self.values = self._held
-                return SeriesFrame(self.values, self.labels)
+            self._held = self._read(source, first, until)
         index = grid_index(first, end, self.step_s)
-        self._held = self._held.loc[self._held.index >= index[0]]
-        self.values = self._held.reindex(index)
+        if self._held.index[0] == index[0] and self._held.index[-1] == end:  # what is held is the window
+            self.values = self._held
+        else:  # read ahead: the window is a part of what is held
+            self._held = self._held.loc[self._held.index >= index[0]]
+            self.values = self._held.reindex(index)
         return SeriesFrame(self.values, self.labels)
+
+    def _read(self, source: Source, first: datetime, until: datetime) -> pd.DataFrame:
+        """What is held, extended to ``until`` by what is new (one step of overlap), on the grid
+        [first, until]."""
+        held = self._held
+        start = first
+        if not held.empty:
+            start = max(first, pd.Timestamp(held.index[-1]).to_pydatetime() - timedelta(seconds=self.step_s))
+        fresh = source.fetch(self.spec, start, until, self.step_s)
+        if fresh.labels is not self._seen_labels:
+            self.labels.update({k: dict(v) for k, v in fresh.labels.items() if k not in self.labels})
+            self._seen_labels = fresh.labels
+        if held.empty:
+            combined = fresh.values
+        else:
+            cut = fresh.values.index[0] if len(fresh.values) else held.index[-1] + pd.Timedelta(1)
+            combined = pd.concat([held.loc[held.index < cut], fresh.values], axis=0, join="outer")
+        return combined.reindex(grid_index(first, until, self.step_s)).astype(np.float32)
