@@ -293,7 +293,8 @@ class Outbox:
         if result.outcome is Outcome.SENT:
             state, error = State.SENT, None
         elif result.outcome is Outcome.THROTTLED:
-            next_at = now + (result.retry_after_s or 0.0)
+            # Waiting on a rate limit says nothing about the service: the last real error stays.
+            next_at, error = now + (result.retry_after_s or 0.0), error or row["last_error"]
         elif result.outcome is Outcome.FAILED or attempts >= self.policy.max_attempts:
             state = State.FAILED
         else:

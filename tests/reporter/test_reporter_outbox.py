@@ -126,6 +126,19 @@ def test_local_rate_limit_leaves_messages_queued_without_counting_attempts(
     assert len(receiver.accepted("wecom")) == 22
 
 
+def test_a_rate_limited_retry_keeps_the_last_error(tmp_path: Path, receiver: ChatReceiver,
+                                                  make_channel: MakeChannel) -> None:
+    outbox, _ = _outbox(tmp_path, {"team": make_channel("wecom", clock=lambda: 0.0)}, storm_cap=100)
+    receiver.script("wecom", *["http_503"] * 20)
+    for i in range(21):
+        outbox.enqueue(alert(f"k{i}"), now=T0)
+    assert outbox.deliver_due(T0) == 21  # twenty fail, the twenty-first waits on the local limit
+    assert outbox.deliver_due(T0 + 60) == 21  # the limiter's clock stands still: all wait
+    rows = outbox.rows()
+    assert [(r.state, r.attempts, r.last_error) for r in rows] == (
+        [("pending", 1, "http 503: service unavailable")] * 20 + [("pending", 0, None)])
+
+
 def test_rows_claimed_by_a_dead_process_are_delivered_again(tmp_path: Path, receiver: ChatReceiver,
                                                             make_channel: MakeChannel) -> None:
     outbox, _ = _outbox(tmp_path, {"ops": make_channel("webhook")}, claim_lease_s=100.0)

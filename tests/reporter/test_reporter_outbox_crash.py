@@ -48,7 +48,7 @@ def test_outbox_survives_sigkill_while_the_receiver_is_down(tmp_path: Path,
     first.proc.wait(30)
     rows = outbox.rows()
     assert {row.state for row in rows} <= {"pending", "delivering"}
-    assert all(row.last_error and row.last_error.startswith("connection: ConnectionError") for row in rows)
+    assert all((row.last_error or "").startswith("connection: ConnectionError") for row in rows), rows
     if not any(row.state == "delivering" for row in rows):
         # What a kill in the middle of a send leaves behind: a row claimed by the dead process.
         host = outbox.worker_id.split(":")[0]
