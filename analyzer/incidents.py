@@ -166,7 +166,8 @@ class IncidentTracker:
         members = {(e.signal, e.labels) for e in finding.group.events}
         keys = set(_key_strings(finding.group))
         window = timedelta(seconds=self.settings.reopen_window_s)
-        open_hits, resolved_hits = [], []
+        open_hits: list[tuple[int, Incident]] = []
+        resolved_hits: list[Incident] = []
         for inc in self.incidents:
             # The same service-wide shortage seen on another node joins the open incident, even one
             # another finding already updated this cycle; a shortage that is still going on: the
@@ -175,13 +176,17 @@ class IncidentTracker:
             shortage = inc.state == "open" and finding.group.active and _one_shortage(inc, finding)
             if inc.id in exclude and not shortage:
                 continue
-            overlap = bool(members & inc.members) or bool(keys & set(inc.keys)) or shortage
-            if inc.state == "open" and overlap:
-                open_hits.append(inc)
+            # How close the incident is: holding the finding's own events, sharing an entity with
+            # it, or only naming the same shortage. The closest wins, whichever began first: a
+            # throttled node's queue is its throttle's, not a shortage seen elsewhere minutes before.
+            closeness = next((rank for rank, hit in enumerate(
+                (bool(members & inc.members), bool(keys & set(inc.keys)), shortage)) if hit), None)
+            if inc.state == "open" and closeness is not None:
+                open_hits.append((closeness, inc))
             elif inc.state == "resolved" and self._recurs(inc, finding, members, now, window):
                 resolved_hits.append(inc)
         if open_hits:
-            return open_hits[0]
+            return min(open_hits, key=lambda hit: hit[0])[1]
         return resolved_hits[-1] if resolved_hits else None
 
     @staticmethod

@@ -319,3 +319,24 @@ def test_a_capacity_shortage_of_one_service_is_one_incident(name: str, nodes: li
     first = tracker.incidents[0]
     assert dict(first.root_cause.labels)["node"] == "node-0"
     assert first.nodes == (("node-0", "node-1") if expected == 1 else ("node-0",))
+
+
+def test_a_throttled_nodes_queue_stays_with_its_own_incident_not_an_earlier_shortage() -> None:
+    tracker = IncidentTracker(SETTINGS)
+    busy: Snapshot = {"gpu_utilization_p95": {gpu("node-0"): 0.97, gpu("node-1"): 0.96}}
+    hot: Snapshot = {**busy, "gpu_temperature": {gpu("node-1"): 91.0},
+                     "gpu_sm_clock_ratio": {gpu("node-1"): 0.5}, dx.THERMAL_REASON: {gpu("node-1"): 1.0}}
+    short = ev("queue_wait_p99", 2.5, 0.01, node="node-0", service="chat")  # the shortage starts first
+    temp = ev("gpu_temperature", 91, 70, onset=1, node="node-1", gpu="0")
+    queue = ev("queue_wait_p99", 3.0, 0.01, onset=2, node="node-1", service="chat")
+    _step(tracker, [short], 2, busy)
+    _step(tracker, [short, temp, queue], 4, hot)
+    assert sorted((i.rule, i.nodes) for i in tracker.incidents) == [
+        ("capacity_exhausted", ("node-0",)), ("thermal_throttle", ("node-1",))]
+    # The GPU cools while node-1's queue is still draining: that queue, read as a capacity problem on
+    # busy GPUs, is still node-1's incident's evidence, not the shortage's that began before it.
+    cooled = [short, replace(temp, cleared_at=at(6)), queue]
+    for minute in range(7, 12):
+        _step(tracker, cooled, minute, busy)
+    states = {i.id: (i.nodes, {dict(k).get("node") for _, k in i.members}) for i in tracker.incidents}
+    assert sorted(states.values()) == [(("node-0",), {"node-0"}), (("node-1",), {"node-1"})], states
