@@ -12,6 +12,7 @@ scaled alike) telling a local WeCom sink. The backfill covers the scaled day (``
 from __future__ import annotations
 
 import dataclasses
+import tomllib
 from pathlib import Path
 from typing import Any
 
@@ -88,6 +89,17 @@ def open_deadline_s(*signals: str) -> float:
     need = max(CATALOGUE[s].window_s / SCALE + catalogue[s]["for_s"] for s in signals)
     need += config["incidents"]["root_cause_dwell_s"]
     return 3 * need + 30 * ANALYZER_STEP_S
+
+
+def live_timeout_s(*deadlines_s: float) -> int:
+    """pytest-timeout's limit for an end-to-end test that waits out ``deadlines_s`` one after
+    another, so that a miss fails with its deadline's message rather than as a timeout. On top of
+    them: the suite's default limit, for what the test sets up first (a stack, when it is the first
+    to need it), and the faults' wait for judged queues (``tests/e2e/conftest.py``), paid by the
+    first test to use them (a ceiling for the others)."""
+    default = tomllib.loads((Path(__file__).parent.parent / "pyproject.toml").read_text(encoding="utf-8"))
+    return int(default["tool"]["pytest"]["ini_options"]["timeout"] + open_deadline_s("queue_wait_p99")
+               + sum(deadlines_s))
 
 
 def resolve_deadline_s(fault_s: float, *signals: str) -> float:

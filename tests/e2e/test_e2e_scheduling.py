@@ -16,7 +16,7 @@ import time
 
 import pytest
 from e2e_helpers import Faults, new_incidents
-from shared_stack import open_deadline_s
+from shared_stack import live_timeout_s, open_deadline_s
 
 from oximeter.procs import wait_until
 from oximeter.stack import Stack
@@ -24,6 +24,8 @@ from oximeter.stack import Stack
 pytestmark = pytest.mark.e2e
 
 
+@pytest.mark.timeout(live_timeout_s(open_deadline_s("queue_wait_p99"),
+                                     open_deadline_s("queue_wait_p99", "gpu_utilization_p95")))
 def test_scheduling_stall_is_a_scheduling_incident(live_stack: Stack, faults: Faults) -> None:
     api, before = faults.api, faults.before
     try:

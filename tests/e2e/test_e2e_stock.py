@@ -19,7 +19,15 @@ from typing import Any
 
 import pytest
 from e2e_helpers import THERMAL_S, incident, incidents
-from shared_stack import ANALYZER_STEP_S, PANEL_TIMING, PANEL_WARMUP_S, SCALE, live_options, open_deadline_s
+from shared_stack import (
+    ANALYZER_STEP_S,
+    PANEL_TIMING,
+    PANEL_WARMUP_S,
+    SCALE,
+    live_options,
+    live_timeout_s,
+    open_deadline_s,
+)
 
 from analyzer.stock_inputs import StockInputs
 from dashboards.build import load_built
@@ -62,6 +70,7 @@ def test_a_stock_fleet_scrapes_no_oximeter_producer(stock_stack: Stack) -> None:
         ("n1", "0"), ("n1", "1"), ("n2", "0"), ("n2", "1")]
 
 
+@pytest.mark.timeout(live_timeout_s(60, *[open_deadline_s("gpu_temperature")] * 2))
 def test_thermal_incident_on_the_right_gpu_lists_the_engine_restart(stock_stack: Stack) -> None:
     assert stock_stack.endpoints is not None
     api = stock_stack.endpoints.addons["analyzer"]

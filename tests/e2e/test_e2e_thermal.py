@@ -23,7 +23,7 @@ from e2e_helpers import (
     kind_of,
     new_incidents,
 )
-from shared_stack import open_deadline_s, resolve_deadline_s
+from shared_stack import live_timeout_s, open_deadline_s, resolve_deadline_s
 
 from analyzer.stability import MESSAGE_BUDGET
 from oximeter.procs import wait_until
@@ -33,6 +33,9 @@ from reporter.sink import ChatSink
 pytestmark = pytest.mark.e2e
 
 
+@pytest.mark.timeout(live_timeout_s(open_deadline_s("gpu_temperature", "gpu_sm_clock_ratio"),
+                                     resolve_deadline_s(THERMAL_S, "gpu_temperature", "gpu_sm_clock_ratio"),
+                                     60, resolve_deadline_s(0.0, "gpu_temperature")))
 def test_thermal_throttle_is_one_infrastructure_incident(live_stack: Stack, faults: Faults,
                                                          chat_sink: ChatSink) -> None:
     api, before, t0 = faults.api, faults.before, faults.t0

@@ -13,7 +13,7 @@ import time
 
 import pytest
 from e2e_helpers import Faults, Victoria, incidents, new_incidents
-from shared_stack import open_deadline_s
+from shared_stack import live_timeout_s, open_deadline_s
 
 from oximeter.procs import wait_until
 from oximeter.stack import Stack
@@ -21,6 +21,7 @@ from oximeter.stack import Stack
 pytestmark = pytest.mark.e2e
 
 
+@pytest.mark.timeout(live_timeout_s(open_deadline_s("gpu_temperature", "gpu_sm_clock_ratio")))
 def test_victoria_metrics_finds_the_thermal_incident(live_stack: Stack, faults: Faults,
                                                      victoria: Victoria) -> None:
     api, before = victoria.api, faults.victoria_before
