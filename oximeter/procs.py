@@ -18,6 +18,7 @@ from typing import IO
 
 import requests
 
+from oximeter import reaper
 from oximeter.errors import OximeterError
 
 
@@ -75,6 +76,7 @@ class ManagedProcess:
             self.argv, stdout=self._log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
             env=full_env, cwd=self.cwd, start_new_session=True,
         )
+        reaper.watch(self.proc.pid)  # stopped even if this process is killed outright
         return self
 
     @property
@@ -123,6 +125,7 @@ class ManagedProcess:
             except subprocess.TimeoutExpired:
                 self.signal(signal.SIGKILL)
                 self.proc.wait(timeout_s)
+        reaper.forget(self.proc.pid)
         if self._log is not None:
             self._log.close()
             self._log = None
