@@ -162,15 +162,30 @@ def live_stack(tmp_path_factory: pytest.TempPathFactory, live_backfill_dir: Path
         yield stack
 
 
+def _stderr_now(message: str) -> None:
+    import sys
+
+    sys.stderr.write(message)
+
+
+@pytest.fixture(autouse=True)
+def loguru_reset() -> Iterator[None]:
+    """After each test, log to whatever ``sys.stderr`` is when a record comes. A command run in the
+    test's process (``main([...])``) points loguru at the stderr of that moment, a capture that
+    pytest closes after the test: later records then fail to write ("I/O operation on closed
+    file"), and a queued handler's thread outlives the test."""
+    yield
+    from loguru import logger
+
+    logger.remove()  # a queued handler writes out what it holds first
+    logger.add(_stderr_now)
+
+
 @pytest.fixture
 def logs_to_stderr() -> Iterator[None]:
     """Log to whatever ``sys.stderr`` is at the time of each message, so ``capsys`` sees in-process logs."""
-    import sys
-
     from loguru import logger
 
     logger.remove()
-    logger.add(lambda message: sys.stderr.write(message), level="INFO", format="{message}")
+    logger.add(_stderr_now, level="INFO", format="{message}")
     yield
-    logger.remove()
-    logger.add(sys.stderr)

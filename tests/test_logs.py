@@ -7,7 +7,6 @@ import argparse
 import io
 import json
 import logging
-from collections.abc import Iterator
 
 import pytest
 from loguru import logger
@@ -16,13 +15,6 @@ import analyzer.daemon
 from gateway.logsink import ThreadedJsonSink
 from oximeter.cli import main
 from oximeter.logs import setup_stdlib_logging
-
-
-@pytest.fixture(autouse=True)
-def _restore_loguru() -> Iterator[None]:
-    yield
-    logger.remove()
-    logger.add(__import__("sys").stderr)
 
 
 def _log_twice(args: argparse.Namespace) -> int:
