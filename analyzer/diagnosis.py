@@ -236,18 +236,47 @@ def kv_pressure(case: Case) -> Diagnosis | None:
     return verdict(case, "kv_pressure", "engine", cause, sentence, "warning", causes)
 
 
+def _unjudged(case: Case, node: str | None, signals: Iterable[str]) -> str | None:
+    """Why none of ``signals`` can be judged on ``node`` right now (each one's window holds fewer
+    observations than its minimum-traffic guard asks), or None when one can or nothing says."""
+    why = None
+    for signal in signals:
+        spec = case.catalogue.get(signal)
+        if spec is None or spec.min_traffic is None:
+            return None
+        seen = [v for labels, v in case.snapshot.get(traffic_name(signal), {}).items()
+                if dict(labels).get("node") == node and math.isfinite(v)]
+        if not seen:
+            continue
+        if max(seen) >= spec.min_traffic.minimum:
+            return None
+        why = why or (f"{signal} not judged: {max(seen):.0f} requests in its {spec.window_s / 60:.0f}-min "
+                      f"window, fewer than the {spec.min_traffic.minimum:.0f} it needs")
+    return why
+
+
 def prefix_cache_collapse(case: Case) -> Diagnosis | None:
     """Prefix-cache hit ratio dropping sharply while TTFT rises, or while the node's inter-token
-    latency leaves its peers' (the prompts prefilled again hold up every decode step)."""
+    latency leaves its peers' (the prompts prefilled again hold up every decode step).
+
+    On a node too lightly loaded for its TTFT to be judged (too few requests for a p99), the drop
+    is named on its own, as information: the engine is doing the prefill work again, which the next
+    busy hour will feel; nothing yet says that requests suffer.
+    """
     e = first(case, "prefix_cache_hit_ratio")
     if e is None:
         return None
     node = e.entity.get("node")
     ttft = case.of(*TTFT_UP) or [x for x in case.of("engine_itl_peer") if x.entity.get("node") == node]
-    if not ttft:
+    if ttft:
+        return first_names_cause(case, "prefix_cache_collapse", "engine", ("prefix_cache_hit_ratio",),
+                                 "warning", lambda e, _: f"{describe(e)} while {describe(ttft[0])}",
+                                 impact=False)
+    unjudged = _unjudged(case, node, TTFT_UP)
+    if unjudged is None:
         return None
-    return first_names_cause(case, "prefix_cache_collapse", "engine", ("prefix_cache_hit_ratio",), "warning",
-                             lambda e, _: f"{describe(e)} while {describe(ttft[0])}", impact=False)
+    return first_names_cause(case, "prefix_cache_collapse", "engine", ("prefix_cache_hit_ratio",), "info",
+                             lambda e, _: f"{describe(e)}; {unjudged}", impact=False)
 
 
 def empty_outputs(case: Case) -> Diagnosis | None:

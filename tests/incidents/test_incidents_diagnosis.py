@@ -256,6 +256,15 @@ ROWS = [
     Row("prefix drop without TTFT", dx.prefix_cache_collapse,
         (ev("prefix_cache_hit_ratio", 0.2, 0.7, node="node-0", model="m"),), fires=False,
         winner="unclassified", root="prefix_cache_hit_ratio"),
+    # A node too quiet for a TTFT p99 (fewer requests in its window than the guard asks): the drop
+    # is named on its own, as information; one busy enough that TTFT is judged and not up: nothing.
+    Row("prefix drop on a node too quiet to judge its TTFT", dx.prefix_cache_collapse, (PREFIX_DROP,),
+        {"ttft_p99:traffic": {tuple(sorted(N0.items())): 12.0}}, root="prefix_cache_hit_ratio",
+        severity="info", sentence="prefix_cache_hit_ratio 20 % = 0.3 × baseline; ttft_p99 not judged: "
+                                  "12 requests in its 5-min window, fewer than the 50 it needs"),
+    Row("prefix drop with TTFT judged and not up", dx.prefix_cache_collapse, (PREFIX_DROP,),
+        {"ttft_p99:traffic": {tuple(sorted(N0.items())): 120.0}}, fires=False, winner="unclassified",
+        root="prefix_cache_hit_ratio"),
     Row("prefix collapse whose prefills hold up every token: the node's gap to its peers is impact",
         dx.prefix_cache_collapse,
         (PREFIX_DROP, ev("engine_itl_peer", 0.09, 0.03, onset=60, node="node-0", model="m")),
