@@ -20,9 +20,10 @@ LOWER_LAYERS = frozenset(LAYERS[:4])
 Snapshot = Mapping[str, Mapping[Labels, float]]
 THERMAL_REASON = "gpu_clock_thermal"  # 1 while hw_thermal or sw_thermal is active on the GPU
 THROTTLE_REASON = "gpu_clock_throttle"  # 1 while any clock event reason but idle is active
-# The most requests the engine held waiting for a batch slot (or KV blocks) in the last 15 min: above
-# 0, the engine itself was full, however briefly. Bursts of a few seconds fill it and build a queue
-# while 1-minute GPU utilisation stays unremarkable, so this is capacity evidence utilisation misses.
+# The most requests the engine held waiting for a batch slot (or KV blocks) in the last 15 min: from
+# ``Thresholds.engine_full_waiting`` on, the engine itself was full, however briefly. Bursts of a
+# few seconds fill it and build a queue while 1-minute GPU utilisation stays unremarkable, so this
+# is capacity evidence utilisation misses.
 # 15 min: the queue wait it explains is a p99 over 5 min held 10 min more before it is an event, so
 # the burst behind a queue-wait event can be that old when the rule first sees the event.
 ENGINE_WAITING = "engine_waiting_max"
@@ -39,6 +40,10 @@ class Thresholds:
 
     gpu_util_low: float = 0.5
     gpu_util_high: float = 0.85
+    # Requests an engine held waiting at once that say it was full: one is a request caught between
+    # arriving and the scheduler's next step, which a healthy, lightly loaded engine shows now and
+    # then (and one behind an admission limit too); a full engine holds several.
+    engine_full_waiting: float = 2.0
 
 
 @dataclass(frozen=True)

@@ -311,17 +311,18 @@ def capacity_exhausted(case: Case) -> Diagnosis | None:
     util = case.context("gpu_utilization_p95")
     busy = fmean(util.values()) if util else None
     waiting = max(case.context(ENGINE_WAITING).values(), default=0.0)
-    q = _queue_wait(case) or (first(case, *TTFT_UP) if waiting > 0 else None)
+    full = waiting >= case.thresholds.engine_full_waiting
+    q = _queue_wait(case) or (first(case, *TTFT_UP) if full else None)
     if q is None:
         return None
     if busy is not None and busy > case.thresholds.gpu_util_high:
         why = f"GPU util {busy * 100:.0f} %"
-    elif waiting > 0:
-        why = f"its engine held up to {waiting:.0f} request(s) waiting for a batch slot" \
+    elif full:
+        why = f"its engine held up to {waiting:.0f} requests waiting for a batch slot" \
               + (f" (GPU util {busy * 100:.0f} %)" if busy is not None else "")
     else:
         return None
-    causes = [*QUEUE_UP, *TTFT_UP] if waiting > 0 else list(QUEUE_UP)
+    causes = [*QUEUE_UP, *TTFT_UP] if full else list(QUEUE_UP)
     return verdict(case, "capacity_exhausted", "scheduling", RootCause(q.signal, q.labels),
                     f"{describe(q)} while {why}: capacity exhausted", "warning", causes)
 

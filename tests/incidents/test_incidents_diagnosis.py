@@ -28,6 +28,7 @@ KV_OK: Snapshot = {"kv_cache_usage": {MODEL: 0.80}}
 # The most requests node-0's engine held in its own waiting queue over the last 15 min.
 ENGINE_WAITED: Snapshot = {dx.ENGINE_WAITING: {(("node", "node-0"),): 3.0}}
 ENGINE_NEVER_WAITED: Snapshot = {dx.ENGINE_WAITING: {(("node", "node-0"),): 0.0}}
+ENGINE_CAUGHT_ONE: Snapshot = {dx.ENGINE_WAITING: {(("node", "node-0"),): 1.0}}
 TTFT = ev("ttft_p99", 1.2, 0.4, on=N0)
 PREEMPT = ev("preemption_rate", 0.38, 0.1, node="node-0", model="m")
 PREFIX_DROP = ev("prefix_cache_hit_ratio", 0.2, 0.7, node="node-0", model="m")
@@ -289,10 +290,13 @@ ROWS = [
         sentence="queue_wait p99 4.8 s = 6.1 × baseline while GPU util 93 %: capacity exhausted"),
     Row("bursts: the engine's own queue filled while utilisation looks low", dx.capacity_exhausted, (Q,),
         merge(UTIL_LOW, ENGINE_WAITED), root="queue_wait_p99", severity="critical",
-        sentence="queue_wait p99 4.8 s = 6.1 × baseline while its engine held up to 3 request(s) waiting "
+        sentence="queue_wait p99 4.8 s = 6.1 × baseline while its engine held up to 3 requests waiting "
                  "for a batch slot (GPU util 32 %): capacity exhausted"),
     Row("an engine that never queued is not full", dx.capacity_exhausted, (Q,),
         merge(UTIL_LOW, ENGINE_NEVER_WAITED, KV_OK), fires=False, winner="scheduling_bottleneck"),
+    Row("one request caught waiting for the scheduler's next step is not a full engine",
+        dx.capacity_exhausted, (Q,), merge(UTIL_LOW, ENGINE_CAUGHT_ONE, KV_OK), fires=False,
+        winner="scheduling_bottleneck"),
     Row("another node's engine queue is not this group's", dx.capacity_exhausted, (Q,),
         merge(UTIL_LOW, {dx.ENGINE_WAITING: {(("node", "node-7"),): 5.0}}, KV_OK), fires=False,
         winner="scheduling_bottleneck"),
