@@ -101,8 +101,9 @@ CATALOGUE: dict[str, SignalSpec] = {s.name: s for s in (
        record="service_node_route:oximeter_requests_429:ratio_1m",
        expr=_requests_ratio("429"),
        entity_labels=("service", "node", "route"), threshold=0.05, for_s=60,
-       min_traffic=TrafficGuard.of(_REQUESTS, 20),
-       description="more than 5 % of requests rejected with 429"),
+       min_traffic=TrafficGuard.of(_REQUESTS, 20), widen_s=600,
+       description="more than 5 % of requests rejected with 429 (over 1 min with at least 20 requests; "
+                   "on a lighter node, over the last minutes that hold 20, up to 10)"),
     _s(name="ttft_p99", layer="scheduling", kind="latency", unit="s",
        record="service_node:oximeter_time_to_first_token_seconds:p99_5m",
        expr=q.p99("oximeter_time_to_first_token_seconds"),
@@ -124,8 +125,9 @@ CATALOGUE: dict[str, SignalSpec] = {s.name: s for s in (
        record="service_node_route:oximeter_requests_504:ratio_1m",
        expr=_requests_ratio("504"),
        entity_labels=("service", "node", "route"), threshold=0.01, for_s=60,
-       min_traffic=TrafficGuard.of(_REQUESTS, 20),
-       description="504 ratio over 1 min > 1 % with at least 20 requests (P0)"),
+       min_traffic=TrafficGuard.of(_REQUESTS, 20), widen_s=600,
+       description="504 ratio over 1 min > 1 % with at least 20 requests (P0); on a lighter node, over "
+                   "the last minutes that hold 20, up to 10"),
     # Requests the same client sent again within seconds (gateway/retries.py says how a retry is
     # recognised): clients re-sending after timeouts or 429s multiply the load they react to.
     _s(name="retry_ratio", layer="ingress", kind="ratio",

@@ -18,6 +18,7 @@ from analyzer.detectors.counter import step_seconds
 from analyzer.events import AnomalyEvent
 from analyzer.frame import Baseline, FrameError, SeriesFrame, validate_frame
 from analyzer.persistence import Persistence, to_events
+from analyzer.query import Increase
 from analyzer.signals import SignalSpec
 from analyzer.windowstats import same_time_quantiles
 
@@ -52,7 +53,11 @@ def evaluate_signal(spec: SignalSpec, frame: SeriesFrame, *, history: History | 
     guard = None
     if spec.min_traffic is not None and traffic is not None and not traffic.columns.empty:
         aligned = traffic.reindex(index=values.index, columns=values.columns)
-        guard = (aligned.to_numpy() >= spec.min_traffic.minimum)
+        counts = aligned.to_numpy(dtype=np.float64)
+        if spec.widen_s is not None:
+            values, counts = widen_ratio(values, counts, spec.min_traffic.minimum,
+                                         guard_window_s(spec), spec.widen_s, step)
+        guard = counts >= spec.min_traffic.minimum
     events: list[AnomalyEvent] = []
     for detector in spec.build_detectors(cumulative=cumulative):
         if spec.peer_labels:
@@ -75,6 +80,44 @@ def evaluate_signal(spec: SignalSpec, frame: SeriesFrame, *, history: History | 
         events += to_events(detection, detector, persistence, signal=spec.name, layer=spec.layer,
                             labels=frame.labels, provisional=young)
     return merge_events(events)
+
+
+def guard_window_s(spec: SignalSpec) -> float:
+    """The window a signal's minimum-traffic guard counts over (its increase's)."""
+    expr = spec.min_traffic.expr if spec.min_traffic is not None else None
+    if not isinstance(expr, Increase):
+        raise FrameError(f"{spec.name}: widen_s needs a guard that counts an increase over a window")
+    return expr.window_s
+
+
+def widen_ratio(values: pd.DataFrame, counts: np.ndarray, minimum: float, window_s: float,
+                widen_s: float, step_s: float) -> tuple[pd.DataFrame, np.ndarray]:
+    """``values`` (a ratio over ``window_s``, its denominator ``counts``) where a window holds
+    ``minimum``; elsewhere the ratio over that window and the ones just before it, back to
+    ``widen_s``, from the first that together hold ``minimum`` (the counts summed with it). The
+    windows do not overlap: each is ``window_s`` rows of ``step_s`` before the last."""
+    lag = round(window_s / step_s)
+    if lag < 1:
+        return values, counts
+    ratio = values.to_numpy(dtype=np.float64)
+    num = np.nan_to_num(ratio * counts)
+    den = np.nan_to_num(counts)
+    out_v, out_c = ratio.copy(), counts.copy()
+    todo = ~(counts >= minimum)
+    sum_num, sum_den = num.copy(), den.copy()
+    for k in range(1, int(widen_s // window_s)):
+        shift = k * lag
+        if shift >= len(num) or not todo.any():
+            break
+        sum_num[shift:] += num[:-shift]
+        sum_den[shift:] += den[:-shift]
+        sum_den[:shift] = np.nan  # windows before the frame starts: not known
+        done = todo & (sum_den >= minimum)
+        with np.errstate(invalid="ignore", divide="ignore"):
+            out_v = np.where(done, sum_num / sum_den, out_v)
+        out_c = np.where(done, sum_den, out_c)
+        todo &= ~done
+    return pd.DataFrame(out_v, index=values.index, columns=values.columns), out_c
 
 
 def needs_history(spec: SignalSpec) -> bool:

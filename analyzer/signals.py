@@ -97,6 +97,11 @@ class SignalSpec(BaseModel):
     direction: Literal["up", "down", "both"] = "up"  # "both": peer and robust-deviation kinds only
     entity_labels: tuple[str, ...] = ("node",)
     min_traffic: TrafficGuard | None = None
+    # A ratio whose guard counts its denominator over the ratio's own window (requests a minute):
+    # where that window holds fewer than the guard asks, the ratio over it and as many windows
+    # before it as it takes to hold them, up to ``widen_s`` in all, so that a lightly loaded node's
+    # error share is judged over enough requests instead of not at all.
+    widen_s: float | None = Field(None, gt=0)
     threshold: float | None = None  # static limit (also the fallback with < 1 day of history)
     ratio: float | None = None  # × baseline; None: no baseline comparison
     min_delta: float = Field(0.0, ge=0)  # absolute margin over the baseline

@@ -10,7 +10,7 @@ from analyzer_frames import at, frame
 
 from analyzer.catalogue import CATALOGUE, P99_MIN_COUNT, PEER_MIN_COUNT
 from analyzer.detectors import BaselineRatio
-from analyzer.evaluate import evaluate_signal
+from analyzer.evaluate import evaluate_signal, widen_ratio
 from analyzer.frame import Baseline, SeriesFrame
 from analyzer.signals import LATENCY_NOISE_Z
 
@@ -150,3 +150,34 @@ def test_the_p99_margin_scales_with_its_spread_at_that_hour(bursts: bool, flagge
     events = evaluate_signal(CATALOGUE["queue_wait_p99"], SeriesFrame(values),
                              history=_peak_yesterday(bursts), traffic=traffic, step_s=60.0)
     assert bool(events) is flagged
+
+
+@pytest.mark.parametrize(("step_s", "requests_a_minute", "detected"), [
+    (60.0, 5.0, True),  # four quiet minutes together hold the 20 requests the ratio needs
+    (15.0, 5.0, True),  # the same on a finer grid: the windows summed do not overlap
+    (60.0, 1.5, False),  # ten minutes hold 15 requests: still too few to judge
+    (60.0, 30.0, True),  # a busy node: its own minute holds enough
+])
+def test_a_light_nodes_error_share_is_judged_over_enough_minutes(step_s: float, requests_a_minute: float,
+                                                                 detected: bool) -> None:
+    """One request in ten answered 504 for half an hour on a node with too few requests a minute for
+    the 1-min ratio's guard: judged over as many minutes before each as hold 20 requests."""
+    rows = int(3600 / step_s)
+    share = np.where((np.arange(rows) >= rows // 4) & (np.arange(rows) < 3 * rows // 4), 0.1, 0.0)
+    values = frame({"n1": share}, step_s)
+    traffic = frame({"n1": np.full(rows, requests_a_minute)}, step_s)
+    series = SeriesFrame(values, {"n1": {"node": "n1"}})
+    events = evaluate_signal(CATALOGUE["error_504_ratio"], series, traffic=traffic, step_s=step_s)
+    assert bool(events) == detected, events
+    if detected:
+        (event,) = events
+        assert event.value == pytest.approx(0.1, abs=0.02)
+        assert at(rows // 4, step_s) <= event.onset <= at(rows // 4 + 4 * 60 / step_s, step_s)
+
+
+def test_widening_sums_whole_windows_back_from_each_row() -> None:
+    values = frame({"n1": [0.0, 0.0, 0.2, 0.2, 0.0, 0.5]})
+    counts = np.array([[5.0], [5.0], [5.0], [5.0], [5.0], [40.0]])
+    widened, summed = widen_ratio(values, counts, 20.0, 60.0, 600.0, 60.0)
+    assert summed[:, 0].tolist() == [5.0, 5.0, 5.0, 20.0, 20.0, 40.0]
+    assert widened["n1"].round(3).tolist() == [0.0, 0.0, 0.2, 0.1, 0.1, 0.5]
