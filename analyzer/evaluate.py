@@ -18,7 +18,6 @@ from analyzer.detectors.counter import step_seconds
 from analyzer.events import AnomalyEvent
 from analyzer.frame import Baseline, FrameError, SeriesFrame, validate_frame
 from analyzer.persistence import Persistence, to_events
-from analyzer.query import Increase
 from analyzer.signals import SignalSpec
 from analyzer.windowstats import same_time_quantiles
 
@@ -56,7 +55,7 @@ def evaluate_signal(spec: SignalSpec, frame: SeriesFrame, *, history: History | 
         counts = aligned.to_numpy(dtype=np.float64)
         if spec.widen_s is not None:
             values, counts = widen_ratio(values, counts, spec.min_traffic.minimum,
-                                         guard_window_s(spec), spec.widen_s, step)
+                                         spec.guard_window_s(), spec.widen_s, step)
         guard = counts >= spec.min_traffic.minimum
     events: list[AnomalyEvent] = []
     for detector in spec.build_detectors(cumulative=cumulative):
@@ -80,14 +79,6 @@ def evaluate_signal(spec: SignalSpec, frame: SeriesFrame, *, history: History | 
         events += to_events(detection, detector, persistence, signal=spec.name, layer=spec.layer,
                             labels=frame.labels, provisional=young)
     return merge_events(events)
-
-
-def guard_window_s(spec: SignalSpec) -> float:
-    """The window a signal's minimum-traffic guard counts over (its increase's)."""
-    expr = spec.min_traffic.expr if spec.min_traffic is not None else None
-    if not isinstance(expr, Increase):
-        raise FrameError(f"{spec.name}: widen_s needs a guard that counts an increase over a window")
-    return expr.window_s
 
 
 def widen_ratio(values: pd.DataFrame, counts: np.ndarray, minimum: float, window_s: float,

@@ -11,7 +11,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from analyzer.detectors import Detector, build_detector
 from analyzer.persistence import Persistence
-from analyzer.query import Expr
+from analyzer.query import Expr, Increase
 from oximeter.vocabulary import Layer
 
 Kind = Literal["latency", "ratio", "counter_growth", "gauge", "hit_rate", "trend", "peer", "presence"]
@@ -146,7 +146,17 @@ class SignalSpec(BaseModel):
                                             and self.threshold is None and self.ratio is None)
         if self.direction == "both" and not two_sided:
             raise ValueError("direction 'both' needs kind 'peer', or a gauge without threshold and ratio")
+        if self.widen_s is not None:
+            self.guard_window_s()  # a ValueError says what widen_s needs
         return self
+
+    def guard_window_s(self) -> float:
+        """The window the minimum-traffic guard counts over, which ``widen_s`` steps back by."""
+        guard = self.min_traffic.expr if self.min_traffic is not None else None
+        if self.kind != "ratio" or not isinstance(guard, Increase):
+            raise ValueError("widen_s needs a ratio whose min_traffic counts its requests as an increase "
+                             "over the ratio's window")
+        return guard.window_s
 
     @property
     def query(self) -> str:

@@ -100,6 +100,10 @@ def test_bad_override_names_the_key() -> None:
     assert "analyzer.signals.mine.layer" in text
     with pytest.raises(ConfigError, match="unknown_field"):
         build_catalogue({"gpu_temperature": {"unknown_field": 1}})
+    # Widening a judgement over earlier windows needs a ratio whose guard counts its requests.
+    with pytest.raises(ConfigError, match="widen_s needs a ratio"):
+        build_catalogue({"gpu_temperature": {"widen_s": 600}})
+    assert build_catalogue({"retry_ratio": {"widen_s": 1800}})["retry_ratio"].widen_s == 1800
 
 
 def test_event_json_round_trip() -> None:
