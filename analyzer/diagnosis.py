@@ -250,8 +250,10 @@ def _unjudged(case: Case, node: str | None, signals: Iterable[str]) -> str | Non
             continue
         if max(seen) >= spec.min_traffic.minimum:
             return None
-        why = why or (f"{signal} not judged: {max(seen):.0f} requests in its {spec.window_s / 60:.0f}-min "
-                      f"window, fewer than the {spec.min_traffic.minimum:.0f} it needs")
+        window = spec.min_traffic.window_s
+        span = "window" if window is None else f"{window / 60:.0f}-min window"
+        why = why or (f"{signal} not judged: {max(seen):.0f} requests in its {span}, "
+                      f"fewer than the {spec.min_traffic.minimum:.0f} it needs")
     return why
 
 

@@ -11,7 +11,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from analyzer.detectors import Detector, build_detector
 from analyzer.persistence import Persistence
-from analyzer.query import Expr, Increase
+from analyzer.query import Expr, Increase, Relabel
 from oximeter.vocabulary import Layer
 
 Kind = Literal["latency", "ratio", "counter_growth", "gauge", "hit_rate", "trend", "peer", "presence"]
@@ -52,6 +52,13 @@ class TrafficGuard(BaseModel):
     def _same_query(self) -> TrafficGuard:
         _check_promql(self.promql, self.expr)
         return self
+
+    @property
+    def window_s(self) -> float | None:
+        """The window the guard counts over (its increase's, through a relabelling), or None when
+        its expression is not such a count."""
+        expr = self.expr.inner if isinstance(self.expr, Relabel) else self.expr
+        return expr.window_s if isinstance(expr, Increase) else None
 
 
 class DetectorSpec(BaseModel):
@@ -152,11 +159,11 @@ class SignalSpec(BaseModel):
 
     def guard_window_s(self) -> float:
         """The window the minimum-traffic guard counts over, which ``widen_s`` steps back by."""
-        guard = self.min_traffic.expr if self.min_traffic is not None else None
-        if self.kind != "ratio" or not isinstance(guard, Increase):
+        window = self.min_traffic.window_s if self.min_traffic is not None else None
+        if self.kind != "ratio" or window is None:
             raise ValueError("widen_s needs a ratio whose min_traffic counts its requests as an increase "
                              "over the ratio's window")
-        return guard.window_s
+        return window
 
     @property
     def query(self) -> str:

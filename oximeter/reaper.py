@@ -29,11 +29,13 @@ _lock = threading.Lock()
 _watcher: subprocess.Popen[bytes] | None = None
 
 
-def _send(line: str) -> None:
+def _send(line: str, *, start: bool = True) -> None:
     global _watcher
     with _lock:
         try:
             if _watcher is None or _watcher.poll() is not None:
+                if not start:
+                    return  # nothing registered is watched: nothing to forget
                 # Its own session: a signal to the parent's group (a terminal's Ctrl-C) leaves it be.
                 _watcher = subprocess.Popen([sys.executable, __file__], stdin=subprocess.PIPE,
                                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
@@ -55,7 +57,7 @@ def watch(pgid: int) -> None:
 
 def forget(pgid: int) -> None:
     """``pgid`` is stopped (or handed on): nothing to do for it any more."""
-    _send(str(-pgid))
+    _send(str(-pgid), start=False)
 
 
 def _alive(pgid: int) -> bool:

@@ -12,6 +12,7 @@ scaled alike) telling a local WeCom sink. The backfill covers the scaled day (``
 from __future__ import annotations
 
 import dataclasses
+import functools
 import tomllib
 from pathlib import Path
 from typing import Any
@@ -97,9 +98,14 @@ def live_timeout_s(*deadlines_s: float) -> int:
     them: the suite's default limit, for what the test sets up first (a stack, when it is the first
     to need it), and the faults' wait for judged queues (``tests/e2e/conftest.py``), paid by the
     first test to use them (a ceiling for the others)."""
-    default = tomllib.loads((Path(__file__).parent.parent / "pyproject.toml").read_text(encoding="utf-8"))
-    return int(default["tool"]["pytest"]["ini_options"]["timeout"] + open_deadline_s("queue_wait_p99")
-               + sum(deadlines_s))
+    return int(_default_timeout_s() + open_deadline_s("queue_wait_p99") + sum(deadlines_s))
+
+
+@functools.cache
+def _default_timeout_s() -> float:
+    """pytest-timeout's limit for every test (pyproject.toml), read once."""
+    config = tomllib.loads((Path(__file__).parent.parent / "pyproject.toml").read_text(encoding="utf-8"))
+    return float(config["tool"]["pytest"]["ini_options"]["timeout"])
 
 
 def resolve_deadline_s(fault_s: float, *signals: str) -> float:
