@@ -296,35 +296,53 @@ def empty_outputs(case: Case) -> Diagnosis | None:
 
 
 def _queue_wait(case: Case) -> AnomalyEvent | None:
-    return first(case, "queue_wait_p99") or first(case, *QUEUE_UP)
+    """The queue's evidence: its wait, else its length. On a node too lightly loaded for its
+    queue-wait p99 to be judged, the requests its gateway turned away with 429 (the queue full, or
+    the wait it foresaw too long) are the queue seen from outside."""
+    found = first(case, "queue_wait_p99") or first(case, *QUEUE_UP)
+    if found is not None:
+        return found
+    rejected = first(case, "rejected_429_ratio")
+    if rejected is not None and _unjudged(case, rejected.entity.get("node"), ("queue_wait_p99",)):
+        return rejected
+    return None
 
 
 def capacity_exhausted(case: Case) -> Diagnosis | None:
-    """Queue wait up while the engines are full: GPU utilisation high (> 85 %), or an engine holding
-    requests in its own waiting queue (no batch slot or KV blocks free). Nothing is broken; the
-    fleet is simply too small.
+    """Queue wait up while the engines are full: GPU utilisation high (> 85 %), an engine holding
+    requests in its own waiting queue (no batch slot or KV blocks free), or the engine's own time
+    to first token up with it. Nothing is broken; the fleet is simply too small.
 
-    Either suffices: sustained load shows in utilisation, while bursts of a few seconds fill the
-    engine between 1-minute utilisation samples that look ordinary. An admission bottleneck never
-    fills the engine, so its waiting queue stays empty. With the engine's queue seen, TTFT up is
-    the wait too (the engine's queue time is part of it), and it rises minutes before the
-    queue-wait p99 has held long enough to be an event.
+    Any suffices: sustained load shows in utilisation, while bursts of a few seconds fill the
+    engine between 1-minute utilisation samples that look ordinary; behind a gateway that admits
+    only as many requests as it runs, the engine's queue stays empty and the full engine shows as
+    its own TTFT rising (its requests wait for each other's prefill). An admission bottleneck
+    never fills the engine: its queue stays empty and its TTFT at its baseline. With the engine
+    seen full, TTFT up is the wait too (the engine's queue time is part of it), and it rises
+    minutes before the queue-wait p99 has held long enough to be an event.
     """
     util = case.context("gpu_utilization_p95")
     busy = fmean(util.values()) if util else None
     waiting = max(case.context(ENGINE_WAITING).values(), default=0.0)
     full = waiting >= case.thresholds.engine_full_waiting
-    q = _queue_wait(case) or (first(case, *TTFT_UP) if full else None)
+    slowed = first(case, "engine_ttft_p99")
+    # The gateway's TTFT (what clients feel) before the engine's own; a slower engine alone (its
+    # TTFT up, the gateway's not) is no queue.
+    q = _queue_wait(case) or (first(case, "ttft_p99") if full or slowed else None) \
+        or (first(case, *TTFT_UP) if full else None)
     if q is None:
         return None
+    util_text = f"GPU util {busy * 100:.0f} %" if busy is not None else ""
     if busy is not None and busy > case.thresholds.gpu_util_high:
-        why = f"GPU util {busy * 100:.0f} %"
+        why = util_text
     elif full:
         why = f"its engine held up to {waiting:.0f} requests waiting for a batch slot" \
-              + (f" (GPU util {busy * 100:.0f} %)" if busy is not None else "")
+              + (f" ({util_text})" if util_text else "")
+    elif slowed is not None:
+        why = f"its engine's own {describe(slowed)}" + (f" ({util_text})" if util_text else "")
     else:
         return None
-    causes = [*QUEUE_UP, *TTFT_UP] if full else list(QUEUE_UP)
+    causes = [*QUEUE_UP, *TTFT_UP] if full or slowed else list(QUEUE_UP)
     return verdict(case, "capacity_exhausted", "scheduling", RootCause(q.signal, q.labels),
                     f"{describe(q)} while {why}: capacity exhausted", "warning", causes)
 

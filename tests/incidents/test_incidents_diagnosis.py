@@ -30,6 +30,13 @@ ENGINE_WAITED: Snapshot = {dx.ENGINE_WAITING: {(("node", "node-0"),): 3.0}}
 ENGINE_NEVER_WAITED: Snapshot = {dx.ENGINE_WAITING: {(("node", "node-0"),): 0.0}}
 ENGINE_CAUGHT_ONE: Snapshot = {dx.ENGINE_WAITING: {(("node", "node-0"),): 1.0}}
 TTFT = ev("ttft_p99", 1.2, 0.4, on=N0)
+# 19 % of node-0's requests turned away with 429; its queue-wait p99's window held 30 observations
+# (too few to judge: 50), or 400.
+REJECTED = ev("rejected_429_ratio", 0.19, 0.05, on=N0, route="/v1/chat/completions")
+QUEUE_TOO_LIGHT: Snapshot = {"queue_wait_p99:traffic": {tuple(sorted(N0.items())): 30.0}}
+QUEUE_JUDGED: Snapshot = {"queue_wait_p99:traffic": {tuple(sorted(N0.items())): 400.0}}
+# The engine's own TTFT (vLLM's histogram) on node-0: its requests wait for each other's prefill.
+ENGINE_TTFT = ev("engine_ttft_p99", 2.4, 0.4, node="node-0", model="m")
 PREEMPT = ev("preemption_rate", 0.38, 0.1, node="node-0", model="m")
 PREFIX_DROP = ev("prefix_cache_hit_ratio", 0.2, 0.7, node="node-0", model="m")
 # A few preemptions per 5 min, under the rising-preemptions threshold (0.1/s).
@@ -311,11 +318,27 @@ ROWS = [
         (TTFT,), merge(UTIL_HIGH, ENGINE_WAITED), root="ttft_p99"),
     Row("TTFT up, engines neither full nor queued", dx.capacity_exhausted, (TTFT,),
         merge(UTIL_LOW, ENGINE_NEVER_WAITED), fires=False, winner="unclassified", root="ttft_p99"),
+    Row("the engine's own TTFT up with the queue: the engine is full behind its admission limit",
+        dx.capacity_exhausted, (Q, ENGINE_TTFT), merge(UTIL_LOW, ENGINE_NEVER_WAITED, KV_OK),
+        root="queue_wait_p99", severity="critical",
+        sentence="queue_wait p99 4.8 s = 6.1 × baseline while its engine's own engine_ttft p99 2.4 s = "
+                 "6.0 × baseline (GPU util 32 %): capacity exhausted"),
+    Row("TTFT up inside the engine and at the gateway, no queue-wait event yet", dx.capacity_exhausted,
+        (TTFT, ENGINE_TTFT), merge(UTIL_LOW, ENGINE_NEVER_WAITED), root="ttft_p99"),
+    Row("the engine's own TTFT up alone is a slower engine, not a queue", dx.capacity_exhausted,
+        (ENGINE_TTFT,), merge(UTIL_LOW, ENGINE_NEVER_WAITED), fires=False, winner="unclassified",
+        root="engine_ttft_p99"),
     Row("middling utilisation is neither full nor idle", dx.capacity_exhausted, (Q,),
         {"gpu_utilization_p95": {gpu(): 0.6}}, fires=False, winner="unclassified", root="queue_wait_p99"),
     Row("scheduling bottleneck", dx.scheduling_bottleneck, (Q,), merge(UTIL_LOW, KV_OK),
         root="queue_wait_p99",
         severity="critical", sentence="queue_wait p99 4.8 s = 6.1 × baseline while GPU util 32 %"),
+    Row("429s on a node too light for its queue-wait p99: the queue seen from outside",
+        dx.scheduling_bottleneck, (REJECTED,), merge(UTIL_LOW, KV_OK, QUEUE_TOO_LIGHT),
+        root="rejected_429_ratio"),
+    Row("429s where the queue-wait p99 is judged and calm are not the queue's evidence",
+        dx.scheduling_bottleneck, (REJECTED,), merge(UTIL_LOW, KV_OK, QUEUE_JUDGED), fires=False,
+        winner="unclassified", root="rejected_429_ratio"),
     Row("lower-layer anomaly on the joined node", dx.scheduling_bottleneck,
         (Q, ev("gpu_temperature", 88, 70, onset=2, node="node-0", gpu="1")), UTIL_LOW, fires=False,
         winner="unclassified", root="gpu_temperature"),
