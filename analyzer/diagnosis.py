@@ -261,9 +261,9 @@ def prefix_cache_collapse(case: Case) -> Diagnosis | None:
     """Prefix-cache hit ratio dropping sharply while TTFT rises, or while the node's inter-token
     latency leaves its peers' (the prompts prefilled again hold up every decode step).
 
-    On a node too lightly loaded for its TTFT to be judged (too few requests for a p99), the drop
-    is named on its own, as information: the engine is doing the prefill work again, which the next
-    busy hour will feel; nothing yet says that requests suffer.
+    Without that, the drop is named on its own, as information: the engine is doing the prefill
+    work again, which the next busy hour will feel, but nothing yet says that requests suffer (the
+    node too lightly loaded for its TTFT to be judged, or its TTFT still within its margin).
     """
     e = first(case, "prefix_cache_hit_ratio")
     if e is None:
@@ -274,11 +274,10 @@ def prefix_cache_collapse(case: Case) -> Diagnosis | None:
         return first_names_cause(case, "prefix_cache_collapse", "engine", ("prefix_cache_hit_ratio",),
                                  "warning", lambda e, _: f"{describe(e)} while {describe(ttft[0])}",
                                  impact=False)
-    unjudged = _unjudged(case, node, TTFT_UP)
-    if unjudged is None:
-        return None
+    why = _unjudged(case, node, TTFT_UP) \
+        or "TTFT not past its margin: the engine absorbs the extra prefill at this load"
     return first_names_cause(case, "prefix_cache_collapse", "engine", ("prefix_cache_hit_ratio",), "info",
-                             lambda e, _: f"{describe(e)}; {unjudged}", impact=False)
+                             lambda e, _: f"{describe(e)}; {why}", impact=False)
 
 
 def empty_outputs(case: Case) -> Diagnosis | None:

@@ -262,24 +262,28 @@ ROWS = [
          ev("ttft_p99", 1.2, 0.4, onset=2, on=N0)), root="prefix_cache_hit_ratio",
         sentence="prefix_cache_hit_ratio 20 % = 0.3 × baseline while ttft p99 1.2 s = 3.0 × baseline"),
     Row("prefix drop without TTFT", dx.prefix_cache_collapse,
-        (ev("prefix_cache_hit_ratio", 0.2, 0.7, node="node-0", model="m"),), fires=False,
-        winner="unclassified", root="prefix_cache_hit_ratio"),
-    # A node too quiet for a TTFT p99 (fewer requests in its window than the guard asks): the drop
-    # is named on its own, as information; one busy enough that TTFT is judged and not up: nothing.
+        (ev("prefix_cache_hit_ratio", 0.2, 0.7, node="node-0", model="m"),), root="prefix_cache_hit_ratio",
+        severity="info"),
+    # Without TTFT up the drop is named on its own, as information: on a node too quiet for a TTFT
+    # p99 (fewer requests in its window than the guard asks) or one whose TTFT is judged and calm.
     Row("prefix drop on a node too quiet to judge its TTFT", dx.prefix_cache_collapse, (PREFIX_DROP,),
         {"ttft_p99:traffic": {tuple(sorted(N0.items())): 12.0}}, root="prefix_cache_hit_ratio",
         severity="info", sentence="prefix_cache_hit_ratio 20 % = 0.3 × baseline; ttft_p99 not judged: "
                                   "12 requests in its 5-min window, fewer than the 50 it needs"),
     Row("prefix drop with TTFT judged and not up", dx.prefix_cache_collapse, (PREFIX_DROP,),
-        {"ttft_p99:traffic": {tuple(sorted(N0.items())): 120.0}}, fires=False, winner="unclassified",
-        root="prefix_cache_hit_ratio"),
+        {"ttft_p99:traffic": {tuple(sorted(N0.items())): 120.0}}, root="prefix_cache_hit_ratio",
+        severity="info", sentence="prefix_cache_hit_ratio 20 % = 0.3 × baseline; TTFT not past its margin: "
+                                  "the engine absorbs the extra prefill at this load"),
     Row("prefix collapse whose prefills hold up every token: the node's gap to its peers is impact",
         dx.prefix_cache_collapse,
         (PREFIX_DROP, ev("engine_itl_peer", 0.09, 0.03, onset=60, node="node-0", model="m")),
         root="prefix_cache_hit_ratio",
         sentence="prefix_cache_hit_ratio 20 % = 0.3 × baseline while engine_itl_peer 90 ms = 3.0 × baseline"),
-    Row("a peer gap on another node than the collapsed cache is that node's", dx.prefix_cache_collapse,
-        (PREFIX_DROP, ev("engine_itl_peer", 0.09, 0.03, onset=2, node="node-1", model="m")), fires=False,
+    Row("TTFT up without a prefix-cache drop is no collapse", dx.prefix_cache_collapse, (TTFT,),
+        fires=False, winner="unclassified", root="ttft_p99"),
+    Row("a peer gap on another node than the collapsed cache is that node's (the drop alone: information)",
+        dx.prefix_cache_collapse,
+        (PREFIX_DROP, ev("engine_itl_peer", 0.09, 0.03, onset=2, node="node-1", model="m")),
         winner="peer_outlier", root="engine_itl_peer"),
     Row("empty answers", dx.empty_outputs, (EMPTY,), root="empty_output_ratio", severity="warning",
         sentence="12 % of the answers on node=node-0,service=chat were empty: the engine answers with "
