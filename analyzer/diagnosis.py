@@ -208,17 +208,19 @@ def kv_pressure(case: Case) -> Diagnosis | None:
     and preempt in bursts too short to build a gateway queue or to show in a sampled usage gauge.
     A full cache alone is not: vLLM fills its pool under any steady load.
 
-    Requests waiting in the engine's own queue while it preempts (at any rate, under the rising
-    preemptions' threshold too) wait for KV blocks, not for a batch slot: with the engine's queue
-    seen, TTFT up is that wait, as it is for ``capacity_exhausted``, and the pool is the cause.
+    Requests held up in the engine while it preempts (at any rate, under the rising preemptions'
+    threshold too) wait for KV blocks, not for a batch slot: with the engine's queue seen, or its
+    own TTFT up, TTFT up is that wait, as it is for ``capacity_exhausted``, and the pool is the cause.
     """
     waiting = max(case.context(ENGINE_WAITING).values(), default=0.0)
-    queue = case.of(*QUEUE_UP) or (case.of(*TTFT_UP) if waiting > 0 else [])
+    # Requests held up inside the engine: in its waiting queue, or its own TTFT up.
+    held = waiting > 0 or bool(case.of("engine_ttft_p99"))
+    queue = case.of(*QUEUE_UP) or (case.of(*TTFT_UP) if held else [])
     preempt = case.of("preemption_rate")
     if not queue and not preempt:
         return None
     kv = {k: v for k, v in case.context("kv_cache_usage").items() if v >= case.limit("kv_cache_usage")}
-    evicting = {k: v for k, v in case.context("preemption_rate").items() if v > 0} if waiting > 0 else {}
+    evicting = {k: v for k, v in case.context("preemption_rate").items() if v > 0} if held else {}
     if kv:
         labels = sorted(kv)[0]
         cause, text = RootCause("kv_cache_usage", labels), f"KV cache {kv[labels] * 100:.0f} % full"
@@ -227,7 +229,8 @@ def kv_pressure(case: Case) -> Diagnosis | None:
     elif evicting:
         labels = sorted(evicting)[0]
         cause = RootCause("preemption_rate", labels)
-        text = f"its engine held requests waiting and preempted {evicting[labels]:.2g}/s"
+        text = (f"its engine held requests waiting and preempted {evicting[labels]:.2g}/s" if waiting > 0
+                else f"its engine's own TTFT rose as it preempted {evicting[labels]:.2g}/s")
     else:
         return None
     causes = ["kv_cache_usage", "preemption_rate"]
