@@ -44,6 +44,10 @@ class Thresholds:
     # arriving and the scheduler's next step, which a healthy, lightly loaded engine shows now and
     # then (and one behind an admission limit too); a full engine holds several.
     engine_full_waiting: float = 2.0
+    # How much busier than every one of its node-mates a GPU must be to be the card a node's
+    # latency gap comes from: tensor-parallel mates do the same work, so only a slower card is
+    # busier, by about its slowdown (the slow cards worth naming are 1.3 times slower or more).
+    slow_card_ratio: float = 1.2
 
 
 @dataclass(frozen=True)

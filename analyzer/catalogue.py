@@ -26,9 +26,11 @@ from oximeter.xids import xid_pattern
 # persistence: the p99 must stay up for 10 min beyond its window, so slow requests recur through
 # 15 min, a few percent of them. A light node (0.3 requests a second at night) is judged too.
 P99_MIN_COUNT = 50
-# Comparing one node's p99 with its peers' is finer (a tenth apart) than comparing it with its own
-# baseline, so each peer's p99 must rest on a few requests beyond it, not one: 300 (three beyond it).
-PEER_MIN_COUNT = 300
+# A node's inter-token latency is compared with its peers' by its median: every token of a slower
+# card's node is slower, while a long prompt's prefill holds up only the tokens beside it (which move
+# a p99 by half, at random, on any node). The median of the tokens of 50 requests in 5 min (the p99s'
+# minimum) is steady enough to compare a tenth apart.
+PEER_MIN_COUNT = P99_MIN_COUNT
 
 
 def _s(**fields: Any) -> SignalSpec:
@@ -194,14 +196,14 @@ CATALOGUE: dict[str, SignalSpec] = {s.name: s for s in (
        entity_labels=("node", "gpu", "link"), increase=100, ratio=100, for_s=30, min_samples=2,
        description="NVLink data-link errors +100 in 5 min on one link, or × 100 its baseline rate"),
     _s(name="engine_itl_peer", layer="infrastructure", kind="peer", unit="s",
-       record="node_model:vllm_inter_token_latency_seconds:p99_5m",
+       record="node_model:vllm_inter_token_latency_seconds:p50_5m",
        # Older vLLM names the same histogram time_per_output_token: the `or` fallback.
-       expr=q.Relabel(q.HistogramQuantile(0.99, q.Or(q.bucket_rate("vllm:inter_token_latency_seconds"),
-                                                     q.bucket_rate("vllm:time_per_output_token_seconds")))),
+       expr=q.Relabel(q.HistogramQuantile(0.5, q.Or(q.bucket_rate("vllm:inter_token_latency_seconds"),
+                                                    q.bucket_rate("vllm:time_per_output_token_seconds")))),
        entity_labels=("node", "model"), peer_labels=("model",), for_s=300,
        # Counted in requests (one first token each), not tokens: a request's tokens stall together.
        min_traffic=_observations("vllm:time_to_first_token_seconds", PEER_MIN_COUNT, model=True),
-       description="a node's inter-token latency far above its same-model peers"),
+       description="a node's median inter-token latency far above its same-model peers'"),
     _s(name="gpu_utilization_peer", layer="infrastructure", kind="peer",
        expr=q.Aggregate(q.OverTime(q.select("oximeter_gpu_utilization_ratio"), 300, q=0.5)),
        entity_labels=("node", "gpu"), peer_labels=("gpu_model",), direction="up", min_delta=0.1, for_s=300,

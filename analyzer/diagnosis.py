@@ -108,10 +108,35 @@ def peer_outlier(case: Case) -> Diagnosis | None:
     explained = (_node_moved, _busier, _kv_starved, _prefill_bound)
     if throttled or any(explains(case, e) for explains in explained):
         return None
+    card = _slow_card(case, e)
+    if card is not None:
+        cause, busy, mates = card
+        return verdict(case, "peer_outlier", "infrastructure", cause,
+                       f"{cause.entity}: busier than its node-mates ({busy * 100:.0f} % against "
+                       f"{mates * 100:.0f} %) while {describe(e)} of its same-model peers, no throttle reason"
+                       + impact_text(case, PEER_SIGNALS), "warning", PEER_SIGNALS)
     cause = RootCause(e.signal, e.labels)
     return verdict(case, "peer_outlier", "infrastructure", cause,
                     f"{cause.entity}: {describe(e)} of its same-model peers, no throttle reason"
                     + impact_text(case, PEER_SIGNALS), "warning", PEER_SIGNALS)
+
+
+def _slow_card(case: Case, e: AnomalyEvent) -> tuple[RootCause, float, float] | None:
+    """The card a node's latency gap comes from, with its utilisation and its mates' highest: the
+    one its node-mates wait for, busier than every one of them by ``slow_card_ratio``. None when
+    the gap is a GPU's own already, or no card of the node stands out (the node is named then)."""
+    if e.signal != "engine_itl_peer":
+        return None
+    node = e.entity.get("node")
+    mine = {labels: v for labels, v in case.context("gpu_utilization_peer").items()
+            if dict(labels).get("node") == node and math.isfinite(v)}
+    if len(mine) < 2:
+        return None
+    labels = max(mine, key=lambda k: mine[k])
+    busiest = max(v for k, v in mine.items() if k != labels)
+    if not mine[labels] > 0 or mine[labels] < busiest * case.thresholds.slow_card_ratio:
+        return None
+    return RootCause("gpu_utilization_peer", labels), mine[labels], busiest
 
 
 def _node_moved(case: Case, e: AnomalyEvent) -> bool:

@@ -29,8 +29,11 @@ dashboard = make_dashboard(
                     (f"node_model:vllm_time_to_first_token_seconds:p99_5m{{{NODE}}}",
                      "p99 {{node}} {{model}}")],
                    unit="s"),
-        timeseries("Inter-token latency p99",
-                   [(f"node_model:vllm_inter_token_latency_seconds:p99_5m{{{NODE}}}", "{{node}} {{model}}")],
+        timeseries("Inter-token latency p50 / p99",
+                   [(f"node_model:vllm_inter_token_latency_seconds:p50_5m{{{NODE}}}", "p50 {{node}} {{model}}"),
+                    (f"histogram_quantile(0.99, sum by (node, model_name, le) "
+                     f"(rate(vllm:inter_token_latency_seconds_bucket{{{NODE}}}[$__rate_interval])))",
+                     "p99 {{node}} {{model_name}}")],
                    unit="s"),
         timeseries("End-to-end latency p99 (context, not an SLO)",
                    [(f"node_model:vllm_e2e_request_latency_seconds:p99_5m{{{NODE}}}", "{{node}} {{model}}")],
