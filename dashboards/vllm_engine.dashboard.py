@@ -30,7 +30,8 @@ dashboard = make_dashboard(
                      "p99 {{node}} {{model}}")],
                    unit="s"),
         timeseries("Inter-token latency p50 / p99",
-                   [(f"node_model:vllm_inter_token_latency_seconds:p50_5m{{{NODE}}}", "p50 {{node}} {{model}}"),
+                   [(f"node_model:vllm_inter_token_latency_seconds:p50_5m{{{NODE}}}",
+                     "p50 {{node}} {{model}}"),
                     (f"histogram_quantile(0.99, sum by (node, model_name, le) "
                      f"(rate(vllm:inter_token_latency_seconds_bucket{{{NODE}}}[$__rate_interval])))",
                      "p99 {{node}} {{model_name}}")],
