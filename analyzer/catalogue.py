@@ -64,6 +64,14 @@ _PAGING = {"xid": f"~{xid_pattern()}"}
 THROTTLED = q.gauge("oximeter_gpu_clock_event_active", {"reason": "!idle"}, drop=("reason",))
 
 
+# A node's median inter-token latency over 5 min (older vLLM names the histogram
+# time_per_output_token: the `or` fallback), counted in requests (one first token each), not tokens:
+# a request's tokens stall together.
+_ITL_P50_RECORD = "node_model:vllm_inter_token_latency_seconds:p50_5m"
+_ITL_P50 = q.Relabel(q.HistogramQuantile(0.5, q.Or(q.bucket_rate("vllm:inter_token_latency_seconds"),
+                                                   q.bucket_rate("vllm:time_per_output_token_seconds"))))
+_ITL_GUARD = _observations("vllm:time_to_first_token_seconds", PEER_MIN_COUNT, model=True)
+
 # Default thresholds (the alerting rules' values) and each signal's layer.
 CATALOGUE: dict[str, SignalSpec] = {s.name: s for s in (
     _s(name="queue_wait_p99", layer="scheduling", kind="latency", unit="s",
@@ -196,14 +204,19 @@ CATALOGUE: dict[str, SignalSpec] = {s.name: s for s in (
        entity_labels=("node", "gpu", "link"), increase=100, ratio=100, for_s=30, min_samples=2,
        description="NVLink data-link errors +100 in 5 min on one link, or × 100 its baseline rate"),
     _s(name="engine_itl_peer", layer="infrastructure", kind="peer", unit="s",
-       record="node_model:vllm_inter_token_latency_seconds:p50_5m",
-       # Older vLLM names the same histogram time_per_output_token: the `or` fallback.
-       expr=q.Relabel(q.HistogramQuantile(0.5, q.Or(q.bucket_rate("vllm:inter_token_latency_seconds"),
-                                                    q.bucket_rate("vllm:time_per_output_token_seconds")))),
+       record=_ITL_P50_RECORD, expr=_ITL_P50,
        entity_labels=("node", "model"), peer_labels=("model",), for_s=300,
-       # Counted in requests (one first token each), not tokens: a request's tokens stall together.
-       min_traffic=_observations("vllm:time_to_first_token_seconds", PEER_MIN_COUNT, model=True),
+       min_traffic=_ITL_GUARD,
        description="a node's median inter-token latency far above its same-model peers'"),
+    # The same median against the node's own past: what a fleet too small to compare its nodes
+    # (fewer than four of a model) still shows of a slower card; peer_outlier reads it with the
+    # card its node-mates wait for. With no rule naming a cause, it opens an incident only beside
+    # another anomalous signal (load and the engine's own faults move it too).
+    _s(name="engine_itl_p50", layer="engine", kind="latency", unit="s",
+       record=_ITL_P50_RECORD, expr=_ITL_P50,
+       entity_labels=("node", "model"), ratio=1.5, min_delta=0.005, for_s=300,
+       min_traffic=_ITL_GUARD,
+       description="a node's median inter-token latency > 1.5 × its baseline for 5 min"),
     _s(name="gpu_utilization_peer", layer="infrastructure", kind="peer",
        expr=q.Aggregate(q.OverTime(q.select("oximeter_gpu_utilization_ratio"), 300, q=0.5)),
        entity_labels=("node", "gpu"), peer_labels=("gpu_model",), direction="up", min_delta=0.1, for_s=300,

@@ -45,9 +45,11 @@ from analyzer.verdicts import first, first_names_cause, impact_text, verdict
 from oximeter.vocabulary import LAYERS, Severity
 
 QUEUE_UP = ("queue_wait_p99", "queue_length", "queue_limit_ratio")
-LATENCY_UP = ("queue_wait_p99", "ttft_p99", "request_p99", "engine_ttft_p99", "engine_itl_peer")
+LATENCY_UP = ("queue_wait_p99", "ttft_p99", "request_p99", "engine_ttft_p99", "engine_itl_peer", "engine_itl_p50")
 TTFT_UP = ("ttft_p99", "engine_ttft_p99")
-PEER_SIGNALS = ("gpu_utilization_peer", "engine_itl_peer")
+# A node's median inter-token latency: against its same-model peers, and against its own past.
+ITL_SIGNALS = ("engine_itl_peer", "engine_itl_p50")
+PEER_SIGNALS = ("gpu_utilization_peer", *ITL_SIGNALS)
 
 
 def thermal_throttle(case: Case) -> Diagnosis | None:
@@ -97,7 +99,11 @@ def peer_outlier(case: Case) -> Diagnosis | None:
     # the node's signal crossed first.
     e = first(case, "gpu_utilization_peer") or first(case, "engine_itl_peer")
     if e is None:
-        return None
+        # Too few nodes of the model to compare: the node's tokens slower than they used to be,
+        # with the card its node-mates wait for standing out among them.
+        e = first(case, "engine_itl_p50")
+        if e is None or _slow_card(case, e) is None:
+            return None
     node = e.entity.get("node")
     throttled = any(v >= 1 for (n, _), v in case.per_gpu(THROTTLE_REASON).items() if n == node)
     # A throttle anomaly in the window counts too: a cooling GPU drops its reason before the
@@ -113,7 +119,7 @@ def peer_outlier(case: Case) -> Diagnosis | None:
         cause, busy, mates = card
         return verdict(case, "peer_outlier", "infrastructure", cause,
                        f"{cause.entity}: busier than its node-mates ({busy * 100:.0f} % against "
-                       f"{mates * 100:.0f} %) while {describe(e)} of its same-model peers, no throttle reason"
+                       f"{mates * 100:.0f} %) while {describe(e)}{_against(e)}, no throttle reason"
                        + impact_text(case, PEER_SIGNALS), "warning", PEER_SIGNALS)
     cause = RootCause(e.signal, e.labels)
     return verdict(case, "peer_outlier", "infrastructure", cause,
@@ -121,11 +127,16 @@ def peer_outlier(case: Case) -> Diagnosis | None:
                     + impact_text(case, PEER_SIGNALS), "warning", PEER_SIGNALS)
 
 
+def _against(e: AnomalyEvent) -> str:
+    """What an inter-token latency event's baseline is."""
+    return " of its same-model peers" if e.signal == "engine_itl_peer" else ""
+
+
 def _slow_card(case: Case, e: AnomalyEvent) -> tuple[RootCause, float, float] | None:
     """The card a node's latency gap comes from, with its utilisation and its mates' highest: the
     one its node-mates wait for, busier than every one of them by ``slow_card_ratio``. None when
     the gap is a GPU's own already, or no card of the node stands out (the node is named then)."""
-    if e.signal != "engine_itl_peer":
+    if e.signal not in ITL_SIGNALS:
         return None
     node = e.entity.get("node")
     mine = {labels: v for labels, v in case.context("gpu_utilization_peer").items()
@@ -159,7 +170,7 @@ def _kv_starved(case: Case, e: AnomalyEvent) -> bool:
     pressure on a sound card; a GPU's own peer gap is not explained by it (the whole engine,
     every GPU of it, waits on the same pool)."""
     node = e.entity.get("node")
-    if e.signal != "engine_itl_peer":
+    if e.signal not in ITL_SIGNALS:
         return False
     if any(x.entity.get("node") == node for x in case.of("preemption_rate")):
         return True
@@ -171,13 +182,16 @@ def _prefill_bound(case: Case, e: AnomalyEvent) -> bool:
     """Whether a node's latency gap to its peers is its prefix cache collapsing: every prompt it no
     longer finds cached is prefilled again, and a prefill holds up every token of the batch it
     joins. That is the engine's cache on a sound card (``prefix_cache_collapse``)."""
-    return e.signal == "engine_itl_peer" and any(
+    return e.signal in ITL_SIGNALS and any(
         x.entity.get("node") == e.entity.get("node") for x in case.of("prefix_cache_hit_ratio"))
 
 
 def _busier(case: Case, e: AnomalyEvent) -> bool:
     """Whether a node's peer gap is explained by its traffic: it serves at least as many times
-    its peers' requests as its latency is times theirs (load: capacity, scheduling, or nothing)."""
+    its peers' requests as its latency is times theirs (load: capacity, scheduling, or nothing).
+    Only a peer gap: against its own past, a slower card is told from load by its node-mates."""
+    if e.signal == "engine_itl_p50":
+        return False
     node = e.entity.get("node")
     peers = case.catalogue[e.signal].peer_labels if e.signal in case.catalogue else ()
     mine, others = None, []

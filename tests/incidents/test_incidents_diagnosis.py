@@ -52,6 +52,7 @@ WARM: Snapshot = {**THERMAL, "gpu_temperature": {gpu(): 80.0}}
 DEP = ev("dependency_latency_p99", 0.8, 0.02, node="node-0", dependency="vectordb")
 CACHE = ev("cache_hit_ratio", 0.60, 0.95, onset=1, node="node-0", cache="redis")
 PEER = ev("engine_itl_peer", 0.09, 0.03, node="node-0", model="m")
+ITL_OWN = ev("engine_itl_p50", 0.038, 0.019, node="node-0", model="m")
 # 3 % of the host's memory, growing by 48.1 % of that an hour; full in three and a half days.
 RSS_LEAK = replace(ev("process_rss_trend", 0.03, None, node="node-0", process="vllm"), score=0.481,
                    time_to_full_s=3.5 * 86400)
@@ -196,6 +197,13 @@ ROWS = [
     Row("a node slower than its peers whose cards are all as busy: the node is named", dx.peer_outlier,
         (PEER,), merge(GPUS_NODE_BUSY, {"engine_itl_peer:traffic": {MODEL: 600.0, **PEER_TRAFFIC}}),
         root="engine_itl_peer"),
+    # Too few nodes of the model to compare: the node's median inter-token latency against its own past.
+    Row("a node's tokens slower than they used to be, one card busier than its mates", dx.peer_outlier,
+        (ITL_OWN,), GPUS_ONE_SLOW, root="gpu_utilization_peer",
+        sentence="gpu=2,node=node-0: busier than its node-mates (36 % against 24 %) while engine_itl_p50 "
+                 "38 ms = 2.0 × baseline, no throttle reason"),
+    Row("a node's tokens slower than they used to be, its cards all as busy: not a card", dx.peer_outlier,
+        (ITL_OWN,), GPUS_NODE_BUSY, fires=False, winner="unclassified", root="engine_itl_p50"),
     Row("a node slower than its peers only as much as it is busier: load", dx.peer_outlier, (PEER,),
         {"engine_itl_peer:traffic": {MODEL: 1800.0, **PEER_TRAFFIC}}, fires=False, winner="unclassified",
         root="engine_itl_peer"),

@@ -48,6 +48,16 @@ def test_every_record_a_signal_names_is_written_once_with_its_query() -> None:
             assert by_name[spec.record] == [spec.promql], spec.name
 
 
+def test_two_signals_of_one_record_share_its_query() -> None:
+    """A node's median inter-token latency is judged against its peers and against its own past
+    from one recording rule; a configured query for one of them alone cannot take the record."""
+    shared = [s.name for s in CATALOGUE.values() if s.record == CATALOGUE["engine_itl_p50"].record]
+    assert shared == ["engine_itl_peer", "engine_itl_p50"]
+    changed = build_catalogue({"engine_itl_p50": {"promql": "vector(1)"}})
+    with pytest.raises(ValueError, match="two different queries"):
+        render(changed)
+
+
 def test_rendering_follows_the_catalogue() -> None:
     query = "max without (instance, job) (oximeter_queue_length)"
     changed = build_catalogue({"queue_length": {"promql": query}})
