@@ -45,10 +45,10 @@ from analyzer.verdicts import first, first_names_cause, impact_text, verdict
 from oximeter.vocabulary import LAYERS, Severity
 
 QUEUE_UP = ("queue_wait_p99", "queue_length", "queue_limit_ratio")
-LATENCY_UP = ("queue_wait_p99", "ttft_p99", "request_p99", "engine_ttft_p99", "engine_itl_peer", "engine_itl_p50")
-TTFT_UP = ("ttft_p99", "engine_ttft_p99")
 # A node's median inter-token latency: against its same-model peers, and against its own past.
 ITL_SIGNALS = ("engine_itl_peer", "engine_itl_p50")
+LATENCY_UP = ("queue_wait_p99", "ttft_p99", "request_p99", "engine_ttft_p99", *ITL_SIGNALS)
+TTFT_UP = ("ttft_p99", "engine_ttft_p99")
 PEER_SIGNALS = ("gpu_utilization_peer", *ITL_SIGNALS)
 
 
