@@ -97,13 +97,14 @@ def peer_outlier(case: Case) -> Diagnosis | None:
     """One GPU or node much slower than its same-model peers with no throttle reason."""
     # The GPU's own peer signal names the card; the node's latency gap is its symptom, even when
     # the node's signal crossed first.
-    e = first(case, "gpu_utilization_peer") or first(case, "engine_itl_peer")
+    # Too few nodes of the model to compare: the node's tokens slower than they used to be, with
+    # the card its node-mates wait for standing out among them.
+    e = first(case, "gpu_utilization_peer") or first(case, "engine_itl_peer") or first(case, "engine_itl_p50")
     if e is None:
-        # Too few nodes of the model to compare: the node's tokens slower than they used to be,
-        # with the card its node-mates wait for standing out among them.
-        e = first(case, "engine_itl_p50")
-        if e is None or _slow_card(case, e) is None:
-            return None
+        return None
+    card = _slow_card(case, e)
+    if card is None and e.signal == "engine_itl_p50":
+        return None
     node = e.entity.get("node")
     throttled = any(v >= 1 for (n, _), v in case.per_gpu(THROTTLE_REASON).items() if n == node)
     # A throttle anomaly in the window counts too: a cooling GPU drops its reason before the
@@ -114,22 +115,16 @@ def peer_outlier(case: Case) -> Diagnosis | None:
     explained = (_node_moved, _busier, _kv_starved, _prefill_bound)
     if throttled or any(explains(case, e) for explains in explained):
         return None
-    card = _slow_card(case, e)
-    if card is not None:
+    # Against its peers, or (the node's median inter-token latency) against its own past.
+    against = "" if e.signal == "engine_itl_p50" else " of its same-model peers"
+    if card is None:
+        cause, busier = RootCause(e.signal, e.labels), ""
+    else:
         cause, busy, mates = card
-        return verdict(case, "peer_outlier", "infrastructure", cause,
-                       f"{cause.entity}: busier than its node-mates ({busy * 100:.0f} % against "
-                       f"{mates * 100:.0f} %) while {describe(e)}{_against(e)}, no throttle reason"
-                       + impact_text(case, PEER_SIGNALS), "warning", PEER_SIGNALS)
-    cause = RootCause(e.signal, e.labels)
+        busier = f" busier than its node-mates ({busy * 100:.0f} % against {mates * 100:.0f} %) while"
     return verdict(case, "peer_outlier", "infrastructure", cause,
-                    f"{cause.entity}: {describe(e)} of its same-model peers, no throttle reason"
-                    + impact_text(case, PEER_SIGNALS), "warning", PEER_SIGNALS)
-
-
-def _against(e: AnomalyEvent) -> str:
-    """What an inter-token latency event's baseline is."""
-    return " of its same-model peers" if e.signal == "engine_itl_peer" else ""
+                   f"{cause.entity}:{busier} {describe(e)}{against}, no throttle reason"
+                   + impact_text(case, PEER_SIGNALS), "warning", PEER_SIGNALS)
 
 
 def _slow_card(case: Case, e: AnomalyEvent) -> tuple[RootCause, float, float] | None:
@@ -190,10 +185,11 @@ def _busier(case: Case, e: AnomalyEvent) -> bool:
     """Whether a node's peer gap is explained by its traffic: it serves at least as many times
     its peers' requests as its latency is times theirs (load: capacity, scheduling, or nothing).
     Only a peer gap: against its own past, a slower card is told from load by its node-mates."""
-    if e.signal == "engine_itl_p50":
+    spec = case.catalogue.get(e.signal)
+    if spec is None or spec.kind != "peer":
         return False
     node = e.entity.get("node")
-    peers = case.catalogue[e.signal].peer_labels if e.signal in case.catalogue else ()
+    peers = spec.peer_labels
     mine, others = None, []
     for labels, value in case.snapshot.get(traffic_name(e.signal), {}).items():
         entity = dict(labels)
@@ -373,14 +369,14 @@ def capacity_exhausted(case: Case) -> Diagnosis | None:
         or (first(case, *TTFT_UP) if full else None)
     if q is None:
         return None
-    util_text = f"GPU util {busy * 100:.0f} %" if busy is not None else ""
+    util_text = "" if busy is None else f"GPU util {busy * 100:.0f} %"
+    aside = f" ({util_text})" if util_text else ""
     if busy is not None and busy > case.thresholds.gpu_util_high:
         why = util_text
     elif full:
-        why = f"its engine held up to {waiting:.0f} requests waiting for a batch slot" \
-              + (f" ({util_text})" if util_text else "")
+        why = f"its engine held up to {waiting:.0f} requests waiting for a batch slot{aside}"
     elif slowed is not None:
-        why = f"its engine's own {describe(slowed)}" + (f" ({util_text})" if util_text else "")
+        why = f"its engine's own {describe(slowed)}{aside}"
     else:
         return None
     causes = [*QUEUE_UP, *TTFT_UP] if full or slowed else list(QUEUE_UP)
