@@ -13,22 +13,10 @@ from dataclasses import dataclass
 from typing import Any, ClassVar
 
 from exporter.backends import BACKENDS
+from oximeter.plain_settings import as_list, check_type
 
 NAMINGS = ("oximeter", "dcgm", "dcgm-exporter")
 QUEUE_KINDS = ("list", "stream")
-
-
-def _check_type(key: str, value: object, expected: type | tuple[type, ...]) -> None:
-    allowed = expected if isinstance(expected, tuple) else (expected,)
-    # bool is an int in Python; a YAML "port: yes" must still be rejected.
-    if (isinstance(value, bool) and bool not in allowed) or not isinstance(value, allowed):
-        raise ValueError(f"{key}: expected {_type_name(expected)}, got {type(value).__name__}")
-
-
-def _type_name(expected: type | tuple[type, ...]) -> str:
-    if isinstance(expected, tuple):
-        return " or ".join(t.__name__ for t in expected)
-    return expected.__name__
 
 
 @dataclass(frozen=True)
@@ -42,8 +30,8 @@ class QueueSpec:
     kind: str = "list"
 
     def __post_init__(self) -> None:
-        _check_type("name", self.name, str)
-        _check_type("key", self.key, str)
+        check_type("name", self.name, str)
+        check_type("key", self.key, str)
         if not self.name or not self.key:
             raise ValueError("name and key must not be empty")
         if self.kind not in QUEUE_KINDS:
@@ -60,30 +48,31 @@ class ExporterSettings:
     node: str = ""                       # "" = this host's name, resolved at start-up
     host: str = "127.0.0.1"
     port: int = 9400
-    naming: str = "oximeter"             # "dcgm": also export dcgm-exporter 4.x names;
-    # "dcgm-exporter": only those, and only its default counters (a stock fleet, no ECC fields)
+    # "oximeter": our own metric names; "dcgm": also dcgm-exporter 4.x names; "dcgm-exporter": only
+    # those, and only its default counters (as a stock fleet exports them: no ECC fields)
+    naming: str = "oximeter"
     sim_url: str = "http://127.0.0.1:8100"
     sim_timeout_s: float = 2.0
     gpu_timeout_s: float = 2.0           # a GPU that has not answered by then is reported down
     process_names: tuple[str, ...] = ("vllm",)
-    redis_url: str = ""                  # "" = no external queues; password from the env var below
+    redis_url: str = ""                  # "" = no external queues; the password comes from redis_password_env
     redis_password_env: str = "OXIMETER_REDIS_PASSWORD"
     redis_timeout_s: float = 0.5
     queues: tuple[QueueSpec, ...] = ()
 
     def __post_init__(self) -> None:
         for key in ("backend", "node", "host", "naming", "sim_url", "redis_url", "redis_password_env"):
-            _check_type(key, getattr(self, key), str)
+            check_type(key, getattr(self, key), str)
         if self.backend not in BACKENDS:
             raise ValueError(f"backend: must be one of {', '.join(sorted(BACKENDS))}, got {self.backend!r}")
         if self.naming not in NAMINGS:
             raise ValueError(f"naming: must be one of {', '.join(NAMINGS)}, got {self.naming!r}")
-        _check_type("port", self.port, int)
+        check_type("port", self.port, int)
         if not 0 <= self.port <= 65535:  # 0: the kernel picks one (see --port-file)
             raise ValueError(f"port: must be between 0 and 65535, got {self.port}")
         for key in ("sim_timeout_s", "gpu_timeout_s", "redis_timeout_s"):
             value = getattr(self, key)
-            _check_type(key, value, (int, float))
+            check_type(key, value, (int, float))
             if not 0 < value <= 60:
                 raise ValueError(f"{key}: must be > 0 and <= 60 seconds, got {value}")
         if not self.sim_url.startswith(("http://", "https://")):
@@ -94,7 +83,7 @@ class ExporterSettings:
             # A password in the URL would end up in the config file and in error messages.
             raise ValueError(f"redis_url: put the password in ${self.redis_password_env}, not the URL")
         for name in self.process_names:
-            _check_type("process_names[]", name, str)
+            check_type("process_names[]", name, str)
         names = [q.name for q in self.queues]
         if len(set(names)) != len(names):
             raise ValueError("queues: names must be unique")
@@ -114,10 +103,10 @@ class ExporterSettings:
             raise ValueError(f"{unknown[0]}: unknown key")
         values = dict(data)
         if "process_names" in values:
-            values["process_names"] = tuple(_as_list("process_names", values["process_names"]))
+            values["process_names"] = tuple(as_list("process_names", values["process_names"]))
         if "queues" in values:
             queues = []
-            for i, item in enumerate(_as_list("queues", values["queues"])):
+            for i, item in enumerate(as_list("queues", values["queues"])):
                 if not isinstance(item, Mapping):
                     raise ValueError(f"queues[{i}]: expected a mapping")
                 extra = sorted(set(item) - {"name", "key", "kind"})
@@ -130,8 +119,3 @@ class ExporterSettings:
             values["queues"] = tuple(queues)
         return cls(**values)
 
-
-def _as_list(key: str, value: object) -> list[Any]:
-    if not isinstance(value, list | tuple):
-        raise ValueError(f"{key}: expected a list, got {type(value).__name__}")
-    return list(value)

@@ -4,20 +4,21 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import dataclasses
 import signal
 import sys
 from typing import Any
 
 from aiohttp import web
 from loguru import logger
-from pydantic import ValidationError
 
 from gateway.app import Gateway
 from gateway.guard import GuardedSite
 from gateway.logsink import RequestLog, setup_gateway_logging
 from gateway.settings import GatewaySettings
-from oximeter.config import load_section
+from oximeter.config import read_config
 from oximeter.errors import ConfigError
+from oximeter.plain_settings import SettingError, from_mapping
 from oximeter.ports import write_port_file
 
 # flag -> settings field; None defaults mean "keep the configured value".
@@ -78,16 +79,20 @@ def configure(parser: argparse.ArgumentParser) -> None:
 
 def resolve_settings(args: argparse.Namespace) -> GatewaySettings:
     """The ``gateway:`` section with the given flags applied, validated together."""
-    base = load_section("gateway", GatewaySettings, args.config)
+    sections, where = read_config(args.config)
+    try:
+        base = from_mapping(GatewaySettings, sections.get("gateway"))
+    except (TypeError, SettingError) as exc:
+        raise ConfigError([f"gateway.{exc}"], where) from None
     fields = [field for _flag, field, _kind, _help in _FLAGS] + ["models", "warmup"]
     overrides: dict[str, Any] = {f: getattr(args, f) for f in fields if getattr(args, f, None) is not None}
+    if "models" in overrides:
+        overrides["models"] = tuple(overrides["models"])
     try:
-        return GatewaySettings.model_validate({**base.model_dump(), **overrides})
-    except ValidationError as exc:
-        problems = [
-            f"--{'.'.join(str(p) for p in e['loc']).replace('_', '-')}: {e['msg']}" for e in exc.errors()
-        ]
-        raise ConfigError(problems, "<command line>") from None
+        return dataclasses.replace(base, **overrides)
+    except SettingError as exc:
+        flag = exc.key.removesuffix("[]").replace("_", "-")
+        raise ConfigError([f"--{flag}: {exc.problem}"], "<command line>") from None
 
 
 async def serve(

@@ -4,8 +4,9 @@ Each component owns its section's model (``gateway/settings.py``, ``simulator/se
 A command validates only its own sections (``load_section``), so ``oximeter gateway`` never
 imports the analyzer's models; ``oximeter config check`` validates them all (``load_config``).
 This module imports only the standard library and ``oximeter.errors`` at import time, so the
-exporter uses it on a GPU host without pydantic: pydantic is imported only to validate a pydantic
-section, and PyYAML only to read a file (a sidecar started without one never loads it).
+gateway and the exporter, whose settings are plain dataclasses (``oximeter/plain_settings.py``),
+read their section with ``read_config`` and never import pydantic: it is imported only to validate
+a pydantic section, and PyYAML only to read a file (a sidecar started without one never loads it).
 """
 
 from __future__ import annotations
@@ -65,10 +66,11 @@ def _describe(error: Any, prefix: tuple[str, ...] = ()) -> str:
     message = error["msg"]
     value = error.get("input")
     # Echo only short scalars, and never under a key that may hold a credential.
-    if (error["type"] not in ("missing", "extra_forbidden") and isinstance(value, (int, float, str, bool))
+    unknown = error["type"] in ("extra_forbidden", "unexpected_keyword_argument")  # model, dataclass
+    if (error["type"] != "missing" and not unknown and isinstance(value, (int, float, str, bool))
             and not _SECRET_HINT.search(key)):
         message += f" (got {repr(value)[:60]})"
-    if error["type"] == "extra_forbidden":
+    if unknown:
         message = "unknown key"
     return f"{key}: {message}"
 

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import ast
+import dataclasses
 import inspect
 import json
 import re
@@ -35,15 +36,24 @@ _COMMENT = re.compile(r"^\s+#\s?(.*)$")
 
 
 # -- configuration ------------------------------------------------------------------------------------
-def models_of(root: type[BaseModel]) -> dict[str, type[BaseModel]]:
+def field_types(model: type) -> dict[str, Any]:
+    """``name -> annotation`` of a pydantic model or a stdlib dataclass (the light components' settings)."""
+    if isinstance(model, type) and issubclass(model, BaseModel):
+        return {name: field.annotation for name, field in model.model_fields.items()}
+    if dataclasses.is_dataclass(model):
+        return typing.get_type_hints(model)
+    return {}
+
+
+def models_of(root: type[BaseModel]) -> dict[str, type]:
     """Every settings model reachable from ``root``'s fields, by its schema title (class name)."""
-    found: dict[str, type[BaseModel]] = {}
+    found: dict[str, type] = {}
 
     def visit(tp: Any) -> None:
-        if isinstance(tp, type) and issubclass(tp, BaseModel) and tp.__name__ not in found:
+        if isinstance(tp, type) and field_types(tp) and tp.__name__ not in found:
             found[tp.__name__] = tp
-            for field in tp.model_fields.values():
-                visit(field.annotation)
+            for annotation in field_types(tp).values():
+                visit(annotation)
         for arg in typing.get_args(tp):
             visit(arg)
 
@@ -51,7 +61,7 @@ def models_of(root: type[BaseModel]) -> dict[str, type[BaseModel]]:
     return found
 
 
-def field_comments(model: type[BaseModel]) -> dict[str, str]:
+def field_comments(model: type) -> dict[str, str]:
     """``name -> comment``: the comment beside a field, else the comment lines right above it."""
     try:
         lines = inspect.getsource(model).splitlines()
@@ -65,7 +75,7 @@ def field_comments(model: type[BaseModel]) -> dict[str, str]:
             above.append(comment.group(1).strip())
             continue
         field = _FIELD.match(line)
-        if field and field.group(1) in model.model_fields:
+        if field and field.group(1) in field_types(model):
             text = field.group(2) or " ".join(above)
             if text:
                 out[field.group(1)] = text.strip()
@@ -124,7 +134,7 @@ def _cell(text: str) -> str:
 
 
 def config_rows(model: str, schema: Mapping[str, Any], prefix: str,
-                models: Mapping[str, type[BaseModel]]) -> Iterator[tuple[str, str, str, str]]:
+                models: Mapping[str, type]) -> Iterator[tuple[str, str, str, str]]:
     """``(key, type, default, description)`` for every key under ``prefix``, nested sections inlined."""
     defs = schema["$defs"]
     node = defs[model]
@@ -134,7 +144,8 @@ def config_rows(model: str, schema: Mapping[str, Any], prefix: str,
         kind = type_text(prop)
         limits = constraint_text(prop)
         description = prop.get("description") or comments.get(name, "")
-        field = models[model].model_fields.get(name) if model in models else None
+        cls = models.get(model)
+        field = cls.model_fields.get(name) if isinstance(cls, type) and issubclass(cls, BaseModel) else None
         if "default" not in prop and field is not None and not field.is_required():
             # A default_factory is not in the schema: ask the field itself.
             value = field.get_default(call_default_factory=True)

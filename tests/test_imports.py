@@ -12,10 +12,10 @@ import pytest
 HEAVY = ("pandas", "numpy", "analyzer", "sklearn")
 
 
-def loaded(statement: str) -> list[str]:
-    """Which of HEAVY (or their submodules) a fresh interpreter holds after ``statement``."""
+def loaded(statement: str, heavy: tuple[str, ...] = HEAVY) -> list[str]:
+    """Which of ``heavy`` (or their submodules) a fresh interpreter holds after ``statement``."""
     code = (f"import json, sys\n{statement}\n"
-            f"print(json.dumps(sorted({{m.split('.')[0] for m in sys.modules}} & set({HEAVY!r}))))")
+            f"print(json.dumps(sorted({{m.split('.')[0] for m in sys.modules}} & set({heavy!r}))))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
                          timeout=120).stdout
     found: list[str] = json.loads(out)
@@ -24,7 +24,12 @@ def loaded(statement: str) -> list[str]:
 
 @pytest.mark.parametrize("module", ["gateway.cli", "exporter.cli"])
 def test_light_commands_import_no_data_stack(module: str) -> None:
-    assert loaded(f"import {module}") == []
+    # pydantic too: about 0.1 s of start-up their settings dataclasses do without.
+    assert loaded(f"import {module}", (*HEAVY, "pydantic")) == []
+
+
+def test_the_pydantic_guard_can_fail() -> None:
+    assert loaded("from oximeter.config import config_model\nconfig_model()", ("pydantic",)) == ["pydantic"]
 
 
 def test_settings_models_import_neither_pandas_nor_numpy() -> None:

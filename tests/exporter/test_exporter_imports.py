@@ -11,7 +11,8 @@ import exporter
 
 ALLOWED = {"prometheus_client", "pynvml", "psutil", "yaml", "redis", "exporter"}
 # stdlib and PyYAML only
-ALLOWED_OXIMETER = {"oximeter.errors", "oximeter.config", "oximeter.logs", "oximeter.ports", "oximeter.xids"}
+ALLOWED_OXIMETER = {"oximeter.errors", "oximeter.config", "oximeter.logs", "oximeter.ports", "oximeter.xids",
+                    "oximeter.plain_settings"}
 PACKAGE = Path(exporter.__file__).parent
 
 

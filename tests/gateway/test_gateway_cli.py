@@ -28,7 +28,7 @@ def _parse(config: Path | None, *flags: str) -> argparse.Namespace:
             ("--max-queue-wait", "0.5", "--first-byte-timeout", "2"),
             {"max_queue_wait_s": 0.5, "first_byte_timeout_s": 2.0},
         ),
-        (("--model", "a", "--model", "b", "--no-warmup"), {"models": ["a", "b"], "warmup": False}),
+        (("--model", "a", "--model", "b", "--no-warmup"), {"models": ("a", "b"), "warmup": False}),
     ],
 )
 def test_flags_override_config_section(
