@@ -11,7 +11,7 @@ in ``analyzer/diagnosis_single.py``, and how every rule words and grades its ver
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from statistics import fmean, median
 
 from analyzer.case import (
@@ -186,22 +186,33 @@ def _busier(case: Case, e: AnomalyEvent) -> bool:
     its peers' requests as its latency is times theirs (load: capacity, scheduling, or nothing).
     Only a peer gap: against its own past, a slower card is told from load by its node-mates."""
     spec = case.catalogue.get(e.signal)
-    if spec is None or spec.kind != "peer":
+    if spec is None or spec.kind != "peer" or e.baseline is None or e.baseline <= 0:
         return False
-    node = e.entity.get("node")
-    peers = spec.peer_labels
+    share = _traffic_share(case, e.signal, e.entity)
+    return share is not None and share >= e.value / e.baseline
+
+
+def _traffic_share(case: Case, signal: str, entity: Mapping[str, str]) -> float | None:
+    """How many times its peers' median requests ``entity``'s node served, from the traffic guard
+    of peer ``signal`` (peers: the other nodes sharing its peer labels, e.g. the same model; with
+    none of those labels in ``entity``, every other node). None without peers to compare."""
+    spec = case.catalogue.get(signal)
+    if spec is None:
+        return None
+    node = entity.get("node")
+    peers = [k for k in spec.peer_labels if k in entity]
     mine, others = None, []
-    for labels, value in case.snapshot.get(traffic_name(e.signal), {}).items():
-        entity = dict(labels)
-        if any(entity.get(k) != e.entity.get(k) for k in peers) or not math.isfinite(value):
+    for labels, value in case.snapshot.get(traffic_name(signal), {}).items():
+        series = dict(labels)
+        if any(series.get(k) != entity.get(k) for k in peers) or not math.isfinite(value):
             continue
-        if entity.get("node") == node:
-            mine = value
+        if series.get("node") == node:
+            mine = value if mine is None else mine + value
         else:
             others.append(value)
-    if mine is None or not others or median(others) <= 0 or e.baseline is None or e.baseline <= 0:
-        return False
-    return mine / median(others) >= e.value / e.baseline
+    if mine is None or not others or median(others) <= 0:
+        return None
+    return mine / median(others)
 
 
 RESTART_SIGNALS = ("container_restarts", "pod_not_ready")
@@ -345,10 +356,36 @@ def _queue_wait(case: Case) -> AnomalyEvent | None:
     return None
 
 
+def _node_loaded(case: Case, node: str | None) -> AnomalyEvent | None:
+    """A GPU of ``node`` busier than its peers with every node-mate as busy: the node took more work."""
+    return next((x for x in case.of("gpu_utilization_peer")
+                 if x.entity.get("node") == node and _node_moved(case, x)), None)
+
+
+def _outserving(case: Case) -> Diagnosis | None:
+    """No queue yet, but a node serving several times its peers' requests, every GPU of it busier
+    than theirs by no more than that: the balancer sends it more than its share and its headroom
+    goes first. Named at info (its latency is still within its margins); a card slower at the
+    same traffic is not this (its share is not larger), nor one card of the node (``peer_outlier``)."""
+    for e in case.of("gpu_utilization_peer"):
+        if e.baseline is None or e.baseline <= 0 or not _node_moved(case, e):
+            continue
+        share = _traffic_share(case, ITL_SIGNALS[0], e.entity)
+        if share is None or share < e.value / e.baseline:
+            continue
+        node = e.entity.get("node", "")
+        cause = RootCause(e.signal, (("node", node),))
+        return verdict(case, "capacity_exhausted", "scheduling", cause,
+                       f"node={node} serves {share:.1f} × its peers' requests, every GPU of it busier "
+                       f"(like {describe(e)}): its headroom goes first; no queue yet", "info", PEER_SIGNALS)
+    return None
+
+
 def capacity_exhausted(case: Case) -> Diagnosis | None:
     """Queue wait up while the engines are full: GPU utilisation high (> 85 %), an engine holding
-    requests in its own waiting queue (no batch slot or KV blocks free), or the engine's own time
-    to first token up with it. Nothing is broken; the fleet is simply too small.
+    requests in its own waiting queue (no batch slot or KV blocks free), the engine's own time to
+    first token up with it, or the queue's node working harder than its peers on every GPU (it
+    took more traffic than it serves). Nothing is broken; the fleet is simply too small.
 
     Any suffices: sustained load shows in utilisation, while bursts of a few seconds fill the
     engine between 1-minute utilisation samples that look ordinary; behind a gateway that admits
@@ -368,18 +405,23 @@ def capacity_exhausted(case: Case) -> Diagnosis | None:
     q = _queue_wait(case) or (first(case, "ttft_p99") if full or slowed else None) \
         or (first(case, *TTFT_UP) if full else None)
     if q is None:
-        return None
+        return _outserving(case)
     util_text = "" if busy is None else f"GPU util {busy * 100:.0f} %"
     aside = f" ({util_text})" if util_text else ""
+    # Behind the gateway's admission limit a busier node queues at the gateway without filling its
+    # engine; its GPUs, all well above their peers', are the load it took.
+    loaded = _node_loaded(case, q.entity.get("node"))
     if busy is not None and busy > case.thresholds.gpu_util_high:
         why = util_text
     elif full:
         why = f"its engine held up to {waiting:.0f} requests waiting for a batch slot{aside}"
     elif slowed is not None:
         why = f"its engine's own {describe(slowed)}{aside}"
+    elif loaded is not None:
+        why = f"its GPUs all busier than their peers (like {describe(loaded)})"
     else:
         return None
-    causes = [*QUEUE_UP, *TTFT_UP] if full or slowed else list(QUEUE_UP)
+    causes = [*QUEUE_UP, *TTFT_UP] if full or slowed or loaded else list(QUEUE_UP)
     return verdict(case, "capacity_exhausted", "scheduling", RootCause(q.signal, q.labels),
                     f"{describe(q)} while {why}: capacity exhausted", "warning", causes)
 
