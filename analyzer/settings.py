@@ -167,7 +167,10 @@ class IncidentSettings(BaseModel):
     store_path: str = "oximeter.db"  # the shared store (the outbox lives in it too)
     lookback_s: float = Field(900.0, gt=0)
     resolve_after_s: float = Field(600.0, ge=0)
-    reopen_window_s: float = Field(3600.0, ge=0)
+    # A finding with a resolved incident's root cause (or one of its members) within this long of
+    # its resolve re-opens it instead of opening another: a fault that goes quiet between busy
+    # hours (a cut KV pool at night) and returns is the same fault, told as back, with its history.
+    reopen_window_s: float = Field(14400.0, ge=0)
     # How long a stronger root-cause candidate must hold before it replaces the incumbent.
     root_cause_dwell_s: float = Field(300.0, ge=0)
     api_host: str = "127.0.0.1"

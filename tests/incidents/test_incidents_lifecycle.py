@@ -128,6 +128,18 @@ def test_recurrence_after_the_window_opens_a_new_incident() -> None:
     assert len(tracker.incidents) == 1 and tracker.incidents[0].first_onset == at(50)
 
 
+def test_a_fault_back_hours_later_reopens_its_incident_under_the_shipped_window() -> None:
+    # A fault that goes quiet between busy hours (a cut KV pool at night) and returns two hours
+    # after its incident resolved is the same fault: re-opened, not a second incident.
+    tracker = IncidentTracker(IncidentSettings())
+    _step(tracker, [replace(TEMP, cleared_at=at(4))], 4)
+    assert [kind for kind, _, _ in _step(tracker, [], 20)] == ["resolved"]
+    (first,) = tracker.incidents
+    later = ev("gpu_temperature", 90, 70, onset=140, node="node-0", gpu="0")
+    assert [kind for kind, _, _ in _step(tracker, [later], 141)] == ["opened"]
+    assert [(i.id, i.state) for i in tracker.incidents] == [(first.id, "open")]
+
+
 def test_unrelated_faults_make_separate_incidents_and_keys_are_stable() -> None:
     tracker = IncidentTracker(SETTINGS)
     other = ev("ecc_corrected_increase", 300, 1, onset=1, node="node-1", gpu="3")
