@@ -270,9 +270,10 @@ def fault_harm(sc: Any, cache_dir: Path, step_s: float, node: str) -> float:
 
 
 def coverage(kind: Kind, start: float, end: float | None, opened: float | None,
-             resolved: float | None) -> float | None:
+             resolved: float | None, closed: Sequence[tuple[float, float]] = ()) -> float | None:
     """The share of a lasting fault's span ``[start, end)`` its incident was open (None where that
-    does not apply: no end, never opened, or a one-off event).
+    does not apply: no end, never opened, or a one-off event). ``closed``: the spans between a
+    resolve and a re-open, when chat had been told it was over, which do not count as open.
 
     A one-off event (an Xid, an uncorrectable error) is over at its onset, and its incident rightly
     stays open long after (the GPU still needs isolating): the share of its nominal span covered
@@ -280,8 +281,21 @@ def coverage(kind: Kind, start: float, end: float | None, opened: float | None,
     """
     if kind.fixed_duration_s is not None or end is None or end <= start or opened is None:
         return None
-    closed = math.inf if resolved is None else resolved
-    return max(0.0, min(end, closed) - max(start, opened)) / (end - start)
+    lo, hi = max(start, opened), min(end, math.inf if resolved is None else resolved)
+    gaps = sum(max(0.0, min(hi, b) - max(lo, a)) for a, b in closed)
+    return max(0.0, hi - lo - gaps) / (end - start)
+
+
+def closed_spans(told: Sequence[Any], incident_id: str) -> list[tuple[float, float]]:
+    """When ``incident_id`` stood resolved before it re-opened: each resolve to the next open."""
+    spans, since = [], None
+    for change in sorted((c for c in told if c.incident_id == incident_id), key=lambda c: (c.at, c.seq)):
+        if change.kind == "resolved":
+            since = change.at.timestamp()
+        elif change.kind == "opened" and since is not None:
+            spans.append((since, change.at.timestamp()))
+            since = None
+    return spans
 
 
 def replay_one(path: Path, cache_dir: Path, step_s: float, interval_s: float) -> dict[str, Any]:
@@ -310,7 +324,8 @@ def replay_one(path: Path, cache_dir: Path, step_s: float, interval_s: float) ->
         if hit is not None and start is not None:
             opened = _epoch(hit.get("opened_at"))
             row["ttd_s"] = None if opened is None else max(0.0, opened - start)
-            row["coverage"] = coverage(kind, start, end, opened, _epoch(hit.get("resolved_at")))
+            row["coverage"] = coverage(kind, start, end, opened, _epoch(hit.get("resolved_at")),
+                                       closed_spans(run.told, hit["id"]))
         rows.append(row)
     false = [{"severity": i["severity"], "rule": i["rule"], "node": i["root_cause"]["labels"].get("node")}
              for i in unused]

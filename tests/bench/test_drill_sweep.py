@@ -5,9 +5,11 @@ from __future__ import annotations
 
 import math
 import random
+from datetime import UTC, datetime
 
 import pytest
 
+from analyzer.incident_model import Change
 from simulator.arrivals import ArrivalStream, mean_lengths
 from simulator.scenario import EngineOverrides
 from simulator.trace import Capacity
@@ -66,6 +68,8 @@ COVERAGE = [
     ("a one-off event has no coverage", XID, 0, 60, 40, 900, None),
     ("never opened", THERMAL, 0, 100, None, None, None),
 ]
+# Opened at 10, resolved at 30, re-opened at 60: chat was told it was over for 30 of the 100 s.
+REOPENED = [(30.0, 60.0)]
 
 
 @pytest.mark.parametrize(("name", "kind", "start", "end", "opened", "resolved", "expected"), COVERAGE,
@@ -74,6 +78,23 @@ def test_coverage(name: str, kind: object, start: float, end: float, opened: flo
                   resolved: float | None, expected: float | None) -> None:
     got = ds.coverage(kind, start, end, opened, resolved)
     assert got == (None if expected is None else pytest.approx(expected))
+
+
+def test_the_time_a_reopened_incident_stood_resolved_is_not_covered() -> None:
+    assert ds.coverage(THERMAL, 0, 100, 10, None, REOPENED) == pytest.approx(0.6)
+    # A resolve after the fault ended takes nothing from it.
+    assert ds.coverage(THERMAL, 0, 100, 10, None, [(100.0, 400.0)]) == pytest.approx(0.9)
+
+
+def test_closed_spans_run_from_each_resolve_to_the_next_open() -> None:
+    def at(seconds: float) -> datetime:
+        return datetime.fromtimestamp(seconds, tz=UTC)
+
+    told = [Change(i, kind, seq, at(t), "warning", "") for i, kind, seq, t in (
+        ("i", "opened", 1, 10), ("i", "resolved", 2, 30), ("j", "opened", 1, 40), ("i", "opened", 3, 60),
+        ("i", "resolved", 4, 90))]
+    assert ds.closed_spans(told, "i") == REOPENED
+    assert ds.closed_spans(told, "j") == []
 
 
 def _row(rule: str, right: bool, visible: bool = True) -> dict[str, object]:
