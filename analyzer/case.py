@@ -27,6 +27,10 @@ THROTTLE_REASON = "gpu_clock_throttle"  # 1 while any clock event reason but idl
 # 15 min: the queue wait it explains is a p99 over 5 min held 10 min more before it is an event, so
 # the burst behind a queue-wait event can be that old when the rule first sees the event.
 ENGINE_WAITING = "engine_waiting_max"
+# Sequences a node's engines preempted over the last 15 min (the same reach as ENGINE_WAITING):
+# the burst that held requests back can be over, its 5-min rate back at 0, by the time the
+# latency it caused has held long enough to be an event.
+ENGINE_PREEMPTED = "engine_preempted_15m"
 
 DESCRIPTIVE_LABELS = frozenset({"uuid", "pci_bus_id", "gpu_model"})
 

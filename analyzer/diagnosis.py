@@ -15,6 +15,7 @@ from collections.abc import Callable, Iterable, Mapping
 from statistics import fmean, median
 
 from analyzer.case import (
+    ENGINE_PREEMPTED,
     ENGINE_WAITING,
     LOWER_LAYERS,
     THERMAL_REASON,
@@ -255,7 +256,7 @@ def kv_pressure(case: Case) -> Diagnosis | None:
     A full cache alone is not: vLLM fills its pool under any steady load.
 
     Requests held up in the engine while it preempts (at any rate, under the rising preemptions'
-    threshold too) wait for KV blocks, not for a batch slot: with the engine's queue seen, or its
+    threshold too, now or in the last 15 minutes) wait for KV blocks, not for a batch slot: with the engine's queue seen, or its
     own TTFT up, TTFT up is that wait, as it is for ``capacity_exhausted``, and the pool is the cause.
     """
     waiting = max(case.context(ENGINE_WAITING).values(), default=0.0)
@@ -267,6 +268,7 @@ def kv_pressure(case: Case) -> Diagnosis | None:
         return None
     kv = {k: v for k, v in case.context("kv_cache_usage").items() if v >= case.limit("kv_cache_usage")}
     evicting = {k: v for k, v in case.context("preemption_rate").items() if v > 0} if held else {}
+    evicted = {k: v for k, v in case.context(ENGINE_PREEMPTED).items() if v >= 1} if held else {}
     if kv:
         labels = sorted(kv)[0]
         cause, text = RootCause("kv_cache_usage", labels), f"KV cache {kv[labels] * 100:.0f} % full"
@@ -277,6 +279,11 @@ def kv_pressure(case: Case) -> Diagnosis | None:
         cause = RootCause("preemption_rate", labels)
         text = (f"its engine held requests waiting and preempted {evicting[labels]:.2g}/s" if waiting > 0
                 else f"its engine's own TTFT rose as it preempted {evicting[labels]:.2g}/s")
+    elif evicted:
+        labels = sorted(evicted)[0]
+        cause = RootCause("preemption_rate", labels)
+        text = (f"its engine {'held requests waiting and ' if waiting > 0 else ''}preempted "
+                f"{evicted[labels]:.0f} sequence(s) in the last 15 min")
     else:
         return None
     causes = ["kv_cache_usage", "preemption_rate"]

@@ -23,7 +23,7 @@ import pandas as pd
 
 from analyzer import query as q
 from analyzer.baselines import BaselinePolicy, ChangeWindow
-from analyzer.case import ENGINE_WAITING, THERMAL_REASON, THROTTLE_REASON, Labels, Snapshot
+from analyzer.case import ENGINE_PREEMPTED, ENGINE_WAITING, THERMAL_REASON, THROTTLE_REASON, Labels, Snapshot
 from analyzer.catalogue import THROTTLED
 from analyzer.cycle import SignalCycle
 from analyzer.evaluate import needs_history
@@ -45,6 +45,8 @@ CONTEXT: dict[str, SignalSpec] = {s.name: s for s in (
     SignalSpec.of(name=ENGINE_WAITING, layer="engine", kind="gauge", entity_labels=("node",),
                   expr=q.Aggregate(q.OverTime(q.select("vllm:num_requests_waiting"), 900),
                                    drop=("engine", "model_name"))),
+    SignalSpec.of(name=ENGINE_PREEMPTED, layer="engine", kind="gauge", entity_labels=("node",),
+                  expr=q.increase("vllm:num_preemptions_total", 900, drop=("engine", "model_name"))),
     # Every label kept: the instance names the node a scrape target runs on.
     SignalSpec.of(name=TARGET_INFO, layer="platform", kind="gauge",
                   entity_labels=("service", "model", "node"), expr=q.select("oximeter_target_info")),

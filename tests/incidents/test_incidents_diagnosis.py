@@ -355,6 +355,19 @@ ROWS = [
     Row("the engine's own TTFT up alone is a slower engine, not a queue", dx.capacity_exhausted,
         (ENGINE_TTFT,), merge(UTIL_LOW, ENGINE_NEVER_WAITED), fires=False, winner="unclassified",
         root="engine_ttft_p99"),
+    # The engine preempted two sequences 10 min ago; its 5-min rate is back at 0 by now.
+    Row("TTFT up inside the engine that preempted in the last 15 min: the pool, not a batch slot",
+        dx.kv_pressure, (TTFT, ENGINE_TTFT),
+        merge(UTIL_LOW, ENGINE_WAITED, {"preemption_rate": {MODEL: 0.0}},
+              {dx.ENGINE_PREEMPTED: {(("node", "node-0"),): 2.0}}),
+        root="preemption_rate", severity="warning",
+        sentence="ttft p99 1.2 s = 3.0 × baseline while its engine held requests waiting and preempted 2 "
+                 "sequence(s) in the last 15 min"),
+    Row("an engine that preempted nothing in the last 15 min is full, not short of KV blocks",
+        dx.kv_pressure, (TTFT, ENGINE_TTFT),
+        merge(UTIL_LOW, ENGINE_WAITED, {"preemption_rate": {MODEL: 0.0}},
+              {dx.ENGINE_PREEMPTED: {(("node", "node-0"),): 0.0}}),
+        fires=False, winner="capacity_exhausted", root="ttft_p99"),
     Row("middling utilisation is neither full nor idle", dx.capacity_exhausted, (Q,),
         {"gpu_utilization_p95": {gpu(): 0.6}}, fires=False, winner="unclassified", root="queue_wait_p99"),
     # Behind the gateway's admission limit: the gateway queues, the engine never fills, and the
