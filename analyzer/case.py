@@ -52,6 +52,9 @@ class Thresholds:
     # latency gap comes from: tensor-parallel mates do the same work, so only a slower card is
     # busier, by about its slowdown (the slow cards worth naming are 1.3 times slower or more).
     slow_card_ratio: float = 1.2
+    # How many times its peers' median requests a node must serve to have taken more than its
+    # share: then its engine's queue and its occasional preemptions are that load, not its pool.
+    busier_share: float = 1.5
 
 
 @dataclass(frozen=True)

@@ -256,8 +256,9 @@ def kv_pressure(case: Case) -> Diagnosis | None:
     A full cache alone is not: vLLM fills its pool under any steady load.
 
     Requests held up in the engine while it preempts (at any rate, under the rising preemptions'
-    threshold too, now or in the last 15 minutes) wait for KV blocks, not for a batch slot: with the engine's queue seen, or its
-    own TTFT up, TTFT up is that wait, as it is for ``capacity_exhausted``, and the pool is the cause.
+    threshold too, now or in the last 15 minutes) wait for KV blocks, not for a batch slot: with
+    the engine's queue seen, or its own TTFT up, TTFT up is that wait, as it is for
+    ``capacity_exhausted``, and the pool is the cause.
     """
     waiting = max(case.context(ENGINE_WAITING).values(), default=0.0)
     # Requests held up inside the engine: in its waiting queue, or its own TTFT up.
@@ -268,7 +269,11 @@ def kv_pressure(case: Case) -> Diagnosis | None:
         return None
     kv = {k: v for k, v in case.context("kv_cache_usage").items() if v >= case.limit("kv_cache_usage")}
     evicting = {k: v for k, v in case.context("preemption_rate").items() if v > 0} if held else {}
-    evicted = {k: v for k, v in case.context(ENGINE_PREEMPTED).items() if v >= 1} if held else {}
+    # Preemptions already over: the pool's, unless the node took more than its share of requests
+    # (then the engine preempted because it ran more sequences than usual, which is load).
+    evicted = {k: v for k, v in case.context(ENGINE_PREEMPTED).items() if v >= 1
+               and (_traffic_share(case, ITL_SIGNALS[0], dict(k)) or 1.0) < case.thresholds.busier_share} \
+        if held else {}
     if kv:
         labels = sorted(kv)[0]
         cause, text = RootCause("kv_cache_usage", labels), f"KV cache {kv[labels] * 100:.0f} % full"

@@ -363,6 +363,12 @@ ROWS = [
         root="preemption_rate", severity="warning",
         sentence="ttft p99 1.2 s = 3.0 × baseline while its engine held requests waiting and preempted 2 "
                  "sequence(s) in the last 15 min"),
+    Row("a node serving three times its peers' requests that preempted: load, not its pool",
+        dx.kv_pressure, (TTFT, ENGINE_TTFT),
+        merge(UTIL_LOW, ENGINE_WAITED, {"preemption_rate": {MODEL: 0.0}},
+              {dx.ENGINE_PREEMPTED: {(("node", "node-0"),): 2.0}},
+              {"engine_itl_peer:traffic": {MODEL: 1800.0, **PEER_TRAFFIC}}),
+        fires=False, winner="capacity_exhausted", root="ttft_p99"),
     Row("an engine that preempted nothing in the last 15 min is full, not short of KV blocks",
         dx.kv_pressure, (TTFT, ENGINE_TTFT),
         merge(UTIL_LOW, ENGINE_WAITED, {"preemption_rate": {MODEL: 0.0}},
