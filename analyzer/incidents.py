@@ -344,13 +344,22 @@ class IncidentTracker:
 
     def _maybe_resolve(self, incident: Incident, now: datetime) -> tuple[Incident, Change] | None:
         quiet_s = (now - incident.last_active_at).total_seconds()
-        if quiet_s < self.settings.resolve_after_s:
+        if quiet_s < self.resolve_after_s(incident):
             return None
         self._pending.pop(incident.id, None)
         resolved = replace(incident, state="resolved", resolved_at=now, updated_at=now)
         rec, changes = self._record(resolved, now, "resolved",
                                     f"resolved: every member normal for {quiet_s:.0f} s", notify="resolved")
         return rec, changes[0]
+
+    def resolve_after_s(self, incident: Incident) -> float:
+        """How long every member must be normal before ``incident`` resolves: ``resolve_after_s``,
+        doubled for each time it has re-opened (up to the re-open window). A fault that comes and
+        goes with bursty traffic is still going on between its bursts; telling chat it is over and
+        back each time would bury the one message that matters."""
+        reopens = sum(1 for entry in incident.timeline if entry.kind == "reopened")
+        return min(self.settings.resolve_after_s * 2 ** reopens,
+                   max(self.settings.resolve_after_s, self.settings.reopen_window_s))
 
     def _forget(self, now: datetime) -> None:
         # Resolved incidents past the re-open window cannot come back; the store still has them.

@@ -166,6 +166,8 @@ class IncidentSettings(BaseModel):
 
     store_path: str = "oximeter.db"  # the shared store (the outbox lives in it too)
     lookback_s: float = Field(900.0, gt=0)
+    # How long every member of an incident must be normal before it resolves; doubled each time
+    # the incident has re-opened (up to reopen_window_s): a fault that comes and goes is still on.
     resolve_after_s: float = Field(600.0, ge=0)
     # A finding with a resolved incident's root cause (or one of its members) within this long of
     # its resolve re-opens it instead of opening another: a fault that goes quiet between busy

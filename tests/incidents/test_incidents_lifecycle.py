@@ -128,6 +128,22 @@ def test_recurrence_after_the_window_opens_a_new_incident() -> None:
     assert len(tracker.incidents) == 1 and tracker.incidents[0].first_onset == at(50)
 
 
+def test_a_reopened_incident_needs_twice_the_quiet_to_resolve_again() -> None:
+    # Resolve after 5 min of quiet; once it came back, after 10; after a second return, 20.
+    tracker = IncidentTracker(SETTINGS)
+    _step(tracker, [replace(TEMP, cleared_at=at(4))], 4)
+    assert [kind for kind, _, _ in _step(tracker, [], 9)] == ["resolved"]
+    back = ev("gpu_temperature", 90, 70, onset=12, node="node-0", gpu="0", cleared=12)
+    assert [kind for kind, _, _ in _step(tracker, [back], 12)] == ["opened"]
+    assert _step(tracker, [], 17) == []  # 5 min quiet: not enough any more
+    assert [kind for kind, _, _ in _step(tracker, [], 22)] == ["resolved"]
+    again = ev("gpu_temperature", 90, 70, onset=25, node="node-0", gpu="0", cleared=25)
+    assert [kind for kind, _, _ in _step(tracker, [again], 25)] == ["opened"]
+    assert _step(tracker, [], 35) == []
+    assert [kind for kind, _, _ in _step(tracker, [], 45)] == ["resolved"]
+    assert len(tracker.incidents) == 1
+
+
 def test_a_fault_back_hours_later_reopens_its_incident_under_the_shipped_window() -> None:
     # A fault that goes quiet between busy hours (a cut KV pool at night) and returns two hours
     # after its incident resolved is the same fault: re-opened, not a second incident.
