@@ -193,6 +193,17 @@ def _busier(case: Case, e: AnomalyEvent) -> bool:
     return share is not None and share >= e.value / e.baseline
 
 
+# The peer signal whose traffic guard counts each node's requests (per model, from the engine's own
+# histogram, so stock vLLM telemetry has it too): what a node's share of the load is read from.
+REQUESTS_OF = "engine_itl_peer"
+
+
+def _took_more(case: Case, entity: Mapping[str, str]) -> bool:
+    """Whether ``entity``'s node served at least ``busier_share`` times its peers' median requests."""
+    share = _traffic_share(case, REQUESTS_OF, entity)
+    return share is not None and share >= case.thresholds.busier_share
+
+
 def _traffic_share(case: Case, signal: str, entity: Mapping[str, str]) -> float | None:
     """How many times its peers' median requests ``entity``'s node served, from the traffic guard
     of peer ``signal`` (peers: the other nodes sharing its peer labels, e.g. the same model; with
@@ -271,9 +282,8 @@ def kv_pressure(case: Case) -> Diagnosis | None:
     evicting = {k: v for k, v in case.context("preemption_rate").items() if v > 0} if held else {}
     # Preemptions already over: the pool's, unless the node took more than its share of requests
     # (then the engine preempted because it ran more sequences than usual, which is load).
-    evicted = {k: v for k, v in case.context(ENGINE_PREEMPTED).items() if v >= 1
-               and (_traffic_share(case, ITL_SIGNALS[0], dict(k)) or 1.0) < case.thresholds.busier_share} \
-        if held else {}
+    evicted = {k: v for k, v in case.context(ENGINE_PREEMPTED).items()
+               if v >= 1 and not _took_more(case, dict(k))} if held else {}
     if kv:
         labels = sorted(kv)[0]
         cause, text = RootCause("kv_cache_usage", labels), f"KV cache {kv[labels] * 100:.0f} % full"
@@ -375,15 +385,16 @@ def _node_loaded(case: Case, node: str | None) -> AnomalyEvent | None:
 
 
 def _outserving(case: Case) -> Diagnosis | None:
-    """No queue yet, but a node serving several times its peers' requests, every GPU of it busier
-    than theirs by no more than that: the balancer sends it more than its share and its headroom
-    goes first. Named at info (its latency is still within its margins); a card slower at the
-    same traffic is not this (its share is not larger), nor one card of the node (``peer_outlier``)."""
+    """No queue yet, but a node serving several times its peers' requests (``busier_share`` at
+    least), every GPU of it busier than theirs by no more than that: the balancer sends it more
+    than its share and its headroom goes first. Named at info (its latency is still within its
+    margins); a card slower at the same traffic is not this (its share is not larger), nor one
+    card of the node (``peer_outlier``)."""
     for e in case.of("gpu_utilization_peer"):
         if e.baseline is None or e.baseline <= 0 or not _node_moved(case, e):
             continue
-        share = _traffic_share(case, ITL_SIGNALS[0], e.entity)
-        if share is None or share < e.value / e.baseline:
+        share = _traffic_share(case, REQUESTS_OF, e.entity)
+        if share is None or share < max(e.value / e.baseline, case.thresholds.busier_share):
             continue
         node = e.entity.get("node", "")
         cause = RootCause(e.signal, (("node", node),))

@@ -395,6 +395,13 @@ ROWS = [
         root="gpu_utilization_peer", severity="info",
         sentence="node=node-0 serves 3.0 × its peers' requests, every GPU of it busier (like "
                  "gpu_utilization_peer 36 % = 1.5 × baseline): its headroom goes first; no queue yet"),
+    Row("a node a little busier with a little more traffic is ordinary spread, not load",
+        dx.capacity_exhausted,
+        (ev("gpu_utilization_peer", 0.29, 0.24, node="node-0", gpu="2"),),
+        merge({"gpu_utilization_peer": {**{gpu("node-1", str(i)): 0.24 for i in range(4)},
+                                        **{gpu("node-0", str(i)): 0.29 for i in range(4)}}},
+              {"engine_itl_peer:traffic": {MODEL: 780.0, **PEER_TRAFFIC}}),
+        fires=False, winner="unclassified", root="gpu_utilization_peer"),
     Row("a node whose GPUs are all busier at its peers' traffic is not load", dx.capacity_exhausted,
         (ev("gpu_utilization_peer", 0.36, 0.24, node="node-0", gpu="2"),),
         merge(GPUS_NODE_BUSY, {"engine_itl_peer:traffic": {MODEL: 600.0, **PEER_TRAFFIC}}), fires=False,
