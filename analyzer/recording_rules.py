@@ -37,16 +37,19 @@ _HEADER = """\
 def render(catalogue: Mapping[str, SignalSpec] = CATALOGUE) -> str:
     """The rules file's text: one group, the catalogue's records in catalogue order."""
     lines = [_HEADER.rstrip("\n"), "groups:", f"  - name: {GROUP}", "    rules:"]
-    written: dict[str, str] = {}
+    written: dict[str, tuple[str, str]] = {}  # record -> (its query, the signal that wrote it)
     for spec in catalogue.values():
         if spec.record is None:
             continue
         # Two signals may judge one series two ways (against its peers, against its own past): one rule.
         if spec.record in written:
-            if written[spec.record] != spec.promql:
-                raise ValueError(f"signals record {spec.record} with two different queries")
+            query, first = written[spec.record]
+            if query != spec.promql:
+                raise ValueError(
+                    f"analyzer.signals.{spec.name}: its query differs from {first}'s, and both record "
+                    f"{spec.record}: give both the same query, or this one a record of its own")
             continue
-        written[spec.record] = spec.promql
+        written[spec.record] = (spec.promql, spec.name)
         lines.append(f"      # {spec.name}: {spec.description}".rstrip(": "))
         rule = yaml.safe_dump({"record": spec.record, "expr": spec.promql}, sort_keys=False,
                               allow_unicode=True, width=1_000_000).splitlines()

@@ -54,7 +54,8 @@ def test_two_signals_of_one_record_share_its_query() -> None:
     shared = [s.name for s in CATALOGUE.values() if s.record == CATALOGUE["engine_itl_p50"].record]
     assert shared == ["engine_itl_peer", "engine_itl_p50"]
     changed = build_catalogue({"engine_itl_p50": {"promql": "vector(1)"}})
-    with pytest.raises(ValueError, match="two different queries"):
+    mended = r"analyzer.signals.engine_itl_p50: its query differs from engine_itl_peer's"
+    with pytest.raises(ValueError, match=mended):
         render(changed)
 
 
