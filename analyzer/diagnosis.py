@@ -11,7 +11,7 @@ in ``analyzer/diagnosis_single.py``, and how every rule words and grades its ver
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from statistics import fmean, median
 
 from analyzer.case import (
@@ -22,6 +22,7 @@ from analyzer.case import (
     THROTTLE_REASON,
     Case,
     Diagnosis,
+    Labels,
     RootCause,
     describe,
     fmt_value,
@@ -280,10 +281,6 @@ def kv_pressure(case: Case) -> Diagnosis | None:
         return None
     kv = {k: v for k, v in case.context("kv_cache_usage").items() if v >= case.limit("kv_cache_usage")}
     evicting = {k: v for k, v in case.context("preemption_rate").items() if v > 0} if held else {}
-    # Preemptions already over: the pool's, unless the node took more than its share of requests
-    # (then the engine preempted because it ran more sequences than usual, which is load).
-    evicted = {k: v for k, v in case.context(ENGINE_PREEMPTED).items()
-               if v >= 1 and not _took_more(case, dict(k))} if held else {}
     if kv:
         labels = sorted(kv)[0]
         cause, text = RootCause("kv_cache_usage", labels), f"KV cache {kv[labels] * 100:.0f} % full"
@@ -294,7 +291,7 @@ def kv_pressure(case: Case) -> Diagnosis | None:
         cause = RootCause("preemption_rate", labels)
         text = (f"its engine held requests waiting and preempted {evicting[labels]:.2g}/s" if waiting > 0
                 else f"its engine's own TTFT rose as it preempted {evicting[labels]:.2g}/s")
-    elif evicted:
+    elif held and (evicted := _preempted_lately(case)):
         labels = sorted(evicted)[0]
         cause = RootCause("preemption_rate", labels)
         text = (f"its engine {'held requests waiting and ' if waiting > 0 else ''}preempted "
@@ -305,6 +302,14 @@ def kv_pressure(case: Case) -> Diagnosis | None:
     sentence = f"{describe(queue[0])} while {text}" if queue else \
         f"{describe(preempt[0])}: KV cache exhausted" + impact_text(case, causes)
     return verdict(case, "kv_pressure", "engine", cause, sentence, "warning", causes)
+
+
+def _preempted_lately(case: Case) -> dict[Labels, float]:
+    """Sequences each node's engine preempted in the last 15 min, where that is the pool's doing:
+    not on a node that took more than its share of requests (an engine running more sequences than
+    usual preempts too, which is load)."""
+    return {k: v for k, v in case.context(ENGINE_PREEMPTED).items()
+            if v >= 1 and not _took_more(case, dict(k))}
 
 
 def _unjudged(case: Case, node: str | None, signals: Iterable[str]) -> str | None:
@@ -378,10 +383,9 @@ def _queue_wait(case: Case) -> AnomalyEvent | None:
     return None
 
 
-def _node_loaded(case: Case, node: str | None) -> AnomalyEvent | None:
-    """A GPU of ``node`` busier than its peers with every node-mate as busy: the node took more work."""
-    return next((x for x in case.of("gpu_utilization_peer")
-                 if x.entity.get("node") == node and _node_moved(case, x)), None)
+def _nodes_moved(case: Case) -> Iterator[AnomalyEvent]:
+    """GPUs busier than their peers with every node-mate as busy: their nodes took more work."""
+    return (x for x in case.of("gpu_utilization_peer") if _node_moved(case, x))
 
 
 def _outserving(case: Case) -> Diagnosis | None:
@@ -390,8 +394,8 @@ def _outserving(case: Case) -> Diagnosis | None:
     than its share and its headroom goes first. Named at info (its latency is still within its
     margins); a card slower at the same traffic is not this (its share is not larger), nor one
     card of the node (``peer_outlier``)."""
-    for e in case.of("gpu_utilization_peer"):
-        if e.baseline is None or e.baseline <= 0 or not _node_moved(case, e):
+    for e in _nodes_moved(case):
+        if e.baseline is None or e.baseline <= 0:
             continue
         share = _traffic_share(case, REQUESTS_OF, e.entity)
         if share is None or share < max(e.value / e.baseline, case.thresholds.busier_share):
@@ -433,7 +437,7 @@ def capacity_exhausted(case: Case) -> Diagnosis | None:
     aside = f" ({util_text})" if util_text else ""
     # Behind the gateway's admission limit a busier node queues at the gateway without filling its
     # engine; its GPUs, all well above their peers', are the load it took.
-    loaded = _node_loaded(case, q.entity.get("node"))
+    loaded = next((x for x in _nodes_moved(case) if x.entity.get("node") == q.entity.get("node")), None)
     if busy is not None and busy > case.thresholds.gpu_util_high:
         why = util_text
     elif full:

@@ -344,7 +344,7 @@ class IncidentTracker:
 
     def _maybe_resolve(self, incident: Incident, now: datetime) -> tuple[Incident, Change] | None:
         quiet_s = (now - incident.last_active_at).total_seconds()
-        if quiet_s < self.resolve_after_s(incident):
+        if quiet_s < self._quiet_needed_s(incident):
             return None
         self._pending.pop(incident.id, None)
         resolved = replace(incident, state="resolved", resolved_at=now, updated_at=now)
@@ -352,7 +352,7 @@ class IncidentTracker:
                                     f"resolved: every member normal for {quiet_s:.0f} s", notify="resolved")
         return rec, changes[0]
 
-    def resolve_after_s(self, incident: Incident) -> float:
+    def _quiet_needed_s(self, incident: Incident) -> float:
         """How long every member must be normal before ``incident`` resolves: ``resolve_after_s``,
         doubled for each time it has re-opened (up to the re-open window). A fault that comes and
         goes with bursty traffic is still going on between its bursts; telling chat it is over and

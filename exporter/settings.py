@@ -2,7 +2,8 @@
 
 A stdlib dataclass, not pydantic, so the exporter runs on a GPU host with only its small set of
 dependencies; ``oximeter/config.py`` still embeds it (pydantic validates stdlib dataclasses, and
-``__post_init__`` runs there too). ``from_mapping`` is the exporter's own path from YAML.
+``__post_init__`` runs there too). ``from_mapping`` is the exporter's own path from YAML; types are
+checked by ``oximeter/plain_settings.py``, the exporter's own rules below.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ from dataclasses import dataclass
 from typing import Any, ClassVar
 
 from exporter.backends import BACKENDS
-from oximeter.plain_settings import as_list, check_type
+from oximeter.plain_settings import as_list, check_fields, from_mapping
 
 NAMINGS = ("oximeter", "dcgm", "dcgm-exporter")
 QUEUE_KINDS = ("list", "stream")
@@ -30,8 +31,7 @@ class QueueSpec:
     kind: str = "list"
 
     def __post_init__(self) -> None:
-        check_type("name", self.name, str)
-        check_type("key", self.key, str)
+        check_fields(self)
         if not self.name or not self.key:
             raise ValueError("name and key must not be empty")
         if self.kind not in QUEUE_KINDS:
@@ -55,24 +55,21 @@ class ExporterSettings:
     sim_timeout_s: float = 2.0
     gpu_timeout_s: float = 2.0           # a GPU that has not answered by then is reported down
     process_names: tuple[str, ...] = ("vllm",)
-    redis_url: str = ""                  # "" = no external queues; the password comes from redis_password_env
+    redis_url: str = ""                  # "" = no external queues; password from redis_password_env
     redis_password_env: str = "OXIMETER_REDIS_PASSWORD"
     redis_timeout_s: float = 0.5
     queues: tuple[QueueSpec, ...] = ()
 
     def __post_init__(self) -> None:
-        for key in ("backend", "node", "host", "naming", "sim_url", "redis_url", "redis_password_env"):
-            check_type(key, getattr(self, key), str)
+        check_fields(self)
         if self.backend not in BACKENDS:
             raise ValueError(f"backend: must be one of {', '.join(sorted(BACKENDS))}, got {self.backend!r}")
         if self.naming not in NAMINGS:
             raise ValueError(f"naming: must be one of {', '.join(NAMINGS)}, got {self.naming!r}")
-        check_type("port", self.port, int)
         if not 0 <= self.port <= 65535:  # 0: the kernel picks one (see --port-file)
             raise ValueError(f"port: must be between 0 and 65535, got {self.port}")
         for key in ("sim_timeout_s", "gpu_timeout_s", "redis_timeout_s"):
             value = getattr(self, key)
-            check_type(key, value, (int, float))
             if not 0 < value <= 60:
                 raise ValueError(f"{key}: must be > 0 and <= 60 seconds, got {value}")
         if not self.sim_url.startswith(("http://", "https://")):
@@ -82,8 +79,6 @@ class ExporterSettings:
         if "@" in self.redis_url:
             # A password in the URL would end up in the config file and in error messages.
             raise ValueError(f"redis_url: put the password in ${self.redis_password_env}, not the URL")
-        for name in self.process_names:
-            check_type("process_names[]", name, str)
         names = [q.name for q in self.queues]
         if len(set(names)) != len(names):
             raise ValueError("queues: names must be unique")
@@ -93,29 +88,20 @@ class ExporterSettings:
     @classmethod
     def from_mapping(cls, data: Mapping[str, Any] | None) -> ExporterSettings:
         """Build from the ``exporter:`` YAML mapping; ValueError names the key."""
-        if data is None:
-            return cls()
-        if not isinstance(data, Mapping):
-            raise ValueError(f"expected a mapping, got {type(data).__name__}")
-        known = {f.name for f in dataclasses.fields(cls)}
-        unknown = sorted(set(data) - known)
-        if unknown:
-            raise ValueError(f"{unknown[0]}: unknown key")
-        values = dict(data)
-        if "process_names" in values:
-            values["process_names"] = tuple(as_list("process_names", values["process_names"]))
-        if "queues" in values:
-            queues = []
-            for i, item in enumerate(as_list("queues", values["queues"])):
-                if not isinstance(item, Mapping):
-                    raise ValueError(f"queues[{i}]: expected a mapping")
-                extra = sorted(set(item) - {"name", "key", "kind"})
-                if extra:
-                    raise ValueError(f"queues[{i}].{extra[0]}: unknown key")
-                try:
-                    queues.append(QueueSpec(**item))
-                except (TypeError, ValueError) as exc:
-                    raise ValueError(f"queues[{i}]: {exc}") from None
-            values["queues"] = tuple(queues)
-        return cls(**values)
+        if isinstance(data, Mapping) and "queues" in data:
+            queues = as_list("queues", data["queues"])
+            data = {**data, "queues": tuple(_queue(i, item) for i, item in enumerate(queues))}
+        return from_mapping(cls, data)
 
+
+def _queue(i: int, item: object) -> QueueSpec:
+    """``queues[i]`` of the YAML section."""
+    if not isinstance(item, Mapping):
+        raise ValueError(f"queues[{i}]: expected a mapping")
+    extra = sorted(set(item) - {f.name for f in dataclasses.fields(QueueSpec)})
+    if extra:
+        raise ValueError(f"queues[{i}].{extra[0]}: unknown key")
+    try:
+        return QueueSpec(**item)
+    except (TypeError, ValueError) as exc:
+        raise ValueError(f"queues[{i}]: {exc}") from None

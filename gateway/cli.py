@@ -82,7 +82,7 @@ def resolve_settings(args: argparse.Namespace) -> GatewaySettings:
     sections, where = read_config(args.config)
     try:
         base = from_mapping(GatewaySettings, sections.get("gateway"))
-    except (TypeError, SettingError) as exc:
+    except SettingError as exc:
         raise ConfigError([f"gateway.{exc}"], where) from None
     fields = [field for _flag, field, _kind, _help in _FLAGS] + ["models", "warmup"]
     overrides: dict[str, Any] = {f: getattr(args, f) for f in fields if getattr(args, f, None) is not None}

@@ -42,18 +42,13 @@ def bounded(default: Any, *, ge: float | None = None, gt: float | None = None,
     return dataclasses.field(default=default, metadata={k: v for k, v in limits.items() if v is not None})
 
 
-def type_name(expected: type | tuple[type, ...]) -> str:
-    if isinstance(expected, tuple):
-        return " or ".join(t.__name__ for t in expected)
-    return expected.__name__
-
-
 def check_type(key: str, value: object, expected: type | tuple[type, ...]) -> None:
     """Raise SettingError unless ``value`` is of ``expected`` (a bool is not a number here)."""
     allowed = expected if isinstance(expected, tuple) else (expected,)
     # bool is an int in Python; a YAML "port: yes" must still be rejected.
     if (isinstance(value, bool) and bool not in allowed) or not isinstance(value, allowed):
-        raise SettingError(key, f"expected {type_name(expected)}, got {type(value).__name__}")
+        names = " or ".join(t.__name__ for t in allowed)
+        raise SettingError(key, f"expected {names}, got {type(value).__name__}")
 
 
 def as_list(key: str, value: object) -> list[Any]:
@@ -63,8 +58,9 @@ def as_list(key: str, value: object) -> list[Any]:
     return list(value)
 
 
-# Per field: its name, the scalar type(s) its values must have (a float field takes a YAML 5 for
-# 5.0), whether it is a tuple of them, and its metadata (the bounds).
+# Per field: its name, the type(s) its values must have (a float field takes a YAML 5 for 5.0; a
+# tuple may hold a nested settings dataclass, which checks itself), whether it is a tuple of them,
+# and its metadata (the bounds).
 _Field = tuple[str, tuple[type, ...], bool, Mapping[str, Any]]
 _FIELDS: dict[type, tuple[_Field, ...]] = {}
 _SCALARS: dict[Any, tuple[type, ...]] = {str: (str,), int: (int,), bool: (bool,), float: (int, float)}
@@ -78,9 +74,14 @@ def _fields(cls: type) -> tuple[_Field, ...]:
             hint = hints[field.name]
             many = typing.get_origin(hint) is tuple
             item = typing.get_args(hint)[0] if many else hint
-            if item not in _SCALARS:
-                raise TypeError(f"{cls.__name__}.{field.name}: only str, int, float, bool and tuples of them")
-            out.append((field.name, _SCALARS[item], many, field.metadata))
+            if item in _SCALARS:
+                types = _SCALARS[item]
+            elif many and dataclasses.is_dataclass(item) and isinstance(item, type):
+                types = (item,)
+            else:
+                raise TypeError(f"{cls.__name__}.{field.name}: only str, int, float, bool, and tuples of "
+                                "them or of a settings dataclass")
+            out.append((field.name, types, many, field.metadata))
         _FIELDS[cls] = tuple(out)
     return _FIELDS[cls]
 
@@ -91,11 +92,11 @@ def check_fields(obj: Any) -> None:
         value = getattr(obj, name)
         if many:
             if not isinstance(value, tuple):
-                raise SettingError(name, f"expected a list, got {type(value).__name__}")
+                raise SettingError(name, f"expected a tuple, got {type(value).__name__}")
             for item in value:
                 check_type(f"{name}[]", item, scalar)
             continue
-        check_type(name, value, scalar if len(scalar) > 1 else scalar[0])
+        check_type(name, value, scalar)
         for key, holds, sign in _BOUNDS:
             if key in metadata and not holds(value, metadata[key]):
                 raise SettingError(name, f"must be {sign} {metadata[key]}, got {value}")

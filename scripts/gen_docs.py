@@ -50,9 +50,10 @@ def models_of(root: type[BaseModel]) -> dict[str, type]:
     found: dict[str, type] = {}
 
     def visit(tp: Any) -> None:
-        if isinstance(tp, type) and field_types(tp) and tp.__name__ not in found:
+        fields = field_types(tp) if isinstance(tp, type) and tp.__name__ not in found else {}
+        if fields:
             found[tp.__name__] = tp
-            for annotation in field_types(tp).values():
+            for annotation in fields.values():
                 visit(annotation)
         for arg in typing.get_args(tp):
             visit(arg)
@@ -67,6 +68,7 @@ def field_comments(model: type) -> dict[str, str]:
         lines = inspect.getsource(model).splitlines()
     except (OSError, TypeError):
         return {}
+    names = field_types(model)
     out: dict[str, str] = {}
     above: list[str] = []
     for line in lines[1:]:
@@ -75,7 +77,7 @@ def field_comments(model: type) -> dict[str, str]:
             above.append(comment.group(1).strip())
             continue
         field = _FIELD.match(line)
-        if field and field.group(1) in field_types(model):
+        if field and field.group(1) in names:
             text = field.group(2) or " ".join(above)
             if text:
                 out[field.group(1)] = text.strip()
