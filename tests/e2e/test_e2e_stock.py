@@ -65,9 +65,17 @@ def test_a_stock_fleet_scrapes_no_oximeter_producer(stock_stack: Stack) -> None:
     assert jobs - {"oximeter-analyzer"} == {"vllm", "dcgm-exporter", "kube-state-metrics"}
     assert stock_stack.query('count({__name__=~"oximeter_(gpu_ecc|queue_limit|requests_total).*"})') == []
     # The adapters translate dcgm-exporter's fields: every GPU has a temperature under our name.
-    temps = stock_stack.query("oximeter_gpu_temperature_celsius")
-    assert sorted((t["metric"]["node"], t["metric"]["gpu"]) for t in temps) == [
-        ("n1", "0"), ("n1", "1"), ("n2", "0"), ("n2", "1")]
+    # Targets being up says each was scraped once, not that a rule evaluation has run since, so a
+    # node's series may land an evaluation later: wait until as many as the fleet has GPUs appear.
+    expected = [("n1", "0"), ("n1", "1"), ("n2", "0"), ("n2", "1")]
+
+    def gpus_with_a_temperature() -> list[tuple[str, str]]:
+        return sorted((t["metric"]["node"], t["metric"]["gpu"])
+                      for t in stock_stack.query("oximeter_gpu_temperature_celsius"))
+
+    wait_until(lambda: len(gpus_with_a_temperature()) >= len(expected), 60,
+               interval_s=0.5, what="a temperature for every GPU")
+    assert gpus_with_a_temperature() == expected
 
 
 @pytest.mark.timeout(live_timeout_s(60, *[open_deadline_s("gpu_temperature")] * 2))
