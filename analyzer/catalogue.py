@@ -359,6 +359,10 @@ def build_catalogue(overrides: Mapping[str, Mapping[str, Any]] | None = None,
         merged.update({**fields, "name": name})
         if "promql" in fields and "expr" not in fields:
             merged["expr"] = None
+        # The shipped recording rule computes the shipped query: the store's copy would be read in
+        # place of a configured one (silently), so a new query drops the record unless it names one.
+        if ("promql" in fields or "expr" in fields) and "record" not in fields:
+            merged["record"] = None
         try:
             out[name] = SignalSpec.model_validate(merged)
         except ValidationError as exc:

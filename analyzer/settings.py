@@ -76,7 +76,9 @@ class AnalyzerSettings(BaseModel):
     interval_s: float = Field(30.0, gt=0)
     live_window_s: float = Field(3600.0, gt=0)
     baseline: BaselineSettings = BaselineSettings()
-    # name -> fields: overrides a catalogue signal, or defines a new one (layer, kind, promql).
+    # name -> fields: overrides a catalogue signal, or defines a new one (layer, kind, promql). A
+    # signal given a new promql reads it as written, not the shipped recording rule (which computes
+    # the shipped query); set its record too to read a rule of your own.
     signals: dict[str, dict[str, Any]] = Field(default_factory=dict)
     disabled_signals: list[str] = Field(default_factory=list)
     # Whose telemetry the signals read: Oximeter's exporter and gateway ("oximeter"), stock

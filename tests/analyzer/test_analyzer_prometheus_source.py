@@ -12,6 +12,7 @@ from datetime import UTC, datetime, timedelta
 from http.server import BaseHTTPRequestHandler, HTTPServer
 from pathlib import Path
 from typing import Any, ClassVar
+from urllib.parse import unquote_plus
 
 import numpy as np
 import pandas as pd
@@ -19,7 +20,7 @@ import pytest
 from analyzer_frames import write_history
 from pydantic import SecretStr
 
-from analyzer.catalogue import CATALOGUE
+from analyzer.catalogue import CATALOGUE, build_catalogue
 from analyzer.evaluate import evaluate_signal
 from analyzer.frame import series_key
 from analyzer.settings import AnalyzerSettings
@@ -294,6 +295,18 @@ def test_a_loaded_rule_is_read_before_it_has_samples(canned: str) -> None:
     source.fetch(CATALOGUE["gpu_temperature"].model_copy(update={"record": "not:loaded:rule"}),
                  now - timedelta(minutes=1), now, STEP)
     assert len(Canned.seen) == 1 and "max+without" in Canned.seen[0][1]
+
+
+def test_a_configured_query_is_read_although_the_store_has_the_shipped_rule(canned: str) -> None:
+    # The store evaluates the shipped rule for queue wait; the user configured a query of their own.
+    # Reading the rule would judge the shipped query under the configured signal's name.
+    shipped = CATALOGUE["queue_wait_p99"]
+    Canned.rules = [str(shipped.record)]
+    Canned.body = {"status": "success", "data": {"resultType": "matrix", "result": []}}
+    mine = build_catalogue({"queue_wait_p99": {"promql": "max by (service, node) (my_queue_wait)"}})
+    now = datetime.now(UTC)
+    PrometheusSource(canned, retries=0).fetch(mine["queue_wait_p99"], now - timedelta(minutes=1), now, STEP)
+    assert len(Canned.seen) == 1 and "my_queue_wait" in unquote_plus(Canned.seen[0][1])
 
 
 def test_decode_of_nothing_is_an_empty_frame_on_the_grid() -> None:

@@ -184,6 +184,16 @@ def test_an_override_of_the_query_is_promql_only() -> None:
     assert mine["gpu_down"].expr == CATALOGUE["gpu_down"].expr
 
 
+def test_an_override_of_the_query_drops_the_shipped_record() -> None:
+    # The shipped recording rule computes the shipped query, not the configured one.
+    mine = build_catalogue({"queue_length": {"promql": "max by (service, node) (my_queue)"},
+                            "queue_wait_p99": {"threshold": 2.0}})
+    assert CATALOGUE["queue_length"].record is not None and mine["queue_length"].record is None
+    assert mine["queue_wait_p99"].record == CATALOGUE["queue_wait_p99"].record is not None
+    named = build_catalogue({"queue_length": {"promql": "max(my_queue)", "record": "my:queue"}})
+    assert named["queue_length"].record == "my:queue"
+
+
 @pytest.mark.parametrize(("seconds", "text"),
                          [(60, "1m"), (300, "5m"), (3600, "1h"), (90, "90s"), (5400, "90m")])
 def test_ranges_render_as_promql(seconds: int, text: str) -> None:

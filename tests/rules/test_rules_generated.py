@@ -53,7 +53,8 @@ def test_two_signals_of_one_record_share_its_query() -> None:
     from one recording rule; a configured query for one of them alone cannot take the record."""
     shared = [s.name for s in CATALOGUE.values() if s.record == CATALOGUE["engine_itl_p50"].record]
     assert shared == ["engine_itl_peer", "engine_itl_p50"]
-    changed = build_catalogue({"engine_itl_p50": {"promql": "vector(1)"}})
+    record = CATALOGUE["engine_itl_p50"].record
+    changed = build_catalogue({"engine_itl_p50": {"promql": "vector(1)", "record": record}})
     mended = r"analyzer.signals.engine_itl_p50: its query differs from engine_itl_peer's"
     with pytest.raises(ValueError, match=mended):
         render(changed)
@@ -61,7 +62,7 @@ def test_two_signals_of_one_record_share_its_query() -> None:
 
 def test_rendering_follows_the_catalogue() -> None:
     query = "max without (instance, job) (oximeter_queue_length)"
-    changed = build_catalogue({"queue_length": {"promql": query}})
+    changed = build_catalogue({"queue_length": {"promql": query, "record": CATALOGUE["queue_length"].record}})
     rules = yaml.safe_load(render(changed))["groups"][0]["rules"]
     assert {r["record"]: r["expr"] for r in rules}["service_node:oximeter_queue_length:max_1m"] == query
     assert render(changed) != render()
