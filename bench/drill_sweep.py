@@ -11,7 +11,8 @@ per-user cache, so a re-run only replays).
 
 Reported per fault kind and overall: attribution (layer, entity and rule all right), time to detect
 (p50/p95), how much of a lasting fault's duration its incident stayed open (not of one-off events:
-an Xid is over at its onset), chat messages per incident, and false incidents per fault-free
+an Xid is over at its onset; also by fault duration, and counted from the opening, which leaves
+detection time out), chat messages per incident, and false incidents per fault-free
 node-day (the paging ones, warning or critical, apart); per kind, the weakest strength that was
 attributed right. A fault that only a busy engine feels (a smaller KV pool, a colder prefix cache,
 an admission limit, more traffic) may harm no request at light traffic: when its node's requests
@@ -324,8 +325,12 @@ def replay_one(path: Path, cache_dir: Path, step_s: float, interval_s: float) ->
         if hit is not None and start is not None:
             opened = _epoch(hit.get("opened_at"))
             row["ttd_s"] = None if opened is None else max(0.0, opened - start)
-            row["coverage"] = coverage(kind, start, end, opened, _epoch(hit.get("resolved_at")),
-                                       closed_spans(run.told, hit["id"]))
+            resolved, closed = _epoch(hit.get("resolved_at")), closed_spans(run.told, hit["id"])
+            row["coverage"] = coverage(kind, start, end, opened, resolved, closed)
+            if row["coverage"] is not None and end is not None and opened is not None:
+                row["duration_s"] = end - start
+                # The same share counted from the opening: what detection time leaves out of it.
+                row["held"] = coverage(kind, opened, end, opened, resolved, closed) if opened < end else None
         rows.append(row)
     false = [{"severity": i["severity"], "rule": i["rule"], "node": i["root_cause"]["labels"].get("node")}
              for i in unused]
@@ -379,6 +384,7 @@ def report(results: list[dict[str, Any]], strengths: dict[str, list[float]]) -> 
     false = [f for res in results for f in res["false"]]
     node_days = sum(res["node_days"] for res in results)
     paging = [f for f in false if f["severity"] in PAGING_SEVERITIES]
+    lines.append(_coverage_by_duration(right))
     lines.append("false incidents: " + (", ".join(f"{f['rule']}@{f['node']} ({f['severity']})" for f in false)
                                         or "none") + f" over {node_days:.1f} node-days")
     lines.append(
@@ -388,6 +394,25 @@ def report(results: list[dict[str, Any]], strengths: dict[str, list[float]]) -> 
         f"false_per_node_day={len(false) / max(node_days, 1e-9):.2f} "
         f"paging_false={len(paging)}")
     return lines
+
+
+# Fault durations the coverage is broken down by (seconds): detection takes minutes, so the share of
+# a short fault its incident can cover is bounded by it, and that of a long one is not.
+DURATION_BANDS = ((600.0, 1800.0, "10-30 min"), (1800.0, 2 * HOUR_S, "30 min-2 h"),
+                  (2 * HOUR_S, math.inf, "2 h and more"))
+
+
+def _coverage_by_duration(right: Sequence[dict[str, Any]]) -> str:
+    """``coverage p10 by fault duration: …; once opened, held open p10 …``: where coverage is lost,
+    to detection time on short faults or to resolving while the fault went on."""
+    parts = []
+    for lo, hi, name in DURATION_BANDS:
+        band = [100 * r["coverage"] for r in right if r.get("duration_s") is not None
+                and lo <= r["duration_s"] < hi]
+        parts.append(f"{name} {_pct(band, 10):.0f}% (n={len(band)})")
+    held = [100 * r["held"] for r in right if r.get("held") is not None]
+    return (f"coverage p10 by fault duration: {', '.join(parts)}; counted from the opening "
+            f"(detection time left out): p10 {_pct(held, 10):.0f}%")
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -114,3 +114,12 @@ def test_a_harmless_miss_is_reported_not_counted() -> None:
     assert kv.split()[1:4] == ["2", "1", "100%"]  # two faults, one harmless, the other right
     assert kv.endswith("0.3..0.3")  # the harmless one's strength
     assert lines[-1].startswith("sweep: scenarios=3 attribution=50% ")  # the ECC miss still counts
+
+
+def test_coverage_is_broken_down_by_fault_duration() -> None:
+    # A 10-min fault opened after 5 min and a 3 h fault opened after 5 min that resolved at 2 h.
+    short = {**_row("peer_outlier", True), "coverage": 0.5, "duration_s": 600.0, "held": 1.0}
+    long = {**_row("peer_outlier", True), "coverage": 115 / 180, "duration_s": 3 * 3600.0, "held": 115 / 175}
+    line = ds._coverage_by_duration([short, long])
+    assert "10-30 min 50% (n=1)" in line and "30 min-2 h nan% (n=0)" in line
+    assert "2 h and more 64% (n=1)" in line and line.endswith("p10 69%")
