@@ -355,6 +355,16 @@ class Stack:
             mine = [t for t in active if t["labels"]["job"] in core]
             return len(mine) == expected and all(t["health"] == "up" for t in mine)
         wait_until(all_up, 60, interval_s=0.2, what="every scrape target up")
+        # Up says each target was scraped, not that a rule has read it since: a caller querying a
+        # recording rule at once could find some nodes and not others. Every rule group evaluates
+        # once more first (a rule that reads another rule's output may need one interval more).
+        since = time.time()
+
+        def evaluated_since() -> bool:
+            groups = requests.get(f"{url}/api/v1/rules", timeout=5).json()["data"]["groups"]
+            return all(_epoch_s(g.get("lastEvaluation")) > since for g in groups)
+        wait_until(evaluated_since, max(60.0, 10 * opts.eval_interval_s), interval_s=0.2,
+                   what="every rule group evaluated after the targets came up")
         return url
 
     # -- helpers for the demo and tests -----------------------------------------------------
@@ -410,3 +420,8 @@ def _hostport(url: str) -> str:
 
 __all__ = ["ANALYZER_JOB", "Addon", "BackfillSpec", "Endpoints", "Observer", "Stack", "StackError",
            "StackOptions", "find_binaries"]
+
+
+def _epoch_s(text: str | None) -> float:
+    """An RFC 3339 time (Prometheus's, nanoseconds included) as epoch seconds; 0 for none."""
+    return datetime.fromisoformat(text).timestamp() if text else 0.0
