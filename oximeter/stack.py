@@ -358,7 +358,10 @@ class Stack:
         # Up says each target was scraped, not that a rule has read it since: a caller querying a
         # recording rule at once could find some nodes and not others. Every rule group evaluates
         # once more first (a rule that reads another rule's output may need one interval more).
-        since = time.time()
+        # A group's evaluation reads the samples up to its scheduled tick, which may lag the wall
+        # clock it reports by up to an interval: one that started an interval after now has a tick
+        # after every scrape so far.
+        since = time.time() + opts.eval_interval_s
 
         def evaluated_since() -> bool:
             groups = requests.get(f"{url}/api/v1/rules", timeout=5).json()["data"]["groups"]
