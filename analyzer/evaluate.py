@@ -58,6 +58,7 @@ def evaluate_signal(spec: SignalSpec, frame: SeriesFrame, *, history: History | 
                                          spec.guard_window_s(), spec.widen_s, step)
         guard = counts >= spec.min_traffic.minimum
     events: list[AnomalyEvent] = []
+    like_nodes = _like_nodes(frame)
     for detector in spec.build_detectors(cumulative=cumulative):
         if spec.peer_labels:
             # Peers share these labels (e.g. the same model): one group per combination.
@@ -70,10 +71,11 @@ def evaluate_signal(spec: SignalSpec, frame: SeriesFrame, *, history: History | 
                 tracker = trackers.get(detector.name)
                 if tracker is None:
                     tracker = trackers[detector.name] = BaselineTracker(policy, max_new_rows=cold_rows)
-            baseline = _baseline(detector, values, history, anomalous, changes, policy, tracker)
+            baseline = _baseline(detector, values, history, anomalous, changes, policy, tracker, like_nodes)
         detection = _detection(detector, values, baseline, guard)
         if baseline is not None and tracker is None and hold_s is not None:
-            redo = partial(_masked_baseline, detector, values, history, anomalous, changes, policy)
+            redo = partial(_masked_baseline, detector, values, history, anomalous, changes, policy,
+                           like_nodes)
             detection = _held(detector, detection, values, persistence, guard, math.ceil(hold_s / step), redo)
         young = None if baseline is None else baseline.provisional
         events += to_events(detection, detector, persistence, signal=spec.name, layer=spec.layer,
@@ -118,7 +120,8 @@ def needs_history(spec: SignalSpec) -> bool:
 
 def _baseline(detector: Detector, values: pd.DataFrame, history: History | None,
               anomalous: pd.DataFrame | None, changes: Sequence[ChangeWindow],
-              policy: BaselinePolicy, tracker: BaselineTracker | None = None) -> Baseline:
+              policy: BaselinePolicy, tracker: BaselineTracker | None = None,
+              like_nodes: Mapping[str, str] | None = None) -> Baseline:
     transformed = detector.transform(values)
     older: History | None
     if history is None:
@@ -132,7 +135,7 @@ def _baseline(detector: Detector, values: pd.DataFrame, history: History | None,
     else:
         baseline = compute_baseline(transformed, older, anomalous=anomalous, changes=changes, policy=policy)
     if detector.uses_hour_scale and isinstance(older, Mapping):
-        baseline = replace(baseline, hour_scale=_hour_scale(transformed, older, policy))
+        baseline = replace(baseline, hour_scale=_hour_scale(transformed, older, policy, like_nodes))
     return baseline
 
 
@@ -141,10 +144,15 @@ DECILE_TO_SIGMA = 1.2816
 
 
 def _hour_scale(values: pd.DataFrame, older: Mapping[float, pd.DataFrame], policy: BaselinePolicy,
-           ) -> pd.DataFrame | None:
+                like_nodes: Mapping[str, str] | None = None) -> pd.DataFrame | None:
     """Per sample, the signal's upward spread around the same time on the baseline days as a σ
     ((upper decile − median) / 1.28 over the seasonal half window), the widest of them: it grows
-    with the bursts a daily peak brings. Only from same-time windows a source fetched."""
+    with the bursts a daily peak brings. Only from same-time windows a source fetched.
+
+    ``like_nodes`` (column → the series' labels but its node) puts a floor under it: the median
+    spread of the column's like series on the other nodes, where there are ``MIN_LIKE_NODES`` of
+    them. In a fleet of like nodes, bursts most of them had at this hour are their usual
+    behaviour, and one node that happened to have none then is no reason to page when it does."""
     index, columns = pd.DatetimeIndex(values.index), values.columns
     hour_scales = []
     for lag, window in older.items():
@@ -158,7 +166,44 @@ def _hour_scale(values: pd.DataFrame, older: Mapping[float, pd.DataFrame], polic
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", RuntimeWarning)  # all-NaN: no spread known
         widest = np.nanmax(np.stack(hour_scales), axis=0)
+    if like_nodes:
+        widest = _floored_by_like_nodes(widest, [like_nodes.get(str(c)) for c in columns])
     return pd.DataFrame(widest, index=index, columns=columns)
+
+
+# The fewest like series on other nodes whose median spread is trusted as a floor (with fewer,
+# one bursty neighbour would set it).
+MIN_LIKE_NODES = 3
+
+
+def _like_nodes(frame: SeriesFrame) -> dict[str, str]:
+    """Column → its labels without ``node``, for the columns that have a node."""
+    out = {}
+    for column in frame.values.columns:
+        labels = frame.labels_of(str(column))
+        if "node" in labels:
+            out[str(column)] = "|".join(f"{k}={v}" for k, v in sorted(labels.items()) if k != "node")
+    return out
+
+
+def _floored_by_like_nodes(scale: np.ndarray, keys: Sequence[str | None]) -> np.ndarray:
+    """``scale`` (rows × columns) floored, per column, by the median of its like columns'
+    (the same key) on other nodes, where there are at least ``MIN_LIKE_NODES`` of them."""
+    out = scale.copy()
+    by_key: dict[str, list[int]] = {}
+    for i, key in enumerate(keys):
+        if key is not None:
+            by_key.setdefault(key, []).append(i)
+    for cols in by_key.values():
+        if len(cols) <= MIN_LIKE_NODES:
+            continue
+        for i in cols:
+            others = [j for j in cols if j != i]
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore", RuntimeWarning)  # all-NaN rows: nothing known
+                floor = np.nanmedian(scale[:, others], axis=1)
+            out[:, i] = np.fmax(scale[:, i], floor)
+    return out
 
 
 def _detection(detector: Detector, values: pd.DataFrame, baseline: Baseline | None,
@@ -200,8 +245,9 @@ def _spans(detection: Detection, persistence: Persistence, hold_rows: int | None
 
 def _masked_baseline(detector: Detector, values: pd.DataFrame, history: History | None,
                      anomalous: pd.DataFrame | None, changes: Sequence[ChangeWindow], policy: BaselinePolicy,
-                     own: pd.DataFrame) -> Baseline:
-    return _baseline(detector, values, history, _union(anomalous, own), changes, policy)
+                     like_nodes: Mapping[str, str], own: pd.DataFrame) -> Baseline:
+    return _baseline(detector, values, history, _union(anomalous, own), changes, policy,
+                     like_nodes=like_nodes)
 
 
 def _union(given: pd.DataFrame | None, own: pd.DataFrame) -> pd.DataFrame:

@@ -185,3 +185,29 @@ def test_widening_sums_whole_windows_back_from_each_row() -> None:
     widened, summed = widen_ratio(values, counts, 20.0, 60.0, 600.0, 60.0)
     assert summed[:, 0].tolist() == [5.0, 5.0, 5.0, 20.0, 20.0, 40.0]
     assert widened["n1"].round(3).tolist() == [0.0, 0.0, 0.2, 0.1, 0.1, 0.5]
+
+
+def _fleet_yesterday(bursty: list[str], nodes: list[str]) -> dict[float, pd.DataFrame]:
+    """Queue wait a day earlier on every node: 5 ms, with spells at 0.4 s on the ``bursty`` ones."""
+    one = _peak_yesterday(bursts=True)[86400.0]["s"].to_numpy()
+    quiet = np.full(len(one), 0.005)
+    index = _peak_yesterday(bursts=True)[86400.0].index
+    return {86400.0: frame({n: one if n in bursty else quiet for n in nodes}).set_axis(index, axis=0)}
+
+
+@pytest.mark.parametrize(("nodes", "bursty", "flagged"), [
+    (["n1", "n2", "n3", "n4", "n5"], ["n2", "n3", "n4", "n5"], False),  # the fleet's usual bursts
+    (["n1", "n2", "n3", "n4", "n5"], ["n2", "n3", "n4"], False),  # most of the others had them
+    (["n1", "n2", "n3", "n4", "n5"], ["n2"], True),  # one bursty neighbour does not set the floor
+    (["n1", "n2", "n3"], ["n2", "n3"], True),  # two others are too few to speak for the fleet
+])
+def test_a_nodes_p99_margin_reads_its_like_nodes_spread_at_that_hour(nodes: list[str], bursty: list[str],
+                                                                       flagged: bool) -> None:
+    # n1 had no bursts at this hour yesterday; today it holds 0.42 s for 20 minutes. Where most of
+    # its like nodes burst like that at this hour, that is the fleet's peak, not n1's fault.
+    cols = {n: (_burst(10, 20, 0.42, 0.005) if n == "n1" else np.full(ROWS, 0.005)) for n in nodes}
+    labels = {n: {"node": n, "service": "chat", "model": "m"} for n in nodes}
+    traffic = frame({n: np.full(ROWS, 500.0) for n in nodes})
+    events = evaluate_signal(CATALOGUE["queue_wait_p99"], SeriesFrame(frame(cols), labels),
+                             history=_fleet_yesterday(bursty, nodes), traffic=traffic, step_s=60.0)
+    assert [e.entity["node"] for e in events] == (["n1"] if flagged else [])
