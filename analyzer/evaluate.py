@@ -150,9 +150,9 @@ def _hour_scale(values: pd.DataFrame, older: Mapping[float, pd.DataFrame], polic
     with the bursts a daily peak brings. Only from same-time windows a source fetched.
 
     ``like_nodes`` (column → the series' labels but its node) puts a floor under it: the median
-    spread of the column's like series on the other nodes, where there are ``MIN_LIKE_NODES`` of
-    them. In a fleet of like nodes, bursts most of them had at this hour are their usual
-    behaviour, and one node that happened to have none then is no reason to page when it does."""
+    spread of the column's like series, its own included, where there are ``MIN_LIKE_NODES``. In
+    a fleet of like nodes, bursts most of them had at this hour are their usual behaviour, and one
+    node that happened to have none then is no reason to page when it does."""
     index, columns = pd.DatetimeIndex(values.index), values.columns
     hour_scales = []
     for lag, window in older.items():
@@ -171,9 +171,9 @@ def _hour_scale(values: pd.DataFrame, older: Mapping[float, pd.DataFrame], polic
     return pd.DataFrame(widest, index=index, columns=columns)
 
 
-# The fewest like series on other nodes whose median spread is trusted as a floor (with fewer,
-# one bursty neighbour would set it).
-MIN_LIKE_NODES = 3
+# The fewest like series (the node's own included) whose median spread is trusted as a floor: with
+# fewer, one bursty neighbour would set it.
+MIN_LIKE_NODES = 4
 
 
 def _like_nodes(frame: SeriesFrame) -> dict[str, str]:
@@ -187,22 +187,20 @@ def _like_nodes(frame: SeriesFrame) -> dict[str, str]:
 
 
 def _floored_by_like_nodes(scale: np.ndarray, keys: Sequence[str | None]) -> np.ndarray:
-    """``scale`` (rows × columns) floored, per column, by the median of its like columns'
-    (the same key) on other nodes, where there are at least ``MIN_LIKE_NODES`` of them."""
+    """``scale`` (rows × columns) floored, per column, by the median of its like columns (the same
+    key, itself included), where there are at least ``MIN_LIKE_NODES`` of them."""
     out = scale.copy()
     by_key: dict[str, list[int]] = {}
     for i, key in enumerate(keys):
         if key is not None:
             by_key.setdefault(key, []).append(i)
     for cols in by_key.values():
-        if len(cols) <= MIN_LIKE_NODES:
+        if len(cols) < MIN_LIKE_NODES:
             continue
-        for i in cols:
-            others = [j for j in cols if j != i]
-            with warnings.catch_warnings():
-                warnings.simplefilter("ignore", RuntimeWarning)  # all-NaN rows: nothing known
-                floor = np.nanmedian(scale[:, others], axis=1)
-            out[:, i] = np.fmax(scale[:, i], floor)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", RuntimeWarning)  # all-NaN rows: nothing known
+            floor = np.nanmedian(scale[:, cols], axis=1, keepdims=True)
+        out[:, cols] = np.fmax(scale[:, cols], floor)
     return out
 
 

@@ -199,7 +199,7 @@ def _fleet_yesterday(bursty: list[str], nodes: list[str]) -> dict[float, pd.Data
     (["n1", "n2", "n3", "n4", "n5"], ["n2", "n3", "n4", "n5"], False),  # the fleet's usual bursts
     (["n1", "n2", "n3", "n4", "n5"], ["n2", "n3", "n4"], False),  # most of the others had them
     (["n1", "n2", "n3", "n4", "n5"], ["n2"], True),  # one bursty neighbour does not set the floor
-    (["n1", "n2", "n3"], ["n2", "n3"], True),  # two others are too few to speak for the fleet
+    (["n1", "n2", "n3"], ["n2", "n3"], True),  # three nodes are too few to speak for the fleet
 ])
 def test_a_nodes_p99_margin_reads_its_like_nodes_spread_at_that_hour(nodes: list[str], bursty: list[str],
                                                                        flagged: bool) -> None:
