@@ -58,7 +58,6 @@ def evaluate_signal(spec: SignalSpec, frame: SeriesFrame, *, history: History | 
                                          spec.guard_window_s(), spec.widen_s, step)
         guard = counts >= spec.min_traffic.minimum
     events: list[AnomalyEvent] = []
-    like_nodes = _like_nodes(frame)
     for detector in spec.build_detectors(cumulative=cumulative):
         if spec.peer_labels:
             # Peers share these labels (e.g. the same model): one group per combination.
@@ -66,6 +65,8 @@ def evaluate_signal(spec: SignalSpec, frame: SeriesFrame, *, history: History | 
                 str(c): "|".join(frame.labels_of(str(c)).get(k, "") for k in spec.peer_labels)
                 for c in values.columns})
         baseline, tracker = None, None
+        # Only a detector that reads the hour's spread needs each series' like nodes.
+        like_nodes = _like_nodes(frame) if detector.uses_hour_scale else None
         if detector.uses_baseline:
             if trackers is not None:
                 tracker = trackers.get(detector.name)
@@ -243,7 +244,7 @@ def _spans(detection: Detection, persistence: Persistence, hold_rows: int | None
 
 def _masked_baseline(detector: Detector, values: pd.DataFrame, history: History | None,
                      anomalous: pd.DataFrame | None, changes: Sequence[ChangeWindow], policy: BaselinePolicy,
-                     like_nodes: Mapping[str, str], own: pd.DataFrame) -> Baseline:
+                     like_nodes: Mapping[str, str] | None, own: pd.DataFrame) -> Baseline:
     return _baseline(detector, values, history, _union(anomalous, own), changes, policy,
                      like_nodes=like_nodes)
 

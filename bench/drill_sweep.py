@@ -327,10 +327,12 @@ def replay_one(path: Path, cache_dir: Path, step_s: float, interval_s: float) ->
             row["ttd_s"] = None if opened is None else max(0.0, opened - start)
             resolved, closed = _epoch(hit.get("resolved_at")), closed_spans(run.told, hit["id"])
             row["coverage"] = coverage(kind, start, end, opened, resolved, closed)
-            if row["coverage"] is not None and end is not None and opened is not None:
+            if row["coverage"] is not None:  # so the fault has an end and the incident opened
+                assert end is not None and opened is not None
                 row["duration_s"] = end - start
-                # The same share counted from the opening: what detection time leaves out of it.
-                row["held"] = coverage(kind, opened, end, opened, resolved, closed) if opened < end else None
+                # The same share counted from the opening (None if it opened after the fault's end):
+                # what detection time leaves out of it.
+                row["held"] = coverage(kind, opened, end, opened, resolved, closed)
         rows.append(row)
     false = [{"severity": i["severity"], "rule": i["rule"], "node": i["root_cause"]["labels"].get("node")}
              for i in unused]
@@ -403,7 +405,7 @@ DURATION_BANDS = ((600.0, 1800.0, "10-30 min"), (1800.0, 2 * HOUR_S, "30 min-2 h
 
 
 def _coverage_by_duration(right: Sequence[dict[str, Any]]) -> str:
-    """``coverage p10 by fault duration: …; once opened, held open p10 …``: where coverage is lost,
+    """``coverage p10 by fault duration: …; counted from the opening …``: where coverage is lost,
     to detection time on short faults or to resolving while the fault went on."""
     parts = []
     for lo, hi, name in DURATION_BANDS:

@@ -32,6 +32,7 @@ from alert_rules import ADAPTERS_DIR, rule_files
 from alert_rules.scale import format_duration, write_scaled_rules
 from oximeter.backfill import BackfillResult, BackfillSpec, build_backfill
 from oximeter.errors import DependencyError, OximeterError
+from oximeter.inputs import parse_timestamp
 from oximeter.ports import start_reserved, wait_port, wait_ports
 from oximeter.procs import ManagedProcess, http_ok, oximeter_argv, wait_until
 from oximeter.prometheus import PrometheusClient
@@ -365,7 +366,9 @@ class Stack:
 
         def evaluated_since() -> bool:
             groups = requests.get(f"{url}/api/v1/rules", timeout=5).json()["data"]["groups"]
-            return all(_epoch_s(g.get("lastEvaluation")) > since for g in groups)
+            return all("lastEvaluation" in g and
+                       parse_timestamp(g["lastEvaluation"], "lastEvaluation").timestamp() > since
+                       for g in groups)
         wait_until(evaluated_since, max(60.0, 10 * opts.eval_interval_s), interval_s=0.2,
                    what="every rule group evaluated after the targets came up")
         return url
@@ -423,8 +426,3 @@ def _hostport(url: str) -> str:
 
 __all__ = ["ANALYZER_JOB", "Addon", "BackfillSpec", "Endpoints", "Observer", "Stack", "StackError",
            "StackOptions", "find_binaries"]
-
-
-def _epoch_s(text: str | None) -> float:
-    """An RFC 3339 time (Prometheus's, nanoseconds included) as epoch seconds; 0 for none."""
-    return datetime.fromisoformat(text).timestamp() if text else 0.0
