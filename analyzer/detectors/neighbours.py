@@ -5,10 +5,16 @@ default for gauges; any gauge signal without threshold or ratio can opt in). Eac
 *shape* is its last ``window`` values; its surprise is the mean distance, in robust scales of the
 series, from that shape to its ``neighbours`` nearest shapes among the ``reference`` shapes
 before it (scikit-learn's neighbour search). A sample is flagged when its surprise is the highest
-of the last ``memory`` samples' — a conformal p-value below 1/``memory``, so the flag rate on a
-series that behaves as it did stays about that low whatever its noise — and clears a floor.
-Level shifts, spikes, changes in variance and broken daily shapes all give shapes with no near
-neighbour. After a flag the detector is quiet for ``quiet`` samples: an anomaly is told once.
+of the last ``memory`` samples' (a conformal p-value below 1/``memory``), clears a floor, and
+stands out from the series' own long-run surprises: the mean of the last few surprises at least
+``min_z`` standard deviations above the usual such means (the anomaly likelihood of Numenta's HTM
+detector, ``analyzer.detectors.likelihood``). A record alone would come once per ``memory``
+samples on any series, so a long or bursty one would raise a false alarm every few days; the
+long-run bar keeps that rate low however long the series runs. A value beyond everything the
+series has shown, by a margin of that range, is flagged without a record (HTM's "spatial
+anomaly"): a shift's first samples. Level shifts, spikes, changes in variance and broken daily
+shapes all give shapes with no near neighbour. After a flag the detector is quiet for ``quiet``
+samples: an anomaly is told once. ``bench/nab_eval.py --folds`` chooses the flagging parameters.
 
 Strictly causal: the reference set and the scale are refit every ``block`` samples from samples
 before the block, and a flag at t compares only with surprises before t. Lengths are in samples,
@@ -26,6 +32,7 @@ import pandas as pd
 from numpy.lib.stride_tricks import sliding_window_view
 
 from analyzer.detectors.base import Detection, Detector, like
+from analyzer.detectors.likelihood import range_breaks, score_z
 from analyzer.frame import Baseline
 
 # MAD of a normal distribution in standard deviations.
@@ -52,6 +59,22 @@ class NeighbourSurprise(Detector):
     direction: Literal["up", "down", "both"] = "both"
     min_scale_rel: float = 0.02
     min_scale_abs: float = 1e-6
+    # A record must also stand out from the series' long-run surprises (anomaly likelihood): the
+    # mean of the last ``likelihood_short`` surprises at least ``min_z`` standard deviations above
+    # the means of the ``likelihood_long`` before it (known after ``likelihood_history``). A record
+    # of a few hundred samples alone comes about once per ``memory`` samples on any series, so a
+    # long or bursty one would raise a false alarm every few days; z 4 is about the one-sided
+    # 1e-5 tail HTM alarms at. None: records alone.
+    min_z: float | None = 4.0
+    likelihood_short: int = 10
+    likelihood_long: int = 2000
+    likelihood_history: int = 200
+    # Surprises are in robust scales: below this spread of their means, z would magnify noise.
+    likelihood_min_spread: float = 0.1
+    # A value beyond everything seen in ``range_warmup`` samples or more, by ``range_tolerance``
+    # of that range, is flagged without a record (a shift's first samples). None: off.
+    range_tolerance: float | None = 0.05
+    range_warmup: int = 200
 
     name: ClassVar[str] = "neighbour_surprise"
     reason_template: ClassVar[str] = ("value {value:.4g}: its recent shape is {score:.1f} robust σ from "
@@ -62,6 +85,8 @@ class NeighbourSurprise(Detector):
             raise ValueError("neighbour_surprise needs window, neighbours, block and memory >= 1")
         if self.reference <= self.neighbours:
             raise ValueError("neighbour_surprise needs more reference shapes than neighbours")
+        if min(self.likelihood_short, self.likelihood_long, self.likelihood_history) < 1:
+            raise ValueError("neighbour_surprise needs likelihood_short, _long and _history >= 1")
 
     def surprise(self, series: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Per sample of one series: the surprise (NaN while warming up) and the median it was
@@ -98,9 +123,12 @@ class NeighbourSurprise(Detector):
             centre[t0:t1] = mid
         return out, centre
 
-    def flags_of(self, surprise: np.ndarray, oriented: np.ndarray) -> np.ndarray:
-        """Where a surprise beats the last ``memory`` ones (at least ``min_prior`` of them) and the
-        floor, pointing the watched way, and no flag was raised in the ``quiet`` samples before.
+    def flags_of(self, surprise: np.ndarray, oriented: np.ndarray,
+                 breaks: np.ndarray | None = None) -> np.ndarray:
+        """Where a surprise beats the last ``memory`` ones (at least ``min_prior`` of them), the
+        floor and the long-run bar (``min_z``), pointing the watched way, or where ``breaks``
+        (values beyond the series' range, see ``range_breaks``) holds; and no flag was raised in
+        the ``quiet`` samples before.
 
         The record a sample must beat is that of normal behaviour: after a flag, the surprises of
         the ``window`` samples whose shapes hold the flagged sample count in the memory only up
@@ -110,20 +138,32 @@ class NeighbourSurprise(Detector):
         floor = min(self.min_prior, self.memory)
         record = surprise.copy()  # the memory as later samples see it (anomalies capped)
         flags = np.zeros(len(surprise), dtype=bool)
+        broke = np.zeros(len(surprise), dtype=bool) if breaks is None else breaks & ~np.isnan(surprise)
         last = -self.quiet - 1
         with np.errstate(invalid="ignore"):
-            rows = np.flatnonzero((surprise >= self.min_surprise) & (oriented >= 0))
-        for row in rows.tolist():  # sequential: a flag changes the memory after it
+            candidate = (surprise >= self.min_surprise) & (oriented >= 0)
+            if self.min_z is not None:
+                candidate &= score_z(surprise, self.likelihood_short, self.likelihood_long,
+                                     self.likelihood_history, self.likelihood_min_spread) >= self.min_z
+        for row in np.flatnonzero(candidate | broke).tolist():  # sequential: a flag changes the memory
             if row - last <= self.quiet:
                 continue
             past = record[max(0, row - self.memory):row]
             past = past[~np.isnan(past)]
-            if len(past) < floor or surprise[row] <= (bar := float(past.max())):
+            bar = float(past.max()) if len(past) else float(surprise[row])
+            if not broke[row] and (len(past) < floor or surprise[row] <= bar):
                 continue
             flags[row] = True
             last = row
             np.minimum(record[row:row + self.window], bar, out=record[row:row + self.window])
         return flags
+
+    def breaks_of(self, series: np.ndarray) -> np.ndarray | None:
+        """Where a value leaves the series' range the watched way (None when that check is off)."""
+        if self.range_tolerance is None:
+            return None
+        above, below = range_breaks(series, self.range_warmup, self.range_tolerance)
+        return {"up": above, "down": below, "both": above | below}[self.direction]
 
     def _detect(self, values: pd.DataFrame, baseline: Baseline | None) -> Detection:
         data = values.to_numpy(dtype=np.float64)
@@ -136,6 +176,6 @@ class NeighbourSurprise(Detector):
             with np.errstate(invalid="ignore"):
                 sign = np.sign(data[:, col] - centre[:, col])
             oriented = {"up": sign, "down": -sign, "both": np.ones_like(sign)}[self.direction]
-            flags[:, col] = self.flags_of(score[:, col], oriented)
+            flags[:, col] = self.flags_of(score[:, col], oriented, self.breaks_of(data[:, col]))
         return Detection(like(values, flags), like(values, score.astype(np.float32)),
                          like(values, centre.astype(np.float32)))

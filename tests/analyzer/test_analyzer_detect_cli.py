@@ -175,3 +175,24 @@ def test_a_downward_shift_is_found_too(tmp_path: Path) -> None:
     [event] = detect_file(write(tmp_path, shifted(jump=-20.0), Series(60.0)))
     # Scores are magnitudes (higher is worse); the direction shows in value vs baseline.
     assert event.score > 6 and event.baseline is not None and event.value < event.baseline - 15
+
+
+def _uniform_days(days: float, step_s: float, seed: int) -> np.ndarray:
+    """``0.2 + 0.05·U(0, 1)``: a busy-but-healthy gauge with no structure at all."""
+    return 0.2 + 0.05 * np.random.default_rng(seed).uniform(0.0, 1.0, int(days * 86400 / step_s))
+
+
+@pytest.mark.parametrize("seed", [3, 4, 5])
+def test_days_of_plain_noise_raise_nothing_from_the_first_sample(tmp_path: Path, seed: int) -> None:
+    # Its early samples are judged with little history: the warm-up must not read noise as news.
+    assert detect_file(write(tmp_path, _uniform_days(4, 30.0, seed), Series(30.0))) == []
+
+
+@pytest.mark.parametrize("seed", [3, 4, 5])
+def test_a_fourfold_step_on_day_four_is_told_within_15_minutes(tmp_path: Path, seed: int) -> None:
+    values = _uniform_days(4, 30.0, seed)
+    step_row = int(3.5 * 86400 / 30.0)
+    values[step_row:] *= 4.0
+    [event] = detect_file(write(tmp_path, values, Series(30.0)))
+    step_at = T0 + pd.Timedelta(seconds=step_row * 30.0)
+    assert step_at <= pd.Timestamp(event.detected_at) <= step_at + pd.Timedelta(minutes=15)
