@@ -42,7 +42,8 @@ MAD_TO_SIGMA = 1.4826
 @dataclass
 class NeighbourSurprise(Detector):
     """Flags a sample whose recent shape is farther from its nearest past shapes than any sample
-    of the last ``memory`` was (and at least ``min_surprise`` robust scales away)."""
+    of the last ``memory`` was (at least ``min_surprise`` robust scales away, and ``min_z`` above
+    the series' long-run surprises), or whose value leaves the range the series has shown."""
 
     window: int = 12
     neighbours: int = 10
@@ -63,8 +64,8 @@ class NeighbourSurprise(Detector):
     # mean of the last ``likelihood_short`` surprises at least ``min_z`` standard deviations above
     # the means of the ``likelihood_long`` before it (known after ``likelihood_history``). A record
     # of a few hundred samples alone comes about once per ``memory`` samples on any series, so a
-    # long or bursty one would raise a false alarm every few days; z 4 is about the one-sided
-    # 1e-5 tail HTM alarms at. None: records alone.
+    # long or bursty one would raise a false alarm every few days; z 4 is a one-sided tail of
+    # 3e-5, near the "four or five nines" of likelihood HTM alarms at. None: records alone.
     min_z: float | None = 4.0
     likelihood_short: int = 10
     likelihood_long: int = 2000
