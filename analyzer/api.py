@@ -6,7 +6,6 @@ outright when no token is configured (a write API without a secret is not a defa
 
 from __future__ import annotations
 
-import json
 from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -18,7 +17,7 @@ from analyzer.events import AnomalyEvent, iso_utc
 from analyzer.incident_store import IncidentQuery, IncidentStore, QueryError, parse_duration
 from analyzer.incidents import ChangeEvent
 from oximeter.auth import bearer_refusal
-from oximeter.inputs import InputValueError, parse_epoch_ms, parse_label_value, parse_timestamp
+from oximeter.inputs import InputValueError, parse_epoch_ms, parse_json, parse_label_value, parse_timestamp
 
 Clock = Callable[[], datetime]
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
@@ -42,9 +41,9 @@ def _authorized(request: web.Request) -> web.Response | None:
 
 async def _body(request: web.Request) -> dict[str, Any]:
     try:
-        data = await request.json()
-    except (json.JSONDecodeError, UnicodeDecodeError):
-        raise QueryError("body: expected a JSON object") from None
+        data = parse_json(await request.read())
+    except InputValueError as exc:
+        raise QueryError(str(exc)) from None
     if not isinstance(data, dict):
         raise QueryError("body: expected a JSON object")
     return data

@@ -36,7 +36,7 @@ from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
 from analyzer.api import build_app, start_api
 from analyzer.catalogue import CATALOGUE
-from analyzer.events import AnomalyEvent, parse_iso
+from analyzer.events import AnomalyEvent
 from analyzer.incident_store import IncidentStore
 from analyzer.incidents import Change, Incident, IncidentSettings, IncidentTracker, findings
 from analyzer.kube_changes import KubeChangePoller
@@ -47,6 +47,7 @@ from analyzer.sources.base import ReplayClock, Source
 from analyzer.topology import Topology, TopologySettings
 from oximeter.config import DEFAULT_CONFIG_PATH, read_config, section
 from oximeter.errors import ConfigError, OximeterError
+from oximeter.inputs import cli_type, parse_timestamp
 from oximeter.ports import write_port_file
 from oximeter.secrets import read_secret
 from oximeter.store import connect
@@ -254,7 +255,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
                         help="replay `oximeter sim history` output instead of Prometheus")
     parser.add_argument("--signals", metavar="FILE", help="replay a long signal file (CSV/Parquet)")
     parser.add_argument("--speed", type=float, default=60.0, help="replay speed (default 60 ×)")
-    parser.add_argument("--replay-start", metavar="ISO",
+    parser.add_argument("--replay-start", metavar="ISO", type=cli_type(parse_timestamp, "--replay-start"),
                         help="replayed time to start at (default: the data's start)")
     parser.add_argument("--store", default=None, help="store file (default: incidents.store_path)")
     parser.add_argument("--inputs", choices=get_args(InputProfile), default=None,
@@ -299,7 +300,7 @@ class AnalyzeConfig:
 def _source(args: argparse.Namespace, config: AnalyzeConfig) -> Source:
     from analyzer.sources.frames import FrameSource
 
-    start = parse_iso(args.replay_start) if args.replay_start else None
+    start: datetime | None = args.replay_start
     # One cycle judges the replay at its start: at the running speed the instant would depend on
     # how long the set-up took (60 × a slow machine's 20 s of imports is 20 minutes later).
     speed = 0.0 if args.once else args.speed

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import asyncio
 import itertools
-import json
 import os
 import time
 from typing import Any
@@ -28,6 +27,7 @@ from gateway.retries import RetryTracker, retry_key
 from gateway.settings import GatewaySettings
 from gateway.tracecontext import trace_of
 from gateway.waiting import AsyncAdmission
+from oximeter.inputs import InputValueError, parse_json
 
 COMPLETION_ROUTES = ("/v1/chat/completions", "/v1/completions")
 # A client-chosen model name is logged as sent, cut to this length.
@@ -256,9 +256,9 @@ class Gateway:
         self._log("request received", request_id=ctx.request_id, trace_id=ctx.trace.trace_id,
                   route=ctx.route, body_bytes=len(body))
         try:
-            payload: Any = json.loads(body)
-        except ValueError as exc:
-            return self._refuse(ctx, 400, "invalid_json", f"malformed JSON: {exc}")
+            payload: Any = parse_json(body)
+        except InputValueError as exc:
+            return self._refuse(ctx, 400, "invalid_json", str(exc))
         if not isinstance(payload, dict):
             return self._refuse(ctx, 400, "invalid_json", "the body must be a JSON object")
         model = payload.get("model")

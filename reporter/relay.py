@@ -34,6 +34,7 @@ from analyzer.incident_store import IncidentQuery, IncidentStore
 from analyzer.incidents import ChangeEvent, Incident
 from oximeter.auth import bearer_refusal
 from oximeter.errors import OximeterError
+from oximeter.inputs import InputValueError, parse_json
 from oximeter.runbook import runbook_link
 from oximeter.store import lock_for, migrate, transaction
 from oximeter.vocabulary import SEVERITY_RANK
@@ -290,10 +291,8 @@ class Relay:
             if len(body) > MAX_BODY_BYTES:
                 return web.json_response({"error": f"body: larger than {MAX_BODY_BYTES} bytes"}, status=413)
         try:
-            payload = Payload.parse(json.loads(body))
-        except (json.JSONDecodeError, UnicodeDecodeError):
-            return web.json_response({"error": "body: expected a JSON object"}, status=400)
-        except PayloadError as exc:
+            payload = Payload.parse(parse_json(bytes(body)))
+        except (InputValueError, PayloadError) as exc:
             return web.json_response({"error": str(exc)}, status=400)
         try:
             outcome = await asyncio.to_thread(self.receive, payload)
