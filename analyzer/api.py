@@ -6,11 +6,13 @@ outright when no token is configured (a write API without a secret is not a defa
 
 from __future__ import annotations
 
+import sqlite3
 from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from aiohttp import web
+from loguru import logger
 from pydantic import SecretStr
 
 from analyzer.events import AnomalyEvent, iso_utc
@@ -175,6 +177,18 @@ async def record_change(request: web.Request) -> web.Response:
     return web.json_response({**change.to_dict(), "id": change_id}, status=201)
 
 
+@web.middleware
+async def store_failures(request: web.Request, handler: Handler) -> web.StreamResponse:
+    """A store that cannot read or write (a full disk, a lost file) is a 503 the client may retry,
+    with the reason, never a 500 with a traceback."""
+    try:
+        return await handler(request)
+    except (sqlite3.Error, OSError) as exc:
+        logger.error("analyzer API: store failed on {} {}: {}", request.method, request.path, exc)
+        return web.json_response({"error": f"store unavailable ({exc}); nothing was changed, retry later"},
+                                 status=503, headers={"Retry-After": "30"})
+
+
 async def openapi(request: web.Request) -> web.Response:
     """``GET /openapi.json``."""
     return web.json_response(OPENAPI)
@@ -182,7 +196,7 @@ async def openapi(request: web.Request) -> web.Response:
 
 def build_app(store: IncidentStore, token: SecretStr | None, clock: Clock = _now) -> web.Application:
     """The API as an aiohttp application (the daemon runs it beside its cycle)."""
-    app = web.Application(client_max_size=64 * 1024)
+    app = web.Application(client_max_size=64 * 1024, middlewares=[store_failures])
     app[STORE], app[TOKEN], app[CLOCK] = store, token, clock
     app.router.add_get("/api/incidents", list_incidents)
     app.router.add_get("/api/incidents/{id}", get_incident)
@@ -202,6 +216,8 @@ _ERR = {"description": "malformed request; the body's error names the reason",
         "content": {"application/json": {"schema": {"$ref": "#/components/schemas/Error"}}}}
 _AUTH = {"401": {"description": "missing or wrong bearer token"},
          "403": {"description": "writes disabled (no token configured)"}}
+_STORE = {"description": "the store cannot be read or written (e.g. a full disk); retry later",
+          "content": {"application/json": {"schema": {"$ref": "#/components/schemas/Error"}}}}
 _ID = [{"name": "id", "in": "path", "required": True, "schema": {"type": "string"}}]
 
 
@@ -247,7 +263,7 @@ OPENAPI: dict[str, Any] = {
             "requestBody": _body_schema({"kind": {"type": "string"}, "description": {"type": "string"},
                                          "labels": {"type": "object"}, "at": {"type": "string"}},
                                         ["kind", "description"]),
-            "responses": {"201": {"description": "recorded"}, "400": _ERR, **_AUTH}}},
+            "responses": {"201": {"description": "recorded"}, "400": _ERR, **_AUTH, "503": _STORE}}},
         "/openapi.json": {"get": {"summary": "this document",
                                   "responses": {"200": {"description": "OpenAPI"}}}},
     },
