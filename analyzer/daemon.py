@@ -8,8 +8,9 @@ cannot be read sets ``oximeter_analyzer_source_up`` to 0, backs off, sends one "
 see" notice per outage and recovers by itself. SIGTERM finishes the cycle in flight, then stops.
 
 One active analyzer per fleet: the store is an embedded SQLite file and the tracker's state is
-in-process, so two daemons would open the same incident twice. Sharding needs a shared store and
-a leader (for the digest too) and is a later step.
+in-process, so two daemons would open the same incident twice; a second one on the same store is
+refused, naming the first (``oximeter/store_lock.py``). Sharding needs a shared store and a
+leader (for the digest too) and is a later step.
 """
 
 from __future__ import annotations
@@ -35,8 +36,10 @@ from prometheus_client import CollectorRegistry, Gauge, Histogram, generate_late
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
 from analyzer.api import build_app, start_api
+from analyzer.blindness import BlindWatch, notice_text
 from analyzer.catalogue import CATALOGUE
 from analyzer.events import AnomalyEvent
+from analyzer.frame import SeriesFrame
 from analyzer.incident_store import IncidentStore
 from analyzer.incidents import Change, Incident, IncidentSettings, IncidentTracker, findings
 from analyzer.kube_changes import KubeChangePoller
@@ -51,6 +54,7 @@ from oximeter.inputs import cli_type, parse_timestamp
 from oximeter.ports import write_port_file
 from oximeter.secrets import read_secret
 from oximeter.store import connect
+from oximeter.store_lock import hold_store
 from oximeter.vocabulary import LAYERS, SEVERITIES
 from reporter.settings import ReporterSettings
 
@@ -97,6 +101,9 @@ class DaemonMetrics:
                                registry=self.registry)
         self.anomalies = Gauge("oximeter_anomalies_active", "Active anomaly events.", ("signal", "layer"),
                                registry=self.registry)
+        self.blind = Gauge("oximeter_analyzer_blind_signals",
+                           "Signals whose queries return no series where some are expected.",
+                           registry=self.registry)
         # Every layer × severity the open-incidents gauge starts at 0 for (dashboards show 0, not "No data").
         self._open_labels: set[tuple[str, str]] = {(layer, sev) for layer in LAYERS for sev in SEVERITIES}
         for layer, sev in self._open_labels:
@@ -141,6 +148,7 @@ class Analyzer:
         self.tracker = IncidentTracker(settings, store.tracked(clock(), settings.reopen_window_s), not_judged)
         self.source_down_since: datetime | None = None
         self.failures = 0
+        self.blind_watch = BlindWatch()
 
     def cycle(self) -> bool:
         """One cycle; returns whether the source could be read."""
@@ -151,6 +159,7 @@ class Analyzer:
             self._source_down(now, exc)
             return False
         self._source_up(now)
+        self._blindness(now, frames)
         if self.change_feed is not None:
             try:
                 self.change_feed(now)
@@ -174,6 +183,15 @@ class Analyzer:
             if not self.store.silenced(change.incident_id, now):
                 self.notifier.notify(change, self.store.get(change.incident_id))
             self.store.mark_emitted([change.key], now)
+
+    def _blindness(self, now: datetime, frames: Mapping[str, SeriesFrame]) -> None:
+        new, back = self.blind_watch.check(frames, self.catalogue)
+        self.metrics.blind.set(len(self.blind_watch.blind))
+        if new:
+            logger.error("analyzer: blind to {} signal(s): {}", len(new), "; ".join(b.text() for b in new))
+            self.notifier.notice(f"analyzer:blind:{now:%Y%m%dT%H%M%S}", notice_text(new))
+        if back:
+            logger.info("analyzer: series back for {}", ", ".join(back))
 
     def _source_down(self, now: datetime, exc: BaseException) -> None:
         self.metrics.source_up.set(0)
@@ -327,15 +345,31 @@ def run(args: argparse.Namespace) -> int:
         # Said before anything else can fail: the signals these inputs cannot feed are left out.
         for line in config.analyzer.missing_inputs():
             logger.warning("{}", line)
-        store = IncidentStore(connect(args.store or settings.store_path))
+        store_path = args.store or settings.store_path
+        lock = hold_store(store_path, "oximeter analyze") if str(store_path) != ":memory:" else None
+        try:
+            store = IncidentStore(connect(store_path))
+        except OximeterError:
+            if lock is not None:
+                lock.release()
+            raise
     except OximeterError as exc:
         print(f"oximeter analyze: {exc}", file=sys.stderr)
         return 2
     try:
+        return _run(args, config, store)
+    finally:
+        store.conn.close()
+        if lock is not None:
+            lock.release()
+
+
+def _run(args: argparse.Namespace, config: AnalyzeConfig, store: IncidentStore) -> int:
+    settings = config.incidents
+    try:
         source = _source(args, config)
     except OximeterError as exc:
         print(f"oximeter analyze: {exc}", file=sys.stderr)
-        store.conn.close()
         return 2
     pipeline = CyclePipeline(source, config.analyzer.catalogue(), config.analyzer.step_s,
                              config.analyzer.live_window_s, policy=config.analyzer.baseline.policy(),
@@ -351,7 +385,6 @@ def run(args: argparse.Namespace) -> int:
         if isinstance(exc, ConfigError) and exc.path is None:  # a channel's secret: name the file too
             exc = ConfigError(exc.problems, str(args.config or DEFAULT_CONFIG_PATH))
         print(f"oximeter analyze: {exc}", file=sys.stderr)
-        store.conn.close()
         return 2
     notifier: Notifier = reporting.notifier if config.reporter.channels else LogNotifier()
     # On stock telemetry kube-state-metrics tells of restarts and rollouts (replays hold none).
@@ -364,13 +397,10 @@ def run(args: argparse.Namespace) -> int:
                         not_judged=config.analyzer.not_judged())
     # A restart into an ongoing fault: its evidence stays out of the first cycle's baselines.
     pipeline.remember(e for inc in analyzer.tracker.incidents if inc.state == "open" for e in inc.evidence)
-    try:
-        if args.once:
-            return 0 if analyzer.cycle() else 1
-        port = settings.api_port if args.port is None else args.port
-        asyncio.run(serve(analyzer, config.analyzer.interval_s, settings.api_host, port,
-                          reporting=reporting, port_file=args.port_file))
-        return 0
-    finally:
-        # serve() has returned, so no cycle thread or API handler still uses the connection.
-        store.conn.close()
+    if args.once:
+        return 0 if analyzer.cycle() else 1
+    port = settings.api_port if args.port is None else args.port
+    # The caller closes the store once serve() has returned: no cycle thread or API handler uses it then.
+    asyncio.run(serve(analyzer, config.analyzer.interval_s, settings.api_host, port,
+                      reporting=reporting, port_file=args.port_file))
+    return 0
