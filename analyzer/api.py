@@ -19,6 +19,7 @@ from analyzer.events import AnomalyEvent, iso_utc
 from analyzer.incident_store import IncidentQuery, IncidentStore, QueryError, parse_duration
 from analyzer.incidents import ChangeEvent
 from oximeter.auth import bearer_refusal
+from oximeter.guard import ConnectionGuard, GuardedSite, read_body
 from oximeter.inputs import InputValueError, parse_epoch_ms, parse_json, parse_label_value, parse_timestamp
 
 Clock = Callable[[], datetime]
@@ -26,6 +27,8 @@ Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 STORE: web.AppKey[IncidentStore] = web.AppKey("store", IncidentStore)
 TOKEN: web.AppKey[SecretStr | None] = web.AppKey("token", SecretStr)
 CLOCK: web.AppKey[Clock] = web.AppKey("clock")
+GUARD: web.AppKey[ConnectionGuard] = web.AppKey("guard", ConnectionGuard)
+MAX_BODY_BYTES = 64 * 1024  # an ack, a silence or a change event; the relay reads its own, larger
 
 
 def _now() -> datetime:
@@ -43,7 +46,7 @@ def _authorized(request: web.Request) -> web.Response | None:
 
 async def _body(request: web.Request) -> dict[str, Any]:
     try:
-        data = parse_json(await request.read())
+        data = parse_json(await read_body(request, request.app[GUARD], MAX_BODY_BYTES))
     except InputValueError as exc:
         raise QueryError(str(exc)) from None
     if not isinstance(data, dict):
@@ -194,10 +197,19 @@ async def openapi(request: web.Request) -> web.Response:
     return web.json_response(OPENAPI)
 
 
-def build_app(store: IncidentStore, token: SecretStr | None, clock: Clock = _now) -> web.Application:
-    """The API as an aiohttp application (the daemon runs it beside its cycle)."""
-    app = web.Application(client_max_size=64 * 1024, middlewares=[store_failures])
-    app[STORE], app[TOKEN], app[CLOCK] = store, token, clock
+def api_guard() -> ConnectionGuard:
+    """The API's connection guard: its clients are Grafana, Alertmanager, scripts and people, a
+    handful of connections each; a client holding more is refused, never the ones behind it."""
+    return ConnectionGuard(header_timeout_s=10.0, idle_timeout_s=75.0, max_per_client=64,
+                           body_timeout_s=10.0, name="analyzer API")
+
+
+def build_app(store: IncidentStore, token: SecretStr | None, clock: Clock = _now,
+              guard: ConnectionGuard | None = None) -> web.Application:
+    """The API as an aiohttp application (the daemon runs it beside its cycle), kept to ``guard``."""
+    guard = guard or api_guard()
+    app = web.Application(client_max_size=MAX_BODY_BYTES, middlewares=[guard.middleware, store_failures])
+    app[STORE], app[TOKEN], app[CLOCK], app[GUARD] = store, token, clock, guard
     app.router.add_get("/api/incidents", list_incidents)
     app.router.add_get("/api/incidents/{id}", get_incident)
     app.router.add_post("/api/incidents/{id}/ack", ack_incident)
@@ -274,5 +286,8 @@ async def start_api(app: web.Application, host: str, port: int) -> web.AppRunner
     """Serve ``app`` on ``host:port``; the caller ``await runner.cleanup()`` on shutdown."""
     runner = web.AppRunner(app, access_log=None)
     await runner.setup()
-    await web.TCPSite(runner, host, port).start()
+    guard = app.get(GUARD)  # an app of build_app() has one; another served the same way may not
+    site = (web.TCPSite(runner, host, port) if guard is None
+            else GuardedSite(runner, host, port, guard, backlog=1024))
+    await site.start()
     return runner

@@ -1,35 +1,82 @@
-"""What one client can hold of the gateway: connections per client address, and how long it may take.
+"""What one client can hold of a listener: connections per client address and in all, and for how long.
 
 aiohttp's server has no deadline for a client that opens a connection and sends its request
-headers (or body) a byte at a time, so without this a few hundred slow clients hold the gateway's
-file descriptors for as long as they like. Each connection is wrapped in a protocol that keeps one
-deadline: ``header_timeout_s`` from the connection (or from the first byte of the next request on
-a kept-alive one) until its request reaches a handler, ``idle_timeout_s`` between requests. The
-body has its own deadline where the handler reads it. Past a deadline the connection is closed.
+headers (or body) a byte at a time, so without this a few hundred slow or idle clients hold the
+process's file descriptors for as long as they like: past the open-file limit the process can no
+longer accept anyone, nor reach Prometheus or its chat services. Each connection is wrapped in a
+protocol that keeps one deadline: ``header_timeout_s`` from the connection (or from the first byte
+of the next request on a kept-alive one) until its request reaches a handler, ``idle_timeout_s``
+between requests. The body has its own deadline where the handler reads it (:func:`read_body`).
+Past a deadline the connection is closed. A client over ``max_per_client``, or any client past
+``max_connections`` in all, is answered at once and closed. Every listener (the gateway, the
+analyzer's API and the Alertmanager relay on it) runs one guard configured for itself; what it
+refuses is logged as one summary line per ``log_interval_s``, never a line per connection.
 """
 
 from __future__ import annotations
 
 import asyncio
+import resource
 from collections import Counter
 from collections.abc import Callable
 from typing import Any, cast
 
 from aiohttp import web
+from loguru import logger
 
 _OVER_CAP = (b"HTTP/1.1 429 Too Many Requests\r\nConnection: close\r\nRetry-After: 1\r\n"
              b"Content-Type: text/plain\r\nContent-Length: 37\r\n\r\ntoo many connections from this client\n")
+_FULL = (b"HTTP/1.1 503 Service Unavailable\r\nConnection: close\r\nRetry-After: 1\r\n"
+         b"Content-Type: text/plain\r\nContent-Length: 21\r\n\r\ntoo many connections\n")
+
+
+def default_max_connections() -> int:
+    """Three quarters of the open-file limit: the rest stays for the store, the logs and the
+    connections the process makes itself (Prometheus, chat services, the upstream engine)."""
+    soft, _hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    return max(64, soft * 3 // 4) if soft != resource.RLIM_INFINITY else 65536
 
 
 class ConnectionGuard:
-    """Counts connections per client address and keeps each one's deadline."""
+    """Counts connections per client address and in all, and keeps each one's deadline."""
 
-    def __init__(self, header_timeout_s: float, idle_timeout_s: float, max_per_client: int) -> None:
+    def __init__(self, header_timeout_s: float, idle_timeout_s: float, max_per_client: int, *,
+                 max_connections: int | None = None, body_timeout_s: float = 30.0,
+                 name: str = "listener", log_interval_s: float = 60.0) -> None:
         self.header_timeout_s = header_timeout_s
         self.idle_timeout_s = idle_timeout_s
+        self.body_timeout_s = body_timeout_s
         self.max_per_client = max_per_client
+        self.max_connections = max_connections or default_max_connections()
+        self.name, self.log_interval_s = name, log_interval_s
         self.open: Counter[str] = Counter()
+        self.refused: Counter[str] = Counter()  # reason -> connections since the last summary
+        self.refused_clients: set[str] = set()
+        self._summary: asyncio.TimerHandle | None = None
         self._by_transport: dict[int, _Guarded] = {}
+
+    @property
+    def total(self) -> int:
+        """Connections held now."""
+        return sum(self.open.values())
+
+    def note(self, reason: str, client: str) -> None:
+        """Count one refused or expired connection; the summary line follows within an interval."""
+        self.refused[reason] += 1
+        self.refused_clients.add(client)
+        if self._summary is None:
+            self._summary = asyncio.get_running_loop().call_later(self.log_interval_s, self.summarise)
+
+    def summarise(self) -> None:
+        """One line for everything refused since the last one (none when nothing was)."""
+        self._summary = None
+        if self.refused:
+            counts = ", ".join(f"{n} {reason}" for reason, n in sorted(self.refused.items()))
+            logger.warning("{}: connections refused or closed in the last {:g} s: {} (from {} client "
+                           "address(es); {} held now)", self.name, self.log_interval_s, counts,
+                           len(self.refused_clients), self.total)
+        self.refused.clear()
+        self.refused_clients.clear()
 
     def wrap(self, factory: Callable[[], asyncio.Protocol]) -> Callable[[], asyncio.Protocol]:
         """A protocol factory whose connections are counted and kept to their deadlines."""
@@ -76,6 +123,12 @@ class _Guarded(asyncio.Protocol):
         if self.guard.open[self.client] >= self.guard.max_per_client:
             conn.write(_OVER_CAP)
             conn.close()
+            self.guard.note("over the per-client cap", self.client)
+            return
+        if self.guard.total >= self.guard.max_connections:
+            conn.write(_FULL)
+            conn.close()
+            self.guard.note("over the total cap", self.client)
             return
         self.guard.open[self.client] += 1
         self.counted = True
@@ -103,6 +156,8 @@ class _Guarded(asyncio.Protocol):
     def _expired(self) -> None:
         self.timer = None
         if self.transport is not None and self.state != "busy":
+            if self.state == "headers":  # an idle keep-alive closing is normal; a silent client is not
+                self.guard.note("without a request in time", self.client)
             self.transport.close()
 
     def data_received(self, data: bytes) -> None:
@@ -151,3 +206,23 @@ class GuardedSite(web.TCPSite):
         self._server = await asyncio.get_running_loop().create_server(
             self.guard.wrap(server), self._host, self._port, ssl=self._ssl_context,
             backlog=self._backlog, reuse_address=self._reuse_address, reuse_port=self._reuse_port)
+
+
+async def read_body(request: web.Request, guard: ConnectionGuard, max_bytes: int) -> bytes:
+    """The request body within the guard's ``body_timeout_s`` and ``max_bytes``.
+
+    Raises ``web.HTTPRequestEntityTooLarge`` (413) past the size and ``web.HTTPRequestTimeout``
+    (408, the connection then closed) past the deadline.
+    """
+    body = bytearray()
+    try:
+        async with asyncio.timeout(guard.body_timeout_s):
+            while chunk := await request.content.read(64 * 1024):
+                body += chunk
+                if len(body) > max_bytes:
+                    raise web.HTTPRequestEntityTooLarge(max_size=max_bytes, actual_size=len(body))
+    except TimeoutError:
+        guard.note("with a body not received in time", request.remote or "?")
+        raise web.HTTPRequestTimeout(text=f"body not received within {guard.body_timeout_s:g} s",
+                                     headers={"Connection": "close"}) from None
+    return bytes(body)
