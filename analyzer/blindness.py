@@ -10,11 +10,13 @@ healthy nothing. A signal is expected to have series when it had some earlier in
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from datetime import datetime
 
 import numpy as np
 import pandas as pd
+from loguru import logger
 
 from analyzer.frame import SeriesFrame
 from analyzer.signals import SignalSpec
@@ -91,6 +93,12 @@ class BlindWatch:
         self.blind = now_blind
         return new, back
 
+    def report(self, now: datetime, frames: Mapping[str, SeriesFrame], catalogue: Mapping[str, SignalSpec],
+               notice: Callable[[str, str], None]) -> int:
+        """:meth:`check`, then one ``notice`` for the newly blind and a log line for the recovered;
+        returns how many are blind now."""
+        return _report(self, now, frames, catalogue, notice)
+
 
 def notice_text(blind: list[Blind]) -> str:
     """The one notice for signals found blind in a cycle."""
@@ -98,3 +106,14 @@ def notice_text(blind: list[Blind]) -> str:
             "source answers, but with no series where there should be some (a wrong selector, a dropped "
             "scrape job or a relabelling mistake), so these are not being judged:\n"
             + "\n".join(b.text() for b in blind))
+
+
+def _report(watch: BlindWatch, now: datetime, frames: Mapping[str, SeriesFrame],
+            catalogue: Mapping[str, SignalSpec], notice: Callable[[str, str], None]) -> int:
+    new, back = watch.check(frames, catalogue)
+    if new:
+        logger.error("analyzer: blind to {} signal(s): {}", len(new), "; ".join(b.text() for b in new))
+        notice(f"analyzer:blind:{now:%Y%m%dT%H%M%S}", notice_text(new))
+    if back:
+        logger.info("analyzer: series back for {}", ", ".join(back))
+    return len(watch.blind)

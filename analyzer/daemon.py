@@ -36,7 +36,7 @@ from prometheus_client import CollectorRegistry, Gauge, Histogram, generate_late
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
 from analyzer.api import build_app, start_api
-from analyzer.blindness import BlindWatch, notice_text
+from analyzer.blindness import BlindWatch
 from analyzer.catalogue import CATALOGUE
 from analyzer.events import AnomalyEvent
 from analyzer.frame import SeriesFrame
@@ -48,6 +48,7 @@ from analyzer.settings import AnalyzerSettings, InputProfile
 from analyzer.signals import SignalSpec
 from analyzer.sources.base import ReplayClock, Source
 from analyzer.topology import Topology, TopologySettings
+from analyzer.unsaved import Unsaved
 from oximeter.config import DEFAULT_CONFIG_PATH, read_config, section
 from oximeter.errors import ConfigError, OximeterError
 from oximeter.inputs import cli_type, parse_timestamp
@@ -149,6 +150,7 @@ class Analyzer:
         self.source_down_since: datetime | None = None
         self.failures = 0
         self.blind_watch = BlindWatch()
+        self.unsaved = Unsaved()
 
     def cycle(self) -> bool:
         """One cycle; returns whether the source could be read."""
@@ -163,7 +165,7 @@ class Analyzer:
         if self.change_feed is not None:
             try:
                 self.change_feed(now)
-            except SOURCE_ERRORS as exc:  # the signals were read: judge them, catch up next cycle
+            except (*SOURCE_ERRORS, sqlite3.Error) as exc:  # the signals were read: judge them, retry later
                 logger.warning("analyzer: cannot read platform changes: {}", exc)
         topology = topology_from_frames(frames, self.topology)
         found = findings(events, topology, now=now, snapshot=self.pipeline.snapshot(frames, now),
@@ -171,8 +173,8 @@ class Analyzer:
         lookback = timedelta(seconds=self.settings.lookback_s + self.settings.reopen_window_s)
         changes, touched = self.tracker.step(found, now, self.store.change_events(now - lookback, now))
         self.pipeline.remember(e for i in self.tracker.incidents if i.state == "open" for e in i.evidence)
-        self.store.save(touched, changes)
-        self.flush(now)
+        if self.unsaved.save(self.store, touched, changes, now, self.notifier.notify, self.notifier.notice):
+            self.flush(now)
         self.metrics.update(self.tracker.incidents, events)
         self.metrics.cycle.observe(time.monotonic() - started)
         return True
@@ -185,13 +187,7 @@ class Analyzer:
             self.store.mark_emitted([change.key], now)
 
     def _blindness(self, now: datetime, frames: Mapping[str, SeriesFrame]) -> None:
-        new, back = self.blind_watch.check(frames, self.catalogue)
-        self.metrics.blind.set(len(self.blind_watch.blind))
-        if new:
-            logger.error("analyzer: blind to {} signal(s): {}", len(new), "; ".join(b.text() for b in new))
-            self.notifier.notice(f"analyzer:blind:{now:%Y%m%dT%H%M%S}", notice_text(new))
-        if back:
-            logger.info("analyzer: series back for {}", ", ".join(back))
+        self.metrics.blind.set(self.blind_watch.report(now, frames, self.catalogue, self.notifier.notice))
 
     def _source_down(self, now: datetime, exc: BaseException) -> None:
         self.metrics.source_up.set(0)
