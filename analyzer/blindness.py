@@ -97,7 +97,13 @@ class BlindWatch:
                notice: Callable[[str, str], None]) -> int:
         """:meth:`check`, then one ``notice`` for the newly blind and a log line for the recovered;
         returns how many are blind now."""
-        return _report(self, now, frames, catalogue, notice)
+        new, back = self.check(frames, catalogue)
+        if new:
+            logger.error("analyzer: blind to {} signal(s): {}", len(new), "; ".join(b.text() for b in new))
+            notice(f"analyzer:blind:{now:%Y%m%dT%H%M%S}", notice_text(new))
+        if back:
+            logger.info("analyzer: series back for {}", ", ".join(back))
+        return len(self.blind)
 
 
 def notice_text(blind: list[Blind]) -> str:
@@ -107,13 +113,3 @@ def notice_text(blind: list[Blind]) -> str:
             "scrape job or a relabelling mistake), so these are not being judged:\n"
             + "\n".join(b.text() for b in blind))
 
-
-def _report(watch: BlindWatch, now: datetime, frames: Mapping[str, SeriesFrame],
-            catalogue: Mapping[str, SignalSpec], notice: Callable[[str, str], None]) -> int:
-    new, back = watch.check(frames, catalogue)
-    if new:
-        logger.error("analyzer: blind to {} signal(s): {}", len(new), "; ".join(b.text() for b in new))
-        notice(f"analyzer:blind:{now:%Y%m%dT%H%M%S}", notice_text(new))
-    if back:
-        logger.info("analyzer: series back for {}", ", ".join(back))
-    return len(watch.blind)
