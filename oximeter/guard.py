@@ -198,6 +198,15 @@ class GuardedSite(web.TCPSite):
         super().__init__(runner, host, port, **kwargs)
         self.guard = guard
 
+    def accept_burst(self) -> int:
+        """The backlog handed to asyncio, which also accepts up to that many sockets in one go
+        before any reaches the guard: kept within the file descriptors the total cap leaves, so a
+        flood never makes ``accept()`` fail for lack of them."""
+        soft, _hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+        if soft == resource.RLIM_INFINITY:
+            return self._backlog
+        return max(16, min(self._backlog, (soft - self.guard.max_connections) // 2))
+
     async def start(self) -> None:
         """As ``TCPSite.start``, with the protocol factory wrapped."""
         self._runner._reg_site(self)
@@ -205,7 +214,7 @@ class GuardedSite(web.TCPSite):
         assert server is not None
         self._server = await asyncio.get_running_loop().create_server(
             self.guard.wrap(server), self._host, self._port, ssl=self._ssl_context,
-            backlog=self._backlog, reuse_address=self._reuse_address, reuse_port=self._reuse_port)
+            backlog=self.accept_burst(), reuse_address=self._reuse_address, reuse_port=self._reuse_port)
 
 
 async def read_body(request: web.Request, guard: ConnectionGuard, max_bytes: int) -> bytes:
