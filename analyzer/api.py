@@ -6,25 +6,29 @@ outright when no token is configured (a write API without a secret is not a defa
 
 from __future__ import annotations
 
-import json
+import sqlite3
 from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from aiohttp import web
+from loguru import logger
 from pydantic import SecretStr
 
 from analyzer.events import AnomalyEvent, iso_utc
 from analyzer.incident_store import IncidentQuery, IncidentStore, QueryError, parse_duration
 from analyzer.incidents import ChangeEvent
 from oximeter.auth import bearer_refusal
-from oximeter.inputs import InputValueError, parse_epoch_ms, parse_label_value, parse_timestamp
+from oximeter.guard import ConnectionGuard, GuardedSite, read_body
+from oximeter.inputs import InputValueError, parse_epoch_ms, parse_json, parse_label_value, parse_timestamp
 
 Clock = Callable[[], datetime]
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 STORE: web.AppKey[IncidentStore] = web.AppKey("store", IncidentStore)
 TOKEN: web.AppKey[SecretStr | None] = web.AppKey("token", SecretStr)
 CLOCK: web.AppKey[Clock] = web.AppKey("clock")
+GUARD: web.AppKey[ConnectionGuard] = web.AppKey("guard", ConnectionGuard)
+MAX_BODY_BYTES = 64 * 1024  # an ack, a silence or a change event; the relay reads its own, larger
 
 
 def _now() -> datetime:
@@ -42,9 +46,9 @@ def _authorized(request: web.Request) -> web.Response | None:
 
 async def _body(request: web.Request) -> dict[str, Any]:
     try:
-        data = await request.json()
-    except (json.JSONDecodeError, UnicodeDecodeError):
-        raise QueryError("body: expected a JSON object") from None
+        data = parse_json(await read_body(request, request.app[GUARD], MAX_BODY_BYTES))
+    except InputValueError as exc:
+        raise QueryError(str(exc)) from None
     if not isinstance(data, dict):
         raise QueryError("body: expected a JSON object")
     return data
@@ -176,15 +180,36 @@ async def record_change(request: web.Request) -> web.Response:
     return web.json_response({**change.to_dict(), "id": change_id}, status=201)
 
 
+@web.middleware
+async def store_failures(request: web.Request, handler: Handler) -> web.StreamResponse:
+    """A store that cannot read or write (a full disk, a lost file) is a 503 the client may retry,
+    with the reason, never a 500 with a traceback."""
+    try:
+        return await handler(request)
+    except (sqlite3.Error, OSError) as exc:
+        logger.error("analyzer API: store failed on {} {}: {}", request.method, request.path, exc)
+        return web.json_response({"error": f"store unavailable ({exc}); nothing was changed, retry later"},
+                                 status=503, headers={"Retry-After": "30"})
+
+
 async def openapi(request: web.Request) -> web.Response:
     """``GET /openapi.json``."""
     return web.json_response(OPENAPI)
 
 
-def build_app(store: IncidentStore, token: SecretStr | None, clock: Clock = _now) -> web.Application:
-    """The API as an aiohttp application (the daemon runs it beside its cycle)."""
-    app = web.Application(client_max_size=64 * 1024)
-    app[STORE], app[TOKEN], app[CLOCK] = store, token, clock
+def api_guard() -> ConnectionGuard:
+    """The API's connection guard: its clients are Grafana, Alertmanager, scripts and people, a
+    handful of connections each; a client holding more is refused, never the ones behind it."""
+    return ConnectionGuard(header_timeout_s=10.0, idle_timeout_s=75.0, max_per_client=64,
+                           body_timeout_s=10.0, name="analyzer API")
+
+
+def build_app(store: IncidentStore, token: SecretStr | None, clock: Clock = _now,
+              guard: ConnectionGuard | None = None) -> web.Application:
+    """The API as an aiohttp application (the daemon runs it beside its cycle), kept to ``guard``."""
+    guard = guard or api_guard()
+    app = web.Application(client_max_size=MAX_BODY_BYTES, middlewares=[guard.middleware, store_failures])
+    app[STORE], app[TOKEN], app[CLOCK], app[GUARD] = store, token, clock, guard
     app.router.add_get("/api/incidents", list_incidents)
     app.router.add_get("/api/incidents/{id}", get_incident)
     app.router.add_post("/api/incidents/{id}/ack", ack_incident)
@@ -203,6 +228,8 @@ _ERR = {"description": "malformed request; the body's error names the reason",
         "content": {"application/json": {"schema": {"$ref": "#/components/schemas/Error"}}}}
 _AUTH = {"401": {"description": "missing or wrong bearer token"},
          "403": {"description": "writes disabled (no token configured)"}}
+_STORE = {"description": "the store cannot be read or written (e.g. a full disk); retry later",
+          "content": {"application/json": {"schema": {"$ref": "#/components/schemas/Error"}}}}
 _ID = [{"name": "id", "in": "path", "required": True, "schema": {"type": "string"}}]
 
 
@@ -248,7 +275,7 @@ OPENAPI: dict[str, Any] = {
             "requestBody": _body_schema({"kind": {"type": "string"}, "description": {"type": "string"},
                                          "labels": {"type": "object"}, "at": {"type": "string"}},
                                         ["kind", "description"]),
-            "responses": {"201": {"description": "recorded"}, "400": _ERR, **_AUTH}}},
+            "responses": {"201": {"description": "recorded"}, "400": _ERR, **_AUTH, "503": _STORE}}},
         "/openapi.json": {"get": {"summary": "this document",
                                   "responses": {"200": {"description": "OpenAPI"}}}},
     },
@@ -259,5 +286,8 @@ async def start_api(app: web.Application, host: str, port: int) -> web.AppRunner
     """Serve ``app`` on ``host:port``; the caller ``await runner.cleanup()`` on shutdown."""
     runner = web.AppRunner(app, access_log=None)
     await runner.setup()
-    await web.TCPSite(runner, host, port).start()
+    guard = app.get(GUARD)  # an app of build_app() has one; another served the same way may not
+    site = (web.TCPSite(runner, host, port) if guard is None
+            else GuardedSite(runner, host, port, guard, backlog=1024))
+    await site.start()
     return runner

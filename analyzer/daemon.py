@@ -8,8 +8,9 @@ cannot be read sets ``oximeter_analyzer_source_up`` to 0, backs off, sends one "
 see" notice per outage and recovers by itself. SIGTERM finishes the cycle in flight, then stops.
 
 One active analyzer per fleet: the store is an embedded SQLite file and the tracker's state is
-in-process, so two daemons would open the same incident twice. Sharding needs a shared store and
-a leader (for the digest too) and is a later step.
+in-process, so two daemons would open the same incident twice; a second one on the same store is
+refused, naming the first (``oximeter/store_lock.py``). Sharding needs a shared store and a
+leader (for the digest too) and is a later step.
 """
 
 from __future__ import annotations
@@ -35,8 +36,10 @@ from prometheus_client import CollectorRegistry, Gauge, Histogram, generate_late
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
 from analyzer.api import build_app, start_api
+from analyzer.blindness import BlindWatch
 from analyzer.catalogue import CATALOGUE
-from analyzer.events import AnomalyEvent, parse_iso
+from analyzer.events import AnomalyEvent
+from analyzer.frame import SeriesFrame
 from analyzer.incident_store import IncidentStore
 from analyzer.incidents import Change, Incident, IncidentSettings, IncidentTracker, findings
 from analyzer.kube_changes import KubeChangePoller
@@ -45,11 +48,14 @@ from analyzer.settings import AnalyzerSettings, InputProfile
 from analyzer.signals import SignalSpec
 from analyzer.sources.base import ReplayClock, Source
 from analyzer.topology import Topology, TopologySettings
+from analyzer.unsaved import Unsaved
 from oximeter.config import DEFAULT_CONFIG_PATH, read_config, section
 from oximeter.errors import ConfigError, OximeterError
+from oximeter.inputs import cli_type, parse_timestamp
 from oximeter.ports import write_port_file
 from oximeter.secrets import read_secret
 from oximeter.store import connect
+from oximeter.store_lock import hold_store
 from oximeter.vocabulary import LAYERS, SEVERITIES
 from reporter.settings import ReporterSettings
 
@@ -96,6 +102,9 @@ class DaemonMetrics:
                                registry=self.registry)
         self.anomalies = Gauge("oximeter_anomalies_active", "Active anomaly events.", ("signal", "layer"),
                                registry=self.registry)
+        self.blind = Gauge("oximeter_analyzer_blind_signals",
+                           "Signals whose queries return no series where some are expected.",
+                           registry=self.registry)
         # Every layer × severity the open-incidents gauge starts at 0 for (dashboards show 0, not "No data").
         self._open_labels: set[tuple[str, str]] = {(layer, sev) for layer in LAYERS for sev in SEVERITIES}
         for layer, sev in self._open_labels:
@@ -140,6 +149,8 @@ class Analyzer:
         self.tracker = IncidentTracker(settings, store.tracked(clock(), settings.reopen_window_s), not_judged)
         self.source_down_since: datetime | None = None
         self.failures = 0
+        self.blind_watch = BlindWatch()
+        self.unsaved = Unsaved()
 
     def cycle(self) -> bool:
         """One cycle; returns whether the source could be read."""
@@ -150,10 +161,11 @@ class Analyzer:
             self._source_down(now, exc)
             return False
         self._source_up(now)
+        self._blindness(now, frames)
         if self.change_feed is not None:
             try:
                 self.change_feed(now)
-            except SOURCE_ERRORS as exc:  # the signals were read: judge them, catch up next cycle
+            except (*SOURCE_ERRORS, sqlite3.Error) as exc:  # the signals were read: judge them, retry later
                 logger.warning("analyzer: cannot read platform changes: {}", exc)
         topology = topology_from_frames(frames, self.topology)
         found = findings(events, topology, now=now, snapshot=self.pipeline.snapshot(frames, now),
@@ -161,8 +173,8 @@ class Analyzer:
         lookback = timedelta(seconds=self.settings.lookback_s + self.settings.reopen_window_s)
         changes, touched = self.tracker.step(found, now, self.store.change_events(now - lookback, now))
         self.pipeline.remember(e for i in self.tracker.incidents if i.state == "open" for e in i.evidence)
-        self.store.save(touched, changes)
-        self.flush(now)
+        if self.unsaved.save(self.store, touched, changes, now, self.notifier.notify, self.notifier.notice):
+            self.flush(now)
         self.metrics.update(self.tracker.incidents, events)
         self.metrics.cycle.observe(time.monotonic() - started)
         return True
@@ -173,6 +185,9 @@ class Analyzer:
             if not self.store.silenced(change.incident_id, now):
                 self.notifier.notify(change, self.store.get(change.incident_id))
             self.store.mark_emitted([change.key], now)
+
+    def _blindness(self, now: datetime, frames: Mapping[str, SeriesFrame]) -> None:
+        self.metrics.blind.set(self.blind_watch.report(now, frames, self.catalogue, self.notifier.notice))
 
     def _source_down(self, now: datetime, exc: BaseException) -> None:
         self.metrics.source_up.set(0)
@@ -254,7 +269,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
                         help="replay `oximeter sim history` output instead of Prometheus")
     parser.add_argument("--signals", metavar="FILE", help="replay a long signal file (CSV/Parquet)")
     parser.add_argument("--speed", type=float, default=60.0, help="replay speed (default 60 ×)")
-    parser.add_argument("--replay-start", metavar="ISO",
+    parser.add_argument("--replay-start", metavar="ISO", type=cli_type(parse_timestamp, "--replay-start"),
                         help="replayed time to start at (default: the data's start)")
     parser.add_argument("--store", default=None, help="store file (default: incidents.store_path)")
     parser.add_argument("--inputs", choices=get_args(InputProfile), default=None,
@@ -299,7 +314,7 @@ class AnalyzeConfig:
 def _source(args: argparse.Namespace, config: AnalyzeConfig) -> Source:
     from analyzer.sources.frames import FrameSource
 
-    start = parse_iso(args.replay_start) if args.replay_start else None
+    start: datetime | None = args.replay_start
     # One cycle judges the replay at its start: at the running speed the instant would depend on
     # how long the set-up took (60 × a slow machine's 20 s of imports is 20 minutes later).
     speed = 0.0 if args.once else args.speed
@@ -326,15 +341,31 @@ def run(args: argparse.Namespace) -> int:
         # Said before anything else can fail: the signals these inputs cannot feed are left out.
         for line in config.analyzer.missing_inputs():
             logger.warning("{}", line)
-        store = IncidentStore(connect(args.store or settings.store_path))
+        store_path = args.store or settings.store_path
+        lock = hold_store(store_path, "oximeter analyze") if str(store_path) != ":memory:" else None
+        try:
+            store = IncidentStore(connect(store_path))
+        except OximeterError:
+            if lock is not None:
+                lock.release()
+            raise
     except OximeterError as exc:
         print(f"oximeter analyze: {exc}", file=sys.stderr)
         return 2
     try:
+        return _run(args, config, store)
+    finally:
+        store.conn.close()
+        if lock is not None:
+            lock.release()
+
+
+def _run(args: argparse.Namespace, config: AnalyzeConfig, store: IncidentStore) -> int:
+    settings = config.incidents
+    try:
         source = _source(args, config)
     except OximeterError as exc:
         print(f"oximeter analyze: {exc}", file=sys.stderr)
-        store.conn.close()
         return 2
     pipeline = CyclePipeline(source, config.analyzer.catalogue(), config.analyzer.step_s,
                              config.analyzer.live_window_s, policy=config.analyzer.baseline.policy(),
@@ -350,7 +381,6 @@ def run(args: argparse.Namespace) -> int:
         if isinstance(exc, ConfigError) and exc.path is None:  # a channel's secret: name the file too
             exc = ConfigError(exc.problems, str(args.config or DEFAULT_CONFIG_PATH))
         print(f"oximeter analyze: {exc}", file=sys.stderr)
-        store.conn.close()
         return 2
     notifier: Notifier = reporting.notifier if config.reporter.channels else LogNotifier()
     # On stock telemetry kube-state-metrics tells of restarts and rollouts (replays hold none).
@@ -363,13 +393,10 @@ def run(args: argparse.Namespace) -> int:
                         not_judged=config.analyzer.not_judged())
     # A restart into an ongoing fault: its evidence stays out of the first cycle's baselines.
     pipeline.remember(e for inc in analyzer.tracker.incidents if inc.state == "open" for e in inc.evidence)
-    try:
-        if args.once:
-            return 0 if analyzer.cycle() else 1
-        port = settings.api_port if args.port is None else args.port
-        asyncio.run(serve(analyzer, config.analyzer.interval_s, settings.api_host, port,
-                          reporting=reporting, port_file=args.port_file))
-        return 0
-    finally:
-        # serve() has returned, so no cycle thread or API handler still uses the connection.
-        store.conn.close()
+    if args.once:
+        return 0 if analyzer.cycle() else 1
+    port = settings.api_port if args.port is None else args.port
+    # The caller closes the store once serve() has returned: no cycle thread or API handler uses it then.
+    asyncio.run(serve(analyzer, config.analyzer.interval_s, settings.api_host, port,
+                      reporting=reporting, port_file=args.port_file))
+    return 0

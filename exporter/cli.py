@@ -105,6 +105,7 @@ def run(args: argparse.Namespace) -> int:
     setup_stdlib_logging(args.log_level, json=args.log_format == "json", component="exporter")
     try:
         settings = load_settings(getattr(args, "config", None), args)
+        password = read_password(settings.redis_password_env) if settings.queues else None
     except ConfigError as exc:
         print(str(exc), file=sys.stderr)
         return 2
@@ -118,7 +119,7 @@ def run(args: argparse.Namespace) -> int:
     queues = None
     if settings.queues:
         queues = RedisQueues(settings.redis_url, settings.queues, timeout_s=settings.redis_timeout_s,
-                             password=read_password(settings.redis_password_env))
+                             password=password)
     collector = GpuCollector(backend, node, host=ProcessMemory(settings.process_names), queues=queues,
                              naming=settings.naming)
     registry = CollectorRegistry()

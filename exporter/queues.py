@@ -13,17 +13,26 @@ from pathlib import Path
 from typing import Any
 
 from exporter.settings import QueueSpec
+from oximeter.errors import ConfigError
 
 log = logging.getLogger(__name__)
 
 
 def read_password(env_name: str) -> str | None:
-    """The Redis password from ``$env_name`` or the file named by ``$env_name_FILE``; never argv."""
+    """The Redis password from ``$env_name`` or the file named by ``$env_name_FILE``; never argv.
+
+    A file that cannot be read is a ``ConfigError`` naming the variable and the path.
+    """
     value = os.environ.get(env_name)
     if value is None:
         file_name = os.environ.get(f"{env_name}_FILE")
         if file_name:
-            value = Path(file_name).read_text(encoding="utf-8").rstrip("\r\n")
+            try:
+                value = Path(file_name).read_text(encoding="utf-8").rstrip("\r\n")
+            except (OSError, UnicodeDecodeError) as exc:
+                # The path is not secret; the content is never read into the message.
+                reason = getattr(exc, "strerror", None) or "not UTF-8 text"
+                raise ConfigError([f"{env_name}_FILE: cannot read {file_name}: {reason}"]) from None
     return value or None
 
 

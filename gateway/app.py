@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import asyncio
 import itertools
-import json
 import os
 import time
 from typing import Any
@@ -21,13 +20,14 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from gateway.admission import AdmissionController, AdmissionLimits, Outcome
 from gateway.forward import Forwarder, RequestContext, forwarded_headers, json_error
-from gateway.guard import ConnectionGuard
 from gateway.logsink import RequestLog
 from gateway.metrics import GatewayMetrics, route_label
 from gateway.retries import RetryTracker, retry_key
 from gateway.settings import GatewaySettings
 from gateway.tracecontext import trace_of
 from gateway.waiting import AsyncAdmission
+from oximeter.guard import ConnectionGuard
+from oximeter.inputs import InputValueError, parse_json
 
 COMPLETION_ROUTES = ("/v1/chat/completions", "/v1/completions")
 # A client-chosen model name is logged as sent, cut to this length.
@@ -103,7 +103,8 @@ class Gateway:
         self.upstream = self.forwarder.upstream
         self._warmup_task: asyncio.Task[None] | None = None
         self.guard = ConnectionGuard(settings.header_timeout_s, settings.idle_timeout_s,
-                                     settings.max_connections_per_client)
+                                     settings.max_connections_per_client,
+                                     body_timeout_s=settings.body_timeout_s, name="gateway")
 
     def build_app(self) -> web.Application:
         """Routes, plus start-up (connection pool, warm-up) and clean-up hooks."""
@@ -256,9 +257,9 @@ class Gateway:
         self._log("request received", request_id=ctx.request_id, trace_id=ctx.trace.trace_id,
                   route=ctx.route, body_bytes=len(body))
         try:
-            payload: Any = json.loads(body)
-        except ValueError as exc:
-            return self._refuse(ctx, 400, "invalid_json", f"malformed JSON: {exc}")
+            payload: Any = parse_json(body)
+        except InputValueError as exc:
+            return self._refuse(ctx, 400, "invalid_json", str(exc))
         if not isinstance(payload, dict):
             return self._refuse(ctx, 400, "invalid_json", "the body must be a JSON object")
         model = payload.get("model")

@@ -13,11 +13,11 @@ from aiohttp import web
 from loguru import logger
 
 from gateway.app import Gateway
-from gateway.guard import GuardedSite
 from gateway.logsink import RequestLog, setup_gateway_logging
 from gateway.settings import GatewaySettings
 from oximeter.config import read_config
 from oximeter.errors import ConfigError
+from oximeter.guard import GuardedSite
 from oximeter.plain_settings import SettingError, from_mapping
 from oximeter.ports import write_port_file
 

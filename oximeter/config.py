@@ -3,21 +3,26 @@
 Each component owns its section's model (``gateway/settings.py``, ``simulator/settings.py``, ...).
 A command validates only its own sections (``load_section``), so ``oximeter gateway`` never
 imports the analyzer's models; ``oximeter config check`` validates them all (``load_config``).
-This module imports only the standard library and ``oximeter.errors`` at import time, so the
-gateway and the exporter, whose settings are plain dataclasses (``oximeter/plain_settings.py``),
-read their section with ``read_config`` and never import pydantic: it is imported only to validate
-a pydantic section, and PyYAML only to read a file (a sidecar started without one never loads it).
+This module imports only the standard library, ``oximeter.errors`` and ``oximeter.inputs`` at
+import time, so the gateway and the exporter, whose settings are plain dataclasses
+(``oximeter/plain_settings.py``), read their section with ``read_config`` and never import
+pydantic: it is imported only to validate a pydantic section, and PyYAML only to read a file
+(a sidecar started without one never loads it).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import importlib
+import math
 import re
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
+from urllib.parse import urlsplit
 
 from oximeter.errors import ConfigError
+from oximeter.inputs import MAX_DURATION_S, format_duration
 
 if TYPE_CHECKING:
     from pydantic import BaseModel, ValidationError
@@ -80,6 +85,38 @@ def validation_problems(exc: ValidationError, *prefix: str) -> list[str]:
     return [_describe(e, prefix) for e in exc.errors()]
 
 
+def value_problems(value: Any, key: str = "") -> list[str]:
+    """Values each model's own checks let through that would fail the process later: durations
+    (a ``*_s`` key) that are infinite or beyond ``MAX_DURATION_S``, and URLs (a ``url`` or
+    ``*_url`` key) without an http(s) scheme and a host. Walks models, dataclasses and lists."""
+    name = re.sub(r"(\[\d+\])+$", "", key.rpartition(".")[2])
+    if isinstance(value, bool):
+        return []
+    if isinstance(value, int | float) and name.endswith("_s"):
+        if not math.isfinite(value) or abs(value) > MAX_DURATION_S:
+            return [f"{key}: expected a duration of at most {format_duration(MAX_DURATION_S)} "
+                    f"in seconds (got {value!r})"]
+        return []
+    if isinstance(value, str) and (name == "url" or name.endswith("_url")) and name != "redis_url" and value:
+        try:
+            parts = urlsplit(value)
+            ok = parts.scheme in ("http", "https") and bool(parts.hostname)
+        except ValueError:
+            ok = False
+        return [] if ok else [f"{key}: expected an http:// or https:// URL with a host"]
+    if isinstance(value, list | tuple):
+        return [p for i, item in enumerate(value) for p in value_problems(item, f"{key}[{i}]")]
+    fields: dict[str, Any] = {}
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        fields = {f.name: getattr(value, f.name) for f in dataclasses.fields(value)}
+    elif hasattr(type(value), "model_fields") and not isinstance(value, type):
+        fields = {f: getattr(value, f) for f in type(value).model_fields}
+    elif isinstance(value, dict):
+        fields = {str(k): v for k, v in value.items()}
+    return [p for field, item in fields.items()
+            for p in value_problems(item, f"{key}.{field}" if key else field)]
+
+
 def _check_sections(data: Any, path: str | None) -> dict[str, Any]:
     if data is None:
         return {}
@@ -133,9 +170,12 @@ def section(sections: dict[str, Any], name: str, model: type[M], path: str | Non
 
     data = sections.get(name)
     try:
-        return model.model_validate({} if data is None else data)
+        validated = model.model_validate({} if data is None else data)
     except ValidationError as exc:
         raise ConfigError(validation_problems(exc, name), path) from None
+    if problems := value_problems(validated, name):
+        raise ConfigError(problems, path)
+    return validated
 
 
 def load_section(name: str, model: type[M], path: str | Path | None = None) -> M:
@@ -151,9 +191,12 @@ def parse_config(data: Any, path: str | None = None) -> Any:
     if data is not None and not isinstance(data, dict):
         raise ConfigError([f"<root>: expected a mapping of sections, got {type(data).__name__}"], path)
     try:
-        return config_model().model_validate(data or {})
+        validated = config_model().model_validate(data or {})
     except ValidationError as exc:
         raise ConfigError(validation_problems(exc), path) from None
+    if problems := value_problems(validated):
+        raise ConfigError(problems, path)
+    return validated
 
 
 def load_config(path: str | Path | None = None) -> Any:

@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import argparse
 import sys
+from typing import Any
 
 from oximeter.config import load_config
-from oximeter.errors import ConfigError
+from oximeter.errors import ConfigError, SecretMissingError
+from oximeter.secrets import read_secret
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
@@ -28,10 +30,13 @@ def check_command(args: argparse.Namespace) -> int:
 
     try:
         config = load_config(args.file)
+        problems = secret_problems(config)
         try:
             build_channels(config.reporter.channels)
         except ConfigError as exc:
-            raise ConfigError(exc.problems, args.file) from None
+            problems = exc.problems + problems
+        if problems:
+            raise ConfigError(problems, args.file)
     except ConfigError as exc:
         print(str(exc), file=sys.stderr)
         return 1
@@ -40,3 +45,22 @@ def check_command(args: argparse.Namespace) -> int:
     for line in config.analyzer.missing_inputs():
         print(f"{args.file}: {line}")
     return 0
+
+
+def secret_problems(config: Any) -> list[str]:
+    """Every secret the file names that this environment lacks or cannot read: the Prometheus
+    tokens of the analyzer and the digest, and the Redis password of an exporter that reads
+    queues (``redis_password_env: ""`` for a Redis without one)."""
+    digest = config.reporter.digest
+    named = [("analyzer.prometheus.bearer_token_env", config.analyzer.prometheus.bearer_token_env),
+             ("reporter.digest.prometheus_bearer_token_env", digest.prometheus_bearer_token_env)]
+    if config.exporter.redis_url:
+        named.append(("exporter.redis_password_env", config.exporter.redis_password_env))
+    problems = []
+    for key, env_name in named:
+        if env_name:
+            try:
+                read_secret(env_name, required=True)
+            except SecretMissingError as exc:
+                problems += [f"{key}: {p}" for p in exc.problems]
+    return problems

@@ -1,4 +1,4 @@
-"""One validated parse path per kind of outside value: durations, epoch timestamps, limits, label values.
+"""One validated parse path per kind of outside value: durations, times, limits, label values, JSON bodies.
 
 Every value that arrives from outside (HTTP query or body, CLI argument, config or scenario file)
 goes through one of these, so a bound is checked in one place: an oversized number becomes a
@@ -8,10 +8,13 @@ Standard library only: the exporter and the simulator use it too.
 
 from __future__ import annotations
 
+import argparse
+import json
 import math
 import re
+from collections.abc import Callable
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, TypeVar
 
 from oximeter.errors import OximeterError
 
@@ -22,6 +25,15 @@ MAX_DURATION_S = 100 * 365 * 86400.0
 MAX_EPOCH_MS = 253_402_300_799_999
 MAX_TEXT = 64  # characters of a duration or number: anything longer is not one
 MAX_LABEL_VALUE = 256
+# Times a user may name (change events, silences, replay starts, history ends): the analyzer turns
+# them into pandas timestamps, which end in 2262, and adds windows of up to MAX_DURATION_S to them.
+EARLIEST = datetime(1970, 1, 1, tzinfo=UTC)
+LATEST = datetime(2100, 1, 1, tzinfo=UTC)
+# Deeper than any request Oximeter or an OpenAI-compatible engine reads (a tool's JSON schema is
+# a dozen levels), and shallow enough that nothing which walks the value recursively can overflow.
+MAX_JSON_DEPTH = 64
+_SURROGATE = re.compile("[\ud800-\udfff]")
+_T = TypeVar("_T")
 
 _UNIT_S = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0, "w": 604800.0, "y": 31536000.0}
 _PART = r"([0-9]+(?:\.[0-9]+)?)(ms|[smhdwy])"
@@ -107,15 +119,88 @@ def parse_epoch_ms(value: Any, name: str) -> datetime:
         raise InputValueError(f"{name}: {expected}, got {shown!r}") from None
 
 
-def parse_timestamp(value: Any, name: str) -> datetime:
-    """An ISO-8601 time (``Z`` or an offset; naive means UTC) → an aware ``datetime``."""
+def parse_timestamp(value: Any, name: str, *, bounded: bool = True) -> datetime:
+    """An ISO-8601 time (``Z`` or an offset; naive means UTC) → an aware ``datetime``.
+
+    ``bounded``: between ``EARLIEST`` and ``LATEST`` (a time a user names); without it, any time
+    that has an instant in UTC (another system's sentinels, such as year 1 for "never").
+    """
     if not isinstance(value, str) or not 0 < len(value) <= MAX_TEXT:
         raise InputValueError(f"{name}: expected an ISO-8601 time, got {str(value)[:MAX_TEXT]!r}")
     try:
         moment = datetime.fromisoformat(value.strip().replace("Z", "+00:00"))
+        moment = moment if moment.tzinfo is not None else moment.replace(tzinfo=UTC)
+        moment.astimezone(UTC)  # 9999-12-31T23:59:59-14:00 has no instant in UTC
     except ValueError:
         raise InputValueError(f"{name}: expected an ISO-8601 time, got {value!r}") from None
-    return moment if moment.tzinfo is not None else moment.replace(tzinfo=UTC)
+    except OverflowError:
+        raise InputValueError(f"{name}: {value!r} is out of range") from None
+    if bounded:
+        _in_range(moment, name, value)
+    return moment
+
+
+def parse_epoch_s(value: Any, name: str) -> float:
+    """Epoch seconds (a number or its text), between ``EARLIEST`` and ``LATEST``."""
+    try:
+        seconds = float(value) if isinstance(value, str) and len(value) <= MAX_TEXT else None
+    except ValueError:
+        seconds = None
+    if isinstance(value, int | float) and not isinstance(value, bool):
+        seconds = float(value)
+    if seconds is None or not math.isfinite(seconds):
+        shown = value[:MAX_TEXT] if isinstance(value, str) else value
+        raise InputValueError(f"{name}: expected epoch seconds, got {shown!r}")
+    if not EARLIEST.timestamp() <= seconds <= LATEST.timestamp():
+        raise InputValueError(f"{name}: {value!r} is out of range ({EARLIEST.timestamp():.0f}.."
+                              f"{LATEST.timestamp():.0f} epoch seconds)")
+    return seconds
+
+
+def _in_range(moment: datetime, name: str, value: Any) -> None:
+    if not EARLIEST <= moment <= LATEST:
+        raise InputValueError(f"{name}: {value!r} is out of range ({EARLIEST:%Y-%m-%d} to {LATEST:%Y-%m-%d})")
+
+
+def cli_type(parse: Callable[[Any, str], _T], name: str) -> Callable[[str], _T]:
+    """An argparse ``type=`` from a parser above: a bad value is a usage error (exit 2) naming ``name``."""
+    def convert(text: str) -> _T:
+        try:
+            return parse(text, name)
+        except InputValueError as exc:
+            raise argparse.ArgumentTypeError(str(exc)) from None
+    convert.__name__ = name  # argparse names the type in some messages
+    return convert
+
+
+def parse_json(body: bytes | str, name: str = "body", *, max_depth: int = MAX_JSON_DEPTH) -> Any:
+    """JSON text from outside → Python values, or an ``InputValueError`` naming ``name``.
+
+    Refused: text that is not UTF-8 or not JSON, nesting deeper than ``max_depth``, and strings
+    holding a lone surrogate (``"\\ud800"`` is valid JSON but no valid text: it cannot be stored,
+    logged or sent on as UTF-8). The size is the caller's to cap before reading the body.
+    """
+    try:
+        data = json.loads(body)
+    except UnicodeDecodeError:
+        raise InputValueError(f"{name}: not UTF-8 text") from None
+    except RecursionError:
+        raise InputValueError(f"{name}: JSON nested deeper than {max_depth} levels") from None
+    except ValueError as exc:
+        raise InputValueError(f"{name}: malformed JSON ({exc})") from None
+    # Iterative, so the check itself cannot overflow the stack.
+    stack: list[tuple[Any, int]] = [(data, 1)]
+    while stack:
+        value, depth = stack.pop()
+        if isinstance(value, str):
+            if _SURROGATE.search(value):
+                raise InputValueError(f"{name}: a string holds an invalid (lone surrogate) character")
+        elif isinstance(value, dict | list):
+            if depth > max_depth:
+                raise InputValueError(f"{name}: JSON nested deeper than {max_depth} levels")
+            items = [*value.keys(), *value.values()] if isinstance(value, dict) else value
+            stack.extend((item, depth + 1) for item in items)
+    return data
 
 
 def parse_label_value(value: Any, name: str, *, max_len: int = MAX_LABEL_VALUE) -> str:

@@ -366,9 +366,10 @@ class Stack:
 
         def evaluated_since() -> bool:
             groups = requests.get(f"{url}/api/v1/rules", timeout=5).json()["data"]["groups"]
+            # Year 1 is Prometheus's "not evaluated yet": unbounded, so it reads as long ago.
             return all("lastEvaluation" in g and
-                       parse_timestamp(g["lastEvaluation"], "lastEvaluation").timestamp() > since
-                       for g in groups)
+                       parse_timestamp(g["lastEvaluation"], "lastEvaluation", bounded=False).timestamp()
+                       > since for g in groups)
         wait_until(evaluated_since, max(60.0, 10 * opts.eval_interval_s), interval_s=0.2,
                    what="every rule group evaluated after the targets came up")
         return url

@@ -100,9 +100,17 @@ def transaction(conn: sqlite3.Connection) -> Iterator[sqlite3.Connection]:
         try:
             yield conn
         except BaseException:
-            conn.execute("ROLLBACK")
+            # SQLite has rolled back already after some errors (SQLITE_FULL, a full disk): a second
+            # ROLLBACK would fail and hide the reason.
+            if conn.in_transaction:
+                conn.execute("ROLLBACK")
             raise
-        conn.execute("COMMIT")
+        try:
+            conn.execute("COMMIT")
+        except sqlite3.Error:
+            if conn.in_transaction:  # a COMMIT that failed (full disk) leaves the transaction open
+                conn.execute("ROLLBACK")
+            raise
 
 
 def schema_version(conn: sqlite3.Connection, component: str) -> int:

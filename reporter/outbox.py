@@ -177,8 +177,14 @@ class Outbox:
 
     # --- enqueue ---
 
-    def enqueue(self, message: Message, channels: Iterable[str] | None = None, *, now: float) -> list[int]:
-        """Queue ``message`` for each channel (default: all); returns ids of new rows (duplicates skip)."""
+    def enqueue(self, message: Message, channels: Iterable[str] | None = None, *, now: float,
+                delivered: Iterable[str] = ()) -> list[int]:
+        """Queue ``message`` for each channel (default: all); returns ids of new rows (duplicates skip).
+
+        ``delivered``: channels that already received it (sent while the store could not write):
+        recorded as sent, never sent again.
+        """
+        delivered = set(delivered)
         if not message.idempotency_key:
             raise ValueError("an outbox message needs an idempotency_key")
         names = list(self.channels) if channels is None else list(channels)
@@ -191,11 +197,14 @@ class Outbox:
                     "SELECT COUNT(*) FROM outbox WHERE channel = ? AND kind = 'message' AND created_at >= ?"
                     " AND state != 'suppressed'", (name, window_start)).fetchone()
                 state = State.PENDING if recent < self.policy.storm_cap else State.SUPPRESSED
+                state = State.SENT if name in delivered else state
                 cursor = conn.execute(
                     "INSERT OR IGNORE INTO outbox (channel, idempotency_key, title, severity, payload, state,"
-                    " created_at, next_attempt_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+                    " created_at, next_attempt_at, sent_at, attempts, parts_sent)"
+                    " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                     (name, message.idempotency_key, message.title, message.severity,
-                     message.to_json(), state.value, now, now))
+                     message.to_json(), state.value, now, now, now if state is State.SENT else None,
+                     int(state is State.SENT), 0))
                 if cursor.rowcount != 1:
                     continue
                 inserted.append(int(cursor.lastrowid or 0))

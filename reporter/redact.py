@@ -1,7 +1,8 @@
 """Keep webhook keys and signing secrets out of logs, errors, reprs and ``outbox list``.
 
 A chat webhook URL *is* a credential (WeCom ``key=``, DingTalk ``access_token=``, the Feishu and
-Slack path tokens), so only its scheme, host and plainly structural path words are ever shown.
+Slack path tokens, a ``user:password@`` before the host), so only its scheme, host and plainly
+structural path words are ever shown.
 """
 
 from __future__ import annotations
@@ -63,6 +64,11 @@ def secret_fragments(url: str, *secrets: str | None) -> list[str]:
     except ValueError:
         parts = None
     if parts is not None:
+        if parts.password:
+            # requests sends user:password from the URL as "Authorization: Basic base64(user:password)",
+            # decoded first; a receiver or a proxy may echo either form.
+            user, password = unquote(parts.username or ""), unquote(parts.password)
+            fragments += [parts.password, f"{user}:{password}", f"{parts.username}:{parts.password}"]
         fragments += [seg for seg in parts.path.split("/") if seg and seg not in _PATH_WORDS]
         fragments += [value for _, value in parse_qsl(parts.query) if value]
         fragments += [value for pair in parts.query.split("&") if (value := pair.partition("=")[2])]

@@ -30,10 +30,13 @@ from loguru import logger
 from prometheus_client import CollectorRegistry, Gauge
 from pydantic import SecretStr
 
+from analyzer.api import GUARD
 from analyzer.incident_store import IncidentQuery, IncidentStore
 from analyzer.incidents import ChangeEvent, Incident
 from oximeter.auth import bearer_refusal
 from oximeter.errors import OximeterError
+from oximeter.guard import read_body
+from oximeter.inputs import InputValueError, parse_json
 from oximeter.runbook import runbook_link
 from oximeter.store import lock_for, migrate, transaction
 from oximeter.vocabulary import SEVERITY_RANK
@@ -284,16 +287,13 @@ class Relay:
         refused = self.authorized(request.headers)
         if refused is not None:
             return refused
-        body = bytearray()
-        while chunk := await request.content.read(64 * 1024):
-            body += chunk
-            if len(body) > MAX_BODY_BYTES:
-                return web.json_response({"error": f"body: larger than {MAX_BODY_BYTES} bytes"}, status=413)
         try:
-            payload = Payload.parse(json.loads(body))
-        except (json.JSONDecodeError, UnicodeDecodeError):
-            return web.json_response({"error": "body: expected a JSON object"}, status=400)
-        except PayloadError as exc:
+            body = await read_body(request, request.app[GUARD], MAX_BODY_BYTES)
+        except web.HTTPRequestEntityTooLarge:
+            return web.json_response({"error": f"body: larger than {MAX_BODY_BYTES} bytes"}, status=413)
+        try:
+            payload = Payload.parse(parse_json(body))
+        except (InputValueError, PayloadError) as exc:
             return web.json_response({"error": str(exc)}, status=400)
         try:
             outcome = await asyncio.to_thread(self.receive, payload)

@@ -13,6 +13,7 @@ in the analyzer API. Messages about simulated entities are marked SIMULATION.
 from __future__ import annotations
 
 import math
+import sqlite3
 import time
 from collections.abc import Callable, Sequence
 from datetime import datetime, timedelta
@@ -21,6 +22,7 @@ from urllib.parse import urlencode
 from analyzer.incidents import NOT_DECLARED, Change, Incident, TimelineEntry
 from oximeter.runbook import runbook_link, runbook_ref
 from oximeter.vocabulary import priority
+from reporter.held import HeldMessages
 from reporter.message import Link, Message, Section
 from reporter.outbox import Outbox
 from reporter.routing import Router
@@ -169,6 +171,16 @@ class OutboxNotifier:
                  clock: Callable[[], float] = time.time) -> None:
         self.outbox, self.settings, self.clock = outbox, settings, clock
         self.router = router or Router.from_settings(settings.routes, outbox.channels)
+        self.held = HeldMessages()
+
+    def _enqueue(self, message: Message, channels: list[str]) -> None:
+        """Queue in the outbox; while the store cannot write, send at once and hold (``reporter/held.py``)."""
+        now = self.clock()
+        try:
+            self.held.write(self.outbox, now)
+            self.outbox.enqueue(message, channels, now=now)
+        except sqlite3.Error as exc:
+            self.held.hold(message, channels, self.outbox.channels, exc)
 
     def notify(self, change: Change, incident: Incident | None) -> None:
         """Queue the change's message on the routed channels (idempotent on ``change.key``)."""
@@ -181,11 +193,10 @@ class OutboxNotifier:
             message = render_change(change, incident, self.settings)
             channels = self.router.channels_for(severity=change.severity, layer=incident.layer,
                                                 services=incident.services)
-        self.outbox.enqueue(message, channels, now=self.clock())
+        self._enqueue(message, list(channels))
 
     def notice(self, key: str, text: str) -> None:
         """An operational notice (e.g. "analyzer cannot see") to every channel, as a warning."""
         message = Message("Oximeter notice", "warning", (Section("Notice", text),),
                           simulation=self.settings.simulated, idempotency_key=key)
-        self.outbox.enqueue(message, self.router.channels_for(severity="warning", layer="platform"),
-                            now=self.clock())
+        self._enqueue(message, list(self.router.channels_for(severity="warning", layer="platform")))

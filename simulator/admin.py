@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 from aiohttp import web
 
 from oximeter.auth import bearer_refusal
+from oximeter.inputs import InputValueError, parse_json
 from simulator.faults import FaultError
 
 if TYPE_CHECKING:
@@ -50,9 +51,9 @@ def add_routes(app: web.Application, server: SimServer) -> None:
         if (refused := _refused(request, server)) is not None:
             return refused
         try:
-            data = await request.json()
-        except (json.JSONDecodeError, UnicodeDecodeError):
-            return _json({"error": "body: invalid JSON"}, 400)
+            data = parse_json(await request.read())
+        except InputValueError as exc:
+            return _json({"error": str(exc)}, 400)
         try:
             fault = fleet.add_fault(data, live=True)
         except FaultError as exc:

@@ -14,6 +14,7 @@ from loguru import logger
 
 from oximeter.config import load_section
 from oximeter.errors import ConfigError
+from oximeter.inputs import cli_type, parse_epoch_s
 from oximeter.secrets import read_secret
 from simulator.admin import TOKEN_ENV
 from simulator.faults import FAULT_KINDS
@@ -94,7 +95,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
     history.add_argument("--out", required=True, help="output directory")
     history.add_argument(
         "--end",
-        type=float,
+        type=cli_type(parse_epoch_s, "--end"),
         default=None,
         help="epoch seconds of the last sample (default: now, rounded to the step)",
     )

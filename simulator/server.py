@@ -23,6 +23,7 @@ from prometheus_client import CollectorRegistry
 from prometheus_client.exposition import CONTENT_TYPE_LATEST, generate_latest
 from pydantic import SecretStr
 
+from oximeter.inputs import InputValueError, parse_json
 from oximeter.ports import write_port_file
 from simulator import admin
 from simulator.dependency import DependencyCollector
@@ -172,10 +173,10 @@ def engine_app(server: SimServer, rt: NodeRuntime) -> web.Application:
 
     async def generate(request: web.Request, chat: bool) -> web.StreamResponse:
         try:
-            body = await request.json()
+            body = parse_json(await request.read())
             req = parse_request(body, chat=chat, default_output_tokens=server.default_output_tokens)
-        except (json.JSONDecodeError, UnicodeDecodeError):
-            return _json(error_body("body: invalid JSON", 400), 400)
+        except InputValueError as exc:
+            return _json(error_body(str(exc), 400), 400)
         except RequestError as exc:
             return _json(error_body(str(exc), 400), 400)
         if req.model != fleet.model_name:

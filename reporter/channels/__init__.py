@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
+from urllib.parse import urlsplit
 
 from pydantic import SecretStr
 
@@ -56,6 +57,14 @@ def build_channel(name: str, settings: ChannelSettings) -> Channel:
         raise SecretMissingError(problems)
     url = found["url_env"]
     assert url is not None  # required=True raised otherwise
+    try:
+        parts = urlsplit(url.get_secret_value())
+        usable = parts.scheme in ("http", "https") and bool(parts.hostname)
+    except ValueError:
+        usable = False
+    if not usable:  # the value is a credential: named by its variable, never echoed
+        raise SecretMissingError([f"reporter.channels.{name}.url_env: {settings.url_env} is not an "
+                                  "http:// or https:// URL with a host"])
     return CHANNELS[settings.type](name, url, found["secret_env"], timeout_s=settings.timeout_s)
 
 

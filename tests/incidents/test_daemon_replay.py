@@ -54,7 +54,7 @@ def test_replay_once_opens_the_scenario_incident(tmp_path: Path) -> None:
     # The one cycle is at --replay-start however long the set-up took (at the replay's 60 × a
     # loaded machine's 20 s of imports moved it 20 minutes on, past the Xid).
     args = argparse.Namespace(once=True, replay=str(tmp_path / "history"), signals=None, speed=60.0,
-                              replay_start="2026-01-07T17:38:00Z")
+                              replay_start=datetime(2026, 1, 7, 17, 38, tzinfo=UTC))
     source = _source(args, AnalyzeConfig.load(None))
     time.sleep(0.05)
     assert source.now() == datetime(2026, 1, 7, 17, 38, tzinfo=UTC)

@@ -153,7 +153,8 @@ def test_ack_and_silence(api: ApiServer, store: IncidentStore) -> None:
 
 
 BAD_BODIES = [
-    ("/api/incidents/{id}/ack", None, b"not json", "body: expected a JSON object"),
+    ("/api/incidents/{id}/ack", None, b"not json",
+     "body: malformed JSON (Expecting value: line 1 column 1 (char 0))"),
     ("/api/incidents/{id}/ack", [1, 2], None, "body: expected a JSON object"),
     ("/api/incidents/{id}/ack", {"note": "x"}, None, "by: expected a non-empty string"),
     ("/api/incidents/{id}/silence", {"by": "a", "for": "ever"}, None,
@@ -161,7 +162,7 @@ BAD_BODIES = [
     ("/api/incidents/{id}/silence", {"by": "a", "for": "99999999999999999999999d"}, None,
      "for: '99999999999999999999999d' is out of range (at most 100y)"),
     ("/api/incidents/{id}/silence", {"by": "a", "until": "9999-12-31T23:59:59Z"}, None,
-     "silence: at most 30 days"),
+     "until: '9999-12-31T23:59:59Z' is out of range (1970-01-01 to 2100-01-01)"),
     ("/api/incidents/{id}/silence", {"by": "a", "until": 7}, None,
      "until: expected an ISO-8601 time, got '7'"),
     ("/api/incidents/{id}/silence", {"by": "a", "until": "2026-03-02T09:00:00Z"}, None,

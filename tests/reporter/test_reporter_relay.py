@@ -81,7 +81,7 @@ def _post(stack: Stack, body: Any, token: str | None = TOKEN) -> requests.Respon
 
 
 BAD_PAYLOADS: list[tuple[str, Any, str]] = [
-    ("not json", b"{nope", "body: expected a JSON object"),
+    ("not json", b"{nope", "body: malformed JSON"),
     ("a list", [], "body: expected a JSON object"),
     ("version 3", {**_payload(), "version": "3"}, "version: expected \"4\""),
     ("alerts missing", {"version": "4"}, "alerts: expected a list"),

@@ -154,3 +154,60 @@ def test_no_secret_in_any_encoding_reaches_logs_store_or_cli(
         out = capsys.readouterr()
         assert "failed" in out.out and leaks(out.out + out.err) == []
     assert len(json.loads(out.out)) == len(errors)
+
+
+class AuthEchoReceiver(EchoReceiver):
+    """Answers every POST with 502 and the request's Authorization header, raw or decoded, in turn."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        receiver = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_POST(self) -> None:
+                self.rfile.read(int(self.headers.get("Content-Length", "0")))
+                with receiver.lock:
+                    turn = receiver.turn
+                    receiver.turn += 1
+                auth = self.headers.get("Authorization", "")
+                if turn % 2:
+                    auth = base64.b64decode(auth.removeprefix("Basic ")).decode()
+                payload = f"echo Authorization: {auth}".encode()
+                self.send_response(502)
+                self.send_header("Content-Length", str(len(payload)))
+                self.end_headers()
+                self.wfile.write(payload)
+
+            def log_message(self, format: str, *args: Any) -> None:
+                pass
+
+        self.server.RequestHandlerClass = Handler
+
+
+def test_a_password_in_the_webhook_url_stays_hidden_with_its_basic_auth_form(
+        tmp_path: Path, log_records: list[str], capsys: pytest.CaptureFixture[str]) -> None:
+    # requests turns the URL's user:password into "Authorization: Basic base64(user:password)", which
+    # the receiver echoes back into the error the outbox stores, logs and lists.
+    store = tmp_path / "oximeter.db"
+    password, basic = "Pa%40ss", base64.b64encode(b"user:Pa@ss").decode()
+    forbidden = sorted(forms(password) | forms("Pa@ss") | {basic, basic.rstrip("=")}, key=len, reverse=True)
+    with AuthEchoReceiver() as receiver:
+        url = receiver.url("webhook").replace("http://", f"http://user:{password}@")
+        channel = CHANNELS["webhook"]("hook", SecretStr(url), clock=itertools.count(0.0, 600.0).__next__)
+        outbox = Outbox(connect(store), {"hook": channel}, OutboxPolicy(max_attempts=1))
+        for i in range(4):
+            outbox.enqueue(alert(f"incident-{i}:opened:1"), now=time.time())
+        while outbox.deliver_due(time.time()):
+            pass
+    errors = "\n".join(row.last_error or "" for row in outbox.rows())
+    assert "echo Authorization: Basic ***" in errors and "echo Authorization: ***" in errors
+    rows = sqlite3.connect(store).execute("SELECT * FROM outbox")
+    dump = "\n".join(" ".join(map(str, row)) for row in rows)
+    config = tmp_path / "oximeter.yaml"
+    config.write_text(yaml.safe_dump({"reporter": {"store_path": str(store)}}))
+    assert main(["--config", str(config), "outbox", "list", "--json"]) == 0
+    listed = capsys.readouterr()
+    assert "failed" in listed.out
+    for where, text in (("stored errors", errors), ("store", dump), ("logs", "\n".join(log_records)),
+                        ("outbox list", listed.out + listed.err), ("repr", repr(channel))):
+        assert [f for f in forbidden if f in text] == [], where

@@ -77,7 +77,9 @@ def test_openai_shapes_streaming_and_not(start_sim: StartSim) -> None:
 @pytest.mark.parametrize(
     ("body", "status", "reason"),
     [
-        ("{not json", 400, "body: invalid JSON"),
+        ("{not json", 400,
+         "body: malformed JSON (Expecting property name enclosed in double quotes: "
+         "line 1 column 2 (char 1))"),
         (json.dumps({"model": MODEL}), 400, "messages: expected a non-empty list"),
         (
             json.dumps({"model": MODEL, "messages": [{"role": "user", "content": "x"}], "max_tokens": 0}),
@@ -236,7 +238,9 @@ def test_admin_auth_and_malformed_faults(start_sim: StartSim) -> None:
         "strength: kv_shrink takes fraction of the KV block pool left (0-1], got 3.0",
     )
     bad_json = sim.admin("POST", "/admin/faults", data="{")
-    assert (bad_json.status_code, bad_json.json()["error"]) == (400, "body: invalid JSON")
+    assert (bad_json.status_code, bad_json.json()["error"]) == (
+        400, "body: malformed JSON (Expecting property name enclosed in double quotes: line 1 column 2 "
+        "(char 1))")
     assert TOKEN not in bad.text
 
 
