@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 from conftest import MODEL, Upstream
 
-from oximeter.procs import oximeter_argv
 from simulator.traffic import RequestBuilder, RequestMix, check_loopback, daily_rate
+from stack.procs import oximeter_argv
 
 
 def test_daily_rate_has_base_as_mean_and_a_night_trough() -> None:
