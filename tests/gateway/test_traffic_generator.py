@@ -9,7 +9,8 @@ from pathlib import Path
 import pytest
 from conftest import MODEL, Upstream
 
-from simulator.traffic import RequestBuilder, RequestMix, check_loopback, daily_rate
+from simulator.load_shape import RequestMix, daily_rate
+from simulator.traffic import RequestBuilder, check_loopback
 from stack.procs import oximeter_argv
 
 
