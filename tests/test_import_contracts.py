@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 import tomllib
@@ -10,6 +11,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 PYPROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text())
 MAX_EXCEPTIONS = 3
+LAYERS = next(c["layers"] for c in PYPROJECT["tool"]["importlinter"]["contracts"] if c["type"] == "layers")
 
 
 def test_import_contracts_are_kept() -> None:
@@ -23,10 +25,16 @@ def test_few_exceptions_and_every_package_in_the_layers() -> None:
     config = PYPROJECT["tool"]["importlinter"]
     exceptions = {i for c in config["contracts"] for i in c.get("ignore_imports", [])}
     assert len(exceptions) <= MAX_EXCEPTIONS, sorted(exceptions)
-    layers = next(c["layers"] for c in config["contracts"] if c["type"] == "layers")
-    in_layers = {name.strip() for layer in layers for name in layer.split("|")}
+    in_layers = {name.strip() for layer in LAYERS for name in layer.split("|")}
     packages = set(config["root_packages"])
     assert in_layers == packages
     # Every top-level package the wheel ships is one the contracts see.
     shipped = {p.rstrip("*") for p in PYPROJECT["tool"]["setuptools"]["packages"]["find"]["include"]}
     assert shipped == packages
+
+
+def test_the_architecture_page_draws_the_layers_of_the_contract() -> None:
+    text = (ROOT / "docs" / "architecture.md").read_text()
+    picture = text.split("## Packages and their layers", 1)[1].split("```")[1]
+    rows = [re.split(r"\s{2,}", line.strip())[0] for line in picture.splitlines() if re.match(r"^  \S", line)]
+    assert [row.replace(" │ ", " | ") for row in rows] == LAYERS
