@@ -31,6 +31,7 @@ PINNED = {
     "e75de1353d13dd53": 1,  # one Sample constructor, one day length: byte-identical histories
     "2cc0169c8a81e63b": 1,  # the exporter's settings type checks moved to a shared module
     "1d019ffaf1a72085": 1,  # the exporter's settings loaded and type-checked by the shared module
+    "f2c105c346cc9173": 1,  # the day's shape and the request mix moved, verbatim, to their own module
 }
 
 
