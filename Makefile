@@ -71,6 +71,7 @@ bench: setup
 lint: venv
 	$(BIN)/ruff check .
 	$(BIN)/mypy
+	$(BIN)/lint-imports
 
 doctor:
 	@echo "python:  $$($(PYTHON) --version 2>&1)"

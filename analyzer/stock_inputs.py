@@ -19,8 +19,8 @@ from pathlib import Path
 
 from alert_rules import ADAPTERS_DIR, load_catalogue, load_groups, recording_rules, rule_files
 from analyzer.signals import SignalSpec
-from dashboards.promql import metric_names
 from exporter.dcgm import DCGM_DEFAULT_FIELDS
+from oximeter.promql import metric_names
 
 _EXPORTER_NAME = re.compile(r"^(DCGM_|vllm:|kube_)")
 # Producers of the metric catalogue that a stock fleet runs too: vLLM itself, Prometheus, and

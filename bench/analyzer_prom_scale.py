@@ -44,8 +44,8 @@ from analyzer.frame import SeriesFrame
 from analyzer.signals import SignalSpec
 from analyzer.sources.prometheus import PrometheusSource
 from gateway.metrics import LATENCY_BUCKETS_S, QUEUE_WAIT_BUCKETS_S
-from oximeter.ports import start_reserved
-from oximeter.procs import ManagedProcess, http_ok
+from stack.ports import start_reserved
+from stack.procs import ManagedProcess, http_ok
 
 BENCH = Path(__file__).resolve().parent
 sys.path.insert(0, str(BENCH))

@@ -54,9 +54,9 @@ from drills.replay import replay_windows  # noqa: E402
 from drills.score import expected_truths, parse_when, truth_matches  # noqa: E402
 from oximeter.xids import PAGING_XIDS  # noqa: E402
 from simulator.arrivals import mean_lengths  # noqa: E402
+from simulator.load_shape import RequestMix, daily_rate  # noqa: E402
 from simulator.scenario import EngineOverrides, GatewayLimits, load_scenario  # noqa: E402
 from simulator.trace import Capacity  # noqa: E402
-from simulator.traffic import RequestMix, daily_rate  # noqa: E402
 
 HOUR_S = 3600.0
 PAGING_SEVERITIES = ("critical", "warning")

@@ -26,9 +26,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import psutil
 
-from oximeter.ports import wait_port, wait_ports
-from oximeter.procs import ManagedProcess, http_ok, oximeter_argv
-from simulator.traffic import RequestBuilder, RequestMix, Result, closed_loop
+from simulator.load_shape import RequestMix
+from simulator.traffic import RequestBuilder, Result, closed_loop
+from stack.ports import wait_port, wait_ports
+from stack.procs import ManagedProcess, http_ok, oximeter_argv
 
 MODEL = "bench-model"
 

@@ -1,10 +1,9 @@
-"""Dashboard queries as Grafana sends them, and the metric names any PromQL text reads.
+"""Dashboard queries as Grafana sends them.
 
 ``expand`` substitutes template variables and ``$__rate_interval`` / ``$__interval`` / ``$__range``
 the way Grafana's Prometheus datasource does, so tests can run every panel's query against a real
 Prometheus; ``annotation_queries`` renders each annotation's Infinity request the same way, so
-tests can send it to a real analyzer API. ``metric_names`` is a small lexer (no PromQL parser
-exists in Python here) used by the metric-name contract test.
+tests can send it to a real analyzer API. (The metric names a query reads: ``oximeter.promql``.)
 """
 
 from __future__ import annotations
@@ -177,25 +176,3 @@ def annotation_queries(dashboard: Mapping[str, Any], start_ms: int, end_ms: int)
                           for c in target.get("columns", [])),
         ))
     return out
-
-
-_STRING_RE = re.compile(r'"(?:[^"\\]|\\.)*"|\'(?:[^\'\\]|\\.)*\'|`[^`]*`')
-_GROUPING_RE = re.compile(r"\b(?:by|without|on|ignoring|group_left|group_right)\s*\([^)]*\)")
-_NAME_RE = re.compile(r"(?<![\w.:])([a-zA-Z_:][\w:]*)(?![\w:])(?!\s*\()")
-_KEYWORDS = frozenset({"and", "or", "unless", "by", "without", "on", "ignoring", "group_left",
-                       "group_right", "offset", "bool", "inf", "nan", "Inf", "NaN"})
-_LABEL_VALUES_RE = re.compile(r"label_values\(\s*([a-zA-Z_:][\w:]*)\s*[{,]")
-
-
-def metric_names(expr: str) -> set[str]:
-    """The metric names a PromQL expression (or a ``label_values(metric, label)`` query) reads."""
-    found = set(_LABEL_VALUES_RE.findall(expr))
-    if expr.lstrip().startswith("label_values("):
-        return found
-    text = _STRING_RE.sub('""', expr)
-    text = re.sub(r"\{[^}]*\}", " ", text)  # label matchers
-    text = re.sub(r"\[[^\]]*\]", " ", text)  # ranges and subqueries
-    text = _GROUPING_RE.sub(" ", text)
-    text = re.sub(r"\boffset\s+-?[\dsmhdwy]+", " ", text)
-    text = re.sub(r"@\s*(?:start\(\)|end\(\)|[\d.]+)", " ", text)
-    return found | {name for name in _NAME_RE.findall(text) if name not in _KEYWORDS}

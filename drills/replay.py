@@ -38,6 +38,7 @@ from analyzer.sources.stock import with_stock_translated
 from analyzer.topology import Topology
 from drills.history import DAY_S, drill_windows, history_dir, prepare, same_time_window
 from drills.score import DrillScore, expected_truths, score
+from drills.stock import why_stock_cannot_judge
 from oximeter.store import connect
 
 
@@ -265,9 +266,10 @@ def replay_drill(path: Path, cache_dir: Path, step_s: float, interval_s: float,
     verdict = score(sc.name, mode, expected, run.incidents, start, len(run.told), budget)
     if verdict.passed or inputs == "oximeter":
         return verdict
-    from drills.stock import why_stock_cannot_judge
-
-    return replace(verdict, cannot_judge=why_stock_cannot_judge(path, cache_dir, step_s, interval_s, trace))
+    # Replayed again on Oximeter's telemetry: which incidents named the fault there, and from what.
+    own = load_drill_scenario(path, trace)
+    own_run = replay_windows(own, cache_dir, step_s, interval_s)
+    return replace(verdict, cannot_judge=why_stock_cannot_judge(own, own_run.incidents))
 
 
 def prepare_drill_windows(paths: Sequence[Path], cache_dir: Path, step_s: float, jobs: int,

@@ -3,35 +3,33 @@
 A fault that acts in Oximeter's gateway (``FaultKind.gateway``) does not exist on a stock fleet,
 which runs no gateway. Otherwise a fault is judgeable on stock telemetry when the signals that
 name it on Oximeter's own telemetry have stock inputs. So for a stock drill that missed, the same
-scenario is replayed on Oximeter's telemetry (its history is cached) and the root-cause signals of
-the incidents that named the truth are looked up in :class:`analyzer.stock_inputs.StockInputs`:
-each one stock telemetry lacks is the reason, in the words ``oximeter config check`` uses. A miss
-with neither reason is a real failure.
+scenario is replayed on Oximeter's telemetry (by :mod:`drills.replay`, its history cached) and
+the root-cause signals of the incidents that named the truth are looked up in
+:class:`analyzer.stock_inputs.StockInputs`: each one stock telemetry lacks is the reason, in the
+words ``oximeter config check`` uses. A miss with neither reason is a real failure.
 """
 
 from __future__ import annotations
 
-from pathlib import Path
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 from analyzer.catalogue import CATALOGUE
 from analyzer.settings import AnalyzerSettings
 
 
-def why_stock_cannot_judge(path: Path, cache_dir: Path, step_s: float, interval_s: float,
-                           trace: tuple[str, float] | None = None) -> str | None:
-    """The gateway faults of ``path`` and the missing inputs behind the signals that name its
-    faults, or None when there are none."""
+def why_stock_cannot_judge(sc: Any, incidents: Sequence[Mapping[str, Any]]) -> str | None:
+    """The gateway faults of scenario ``sc`` and the missing inputs behind the signals that name its
+    faults in ``incidents`` (its replay on Oximeter's telemetry, the API's JSON shape), or None when
+    there are none."""
     from analyzer.stock_inputs import describe
-    from drills.replay import load_drill_scenario, replay_windows
     from drills.score import expected_truths, truth_matches
     from simulator.faults import FAULT_KINDS
 
-    sc = load_drill_scenario(path, trace)
     reasons = [f"{kind}: a fault in Oximeter's gateway, which a stock fleet does not run"
                for kind in sorted({f.kind for f in sc.faults}) if FAULT_KINDS[kind].gateway]
-    run = replay_windows(sc, cache_dir, step_s, interval_s)
     truths = expected_truths(sc.truth.model_dump(), [a.model_dump() for a in sc.also])
-    naming = {str(i["root_cause"]["signal"]) for i in run.incidents
+    naming = {str(i["root_cause"]["signal"]) for i in incidents
               if any(truth_matches(i, t) for t in truths)}
     missing = [m for m in AnalyzerSettings(inputs="stock").stock_inputs().missing(CATALOGUE)
                if naming & set(m.signals)]

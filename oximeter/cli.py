@@ -28,7 +28,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "detect": ("analyzer.detect_cli", "detect anomalies in a CSV or Parquet series offline"),
     "exporter": ("exporter.cli", "export GPU (NVML or simulated) and external queue metrics"),
     "outbox": ("reporter.outbox_cli", "list pending or failed chat notifications"),
-    "demo": ("oximeter.demo", "run the whole stack on localhost with a simulated fleet"),
+    "demo": ("stack.demo", "run the whole stack on localhost with a simulated fleet"),
     "incidents": ("analyzer.incidents_cli", "list, show and summarise incidents"),
     "analyze": ("analyzer.daemon", "run the analyzer daemon: detect, correlate, store, notify"),
     "report": ("reporter.digest_cli", "send or preview the daily health digest"),

@@ -1,7 +1,7 @@
-"""Read a Prometheus text endpoint into plain numbers, for terminal views and drills.
+"""Read a Prometheus text endpoint into plain numbers, straight from a process's ``/metrics``.
 
-This is not a query engine: Prometheus does the real work. It serves the demo's live view,
-which must show numbers even before Prometheus has two samples.
+This is not a query engine: Prometheus does the real work. It serves checks that must read a
+process's own counters even before Prometheus has two samples (the end-to-end tests).
 """
 
 from __future__ import annotations

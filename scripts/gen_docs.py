@@ -177,7 +177,9 @@ def render_configuration() -> str:
            "safe default. Unknown keys are refused with the file and key named. Secrets (chat webhooks,",
            "tokens) are never keys: the settings name an environment variable, read from the",
            "environment or from `<NAME>_FILE` (`oximeter/secrets.py`). Check a file with",
-           "`oximeter config check --config FILE`.", ""]
+           "`oximeter config check FILE`: it prints `FILE: ok`, or every problem with its key (exit 1).", "",
+           "```console", "$ oximeter config check deploy/oximeter.compose.yaml",
+           "deploy/oximeter.compose.yaml: ok", "```", ""]
     for section, prop in schema["properties"].items():
         model = _ref(prop)
         if model is None:

@@ -12,7 +12,7 @@ import math
 import random
 from dataclasses import dataclass
 
-from simulator.traffic import RequestMix
+from simulator.load_shape import RequestMix
 
 # History caps prompts at half the simulator's 8192-token context.
 MAX_PROMPT_TOKENS = 4096

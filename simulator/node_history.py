@@ -33,11 +33,11 @@ from simulator.engine import Seq, SeqState
 from simulator.exposition import engine_families
 from simulator.fleet import Fleet
 from simulator.kube_state import kube_state_families
+from simulator.load_shape import RequestMix, daily_rate
 from simulator.scenario import Scenario
 from simulator.series import SeriesStore
 from simulator.stats import ChildSampler, PendingCount, PendingObservations
 from simulator.trace import scenario_arrivals
-from simulator.traffic import RequestMix, daily_rate
 
 ROUTE = "/v1/chat/completions"
 # Clients give up on a request still queued after this long (counted 499 by the gateway).

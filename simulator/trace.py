@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from oximeter.errors import ConfigError
-from simulator.traffic import day_multiplier
+from simulator.load_shape import day_multiplier
 
 if TYPE_CHECKING:
     from simulator.scenario import Scenario
@@ -242,7 +242,7 @@ _DAY_TABLE = np.array([day_multiplier(h) for h in _MINUTES])
 def clock_level(day_s: float, *, daily_shape: bool = True, weekend_factor: float = 1.0,
                 start_hour: float = 0.0) -> Callable[[np.ndarray], np.ndarray]:
     """Traffic at clock time t (seconds; days of ``day_s`` from the epoch, a Thursday) relative to the
-    busiest hour of the week, 0-1: the daily shape of ``simulator.traffic`` and the weekend factor."""
+    busiest hour of the week, 0-1: the daily shape of ``simulator.load_shape`` and the weekend factor."""
     peak = (float(_DAY_TABLE.max()) if daily_shape else 1.0) * max(1.0, weekend_factor)
 
     def level(t: np.ndarray) -> np.ndarray:

@@ -11,10 +11,10 @@ from shared_stack import BACKFILL, STARTED, setup_summary, shared_options
 from xdist.remote import Producer
 from xdist.scheduler import LoadScopeScheduling
 
-from oximeter.demo_stack import prebuild_backfill
-from oximeter.procs import ManagedProcess
-from oximeter.stack import Stack
 from reporter.sink import ChatSink
+from stack.demo_stack import prebuild_backfill
+from stack.local import Stack
+from stack.procs import ManagedProcess
 
 StartProcess = Callable[..., ManagedProcess]
 

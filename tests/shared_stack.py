@@ -4,7 +4,7 @@
 rules time-scaled by ``SCALE`` (10 minutes of real durations take one minute), 2 s scrapes and
 evaluations, Prometheus's lookback scaled with them (5m -> 30s, so an instant query sees live
 samples, not the backfill that ended earlier), Alertmanager with 1 s grouping routing to the
-analyzer daemon's relay, and the analyzer (``oximeter/demo_stack.py``'s configuration, persistence
+analyzer daemon's relay, and the analyzer (``stack/demo_stack.py``'s configuration, persistence
 scaled alike) telling a local WeCom sink. The backfill covers the scaled day (``offset 1d`` reads
 1d/SCALE back) plus margin; the analyzer's own baselines read the same-time windows it has.
 """
@@ -18,9 +18,9 @@ from pathlib import Path
 from typing import Any
 
 from dashboards.promql import Timing
-from oximeter.backfill import BackfillSpec
-from oximeter.demo_stack import ALERT_GROUP_WAIT_S, BACKFILL_GAP_S, analyzer_addon, analyzer_config
-from oximeter.stack import Stack, StackOptions
+from stack.backfill import BackfillSpec
+from stack.demo_stack import ALERT_GROUP_WAIT_S, BACKFILL_GAP_S, analyzer_addon, analyzer_config
+from stack.local import Stack, StackOptions
 
 SCALE = 10.0
 LOOKBACK_S = 300 / SCALE
@@ -30,7 +30,7 @@ LOOKBACK_S = 300 / SCALE
 # (the daily shape's evening peak) fills that guard (analyzer.signals.P99_MIN_COUNT in 5 min) within
 # the quiet soak, well inside the gateway's 12 concurrent requests.
 BACKFILL = BackfillSpec(nodes=2, gpus_per_node=2, base_rps=2.0, days=0.125, step_s=15.0, daily_shape=False)
-# The history ends BACKFILL_GAP_S before the stack starts (oximeter/demo_stack.py says why).
+# The history ends BACKFILL_GAP_S before the stack starts (stack/demo_stack.py says why).
 assert BACKFILL.days * 86400 >= 86400 / SCALE + 1800 + BACKFILL_GAP_S, \
     "the scaled `offset 1d` must fall inside the backfill"
 # The analyzers' query step and cycle, the demo's: a 1 s cycle doubled their CPU (the shared one's

@@ -7,7 +7,7 @@ import subprocess
 import pytest
 
 from oximeter.cli import COMMANDS, build_parser
-from oximeter.procs import oximeter_argv
+from stack.procs import oximeter_argv
 
 
 def test_help_lists_every_subcommand() -> None:

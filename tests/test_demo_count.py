@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from oximeter.demo import _chat_count
 from reporter.sink import SinkMessage
+from stack.demo import _chat_count
 
 
 def _msg(text: str, msgtype: str = "markdown") -> SinkMessage:

@@ -1,4 +1,4 @@
-"""Ports are never chosen before they are bound (``oximeter/ports.py``): reservations outside the
+"""Ports are never chosen before they are bound (``stack/ports.py``): reservations outside the
 ephemeral range, the restart of a server that finds its port taken, and two whole stacks started
 at once while another process churns outgoing connections through the ephemeral range."""
 
@@ -14,12 +14,12 @@ from pathlib import Path
 
 import pytest
 
-from oximeter import ports
-from oximeter.demo_stack import analyzer_addon
-from oximeter.ports import PortError, refusing_port, reservable_ports, reserve_port, start_reserved
-from oximeter.procs import ManagedProcess, wait_until
-from oximeter.stack import Endpoints, Stack, StackOptions
 from reporter.sink import ChatSink
+from stack import ports
+from stack.demo_stack import analyzer_addon
+from stack.local import Endpoints, Stack, StackOptions
+from stack.ports import PortError, refusing_port, reservable_ports, reserve_port, start_reserved
+from stack.procs import ManagedProcess, wait_until
 
 LISTEN = """
 import socket, sys, time

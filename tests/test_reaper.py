@@ -8,11 +8,11 @@ import subprocess
 import sys
 from pathlib import Path
 
-from oximeter.procs import wait_until
+from stack.procs import wait_until
 
 PARENT = """
 import sys
-from oximeter.procs import ManagedProcess
+from stack.procs import ManagedProcess
 done = ManagedProcess("done", ["sleep", "600"], sys.argv[1]).start()
 done.stop()  # stopped in order: forgotten by the watcher
 left = ManagedProcess("left", ["sh", "-c", "sleep 600 & wait"], sys.argv[1]).start()

@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 
 from oximeter.cli import main
-from oximeter.procs import oximeter_argv
 from oximeter.store import StoreError, connect, migrate
+from stack.procs import oximeter_argv
 
 TABLE = ["CREATE TABLE notes (id INTEGER PRIMARY KEY, text TEXT NOT NULL);"]
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
+from typing import TYPE_CHECKING
 from urllib.parse import urlsplit
 
 from pydantic import SecretStr
@@ -15,7 +16,9 @@ from reporter.channels.feishu import FeishuChannel
 from reporter.channels.slack import SlackChannel
 from reporter.channels.webhook import WebhookChannel
 from reporter.channels.wecom import WeComChannel
-from reporter.settings import ChannelSettings
+
+if TYPE_CHECKING:  # the settings validate a channel's type against CHANNELS (this module) at run time
+    from reporter.settings import ChannelSettings
 
 CHANNELS: dict[str, type[Channel]] = {
     "wecom": WeComChannel,

@@ -15,7 +15,7 @@ import pytest
 from analyzer.catalogue import KIND_DEFAULTS
 from analyzer.detect_cli import detect_file, infer_kind
 from analyzer.sources.files import InputError
-from oximeter.procs import oximeter_argv
+from stack.procs import oximeter_argv
 
 T0 = pd.Timestamp("2026-02-03T00:00:00Z")
 ROWS = 400

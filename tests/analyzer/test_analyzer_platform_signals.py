@@ -13,7 +13,7 @@ from analyzer.evaluate import evaluate_signal
 from analyzer.frame import SeriesFrame
 from analyzer.settings import AnalyzerSettings
 from analyzer.stock_inputs import adapter_rules
-from dashboards.promql import metric_names
+from oximeter.promql import metric_names
 
 POD = {"node": "n1", "namespace": "llm", "pod": "vllm-n1"}
 QUIET = 60  # rows (minutes) of health before each case

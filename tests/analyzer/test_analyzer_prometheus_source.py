@@ -29,10 +29,10 @@ from analyzer.sources.frames import FrameSource
 from analyzer.sources.matrix import decode_matrix
 from analyzer.sources.prometheus import PrometheusSource
 from oximeter.errors import DependencyError
-from oximeter.ports import refusing_port, start_reserved
-from oximeter.procs import ManagedProcess, http_ok
 from reporter.prom import digest_client
 from reporter.settings import DigestSettings
+from stack.ports import refusing_port, start_reserved
+from stack.procs import ManagedProcess, http_ok
 
 STEP = 15.0
 ROWS = 240

@@ -11,9 +11,9 @@ import pytest
 
 from analyzer.incident_model import Change
 from simulator.arrivals import ArrivalStream, mean_lengths
+from simulator.load_shape import RequestMix
 from simulator.scenario import EngineOverrides
 from simulator.trace import Capacity
-from simulator.traffic import RequestMix
 from tests.script_module import load_script
 
 ds = load_script("bench/drill_sweep.py")

@@ -12,7 +12,7 @@ import pytest
 
 from dashboards.build import BUILD_DIR, build_all, load_built, sources
 from dashboards.promql import panel_queries, variable_queries
-from oximeter.procs import oximeter_argv
+from stack.procs import oximeter_argv
 
 ALLOWED_PANELS = {"timeseries", "stat", "table", "bargauge", "heatmap", "row"}
 DASHBOARDS = load_built()

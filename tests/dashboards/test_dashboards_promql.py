@@ -33,9 +33,9 @@ from dashboards.promql import (
     format_value,
     panel_queries,
 )
-from oximeter.ports import start_reserved
-from oximeter.procs import ManagedProcess, http_ok
 from oximeter.store import connect
+from stack.ports import start_reserved
+from stack.procs import ManagedProcess, http_ok
 
 PROMTOOL = shutil.which("promtool") or "/usr/bin/promtool"
 PROMETHEUS = shutil.which("prometheus") or "/usr/bin/prometheus"

@@ -17,8 +17,8 @@ import requests
 import yaml
 
 from alert_rules import ADAPTERS_DIR, alerting_rules, rule_files
-from oximeter.ports import start_reserved
-from oximeter.procs import ManagedProcess, http_ok, wait_until
+from stack.ports import start_reserved
+from stack.procs import ManagedProcess, http_ok, wait_until
 
 ROOT = Path(__file__).resolve().parents[2]
 DEPLOY = ROOT / "deploy"

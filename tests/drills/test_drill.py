@@ -23,8 +23,8 @@ from drills.cli import DEFAULT_CACHE, LIBRARY, scenario_paths
 from drills.history import DRILL_END_S, drill_windows, same_time_window
 from drills.score import expected_truths, score
 from oximeter.errors import ConfigError
-from oximeter.procs import oximeter_argv
 from simulator.scenario import load_scenario
+from stack.procs import oximeter_argv
 
 ROOT = Path(__file__).resolve().parents[2]
 CACHE = DEFAULT_CACHE

@@ -20,8 +20,8 @@ from typing import Any
 import pytest
 import requests
 
-from oximeter.ports import start_reserved, wait_port, wait_ports
-from oximeter.procs import ManagedProcess, http_ok, oximeter_argv, wait_until
+from stack.ports import start_reserved, wait_port, wait_ports
+from stack.procs import ManagedProcess, http_ok, oximeter_argv, wait_until
 
 PROMETHEUS = shutil.which("prometheus") or "/usr/bin/prometheus"
 TOKEN = "drill-admin-token"

@@ -32,6 +32,7 @@ PINNED = {
     "2cc0169c8a81e63b": 1,  # the exporter's settings type checks moved to a shared module
     "1d019ffaf1a72085": 1,  # the exporter's settings loaded and type-checked by the shared module
     "36c0ff9ab4916bb8": 1,  # JSON, time and config-value checks beside the parsers it uses; same histories
+    "f2c105c346cc9173": 1,  # the day's shape and the request mix moved, verbatim, to their own module
 }
 
 

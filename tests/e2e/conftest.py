@@ -24,12 +24,12 @@ from shared_stack import ANALYZER_STEP_S, SCALE, open_deadline_s
 
 from alert_rules.scale import format_duration
 from analyzer.catalogue import CATALOGUE
-from oximeter.demo_stack import CHAT_URL_ENV, analyzer_config
-from oximeter.ports import start_reserved, wait_port
-from oximeter.procs import ManagedProcess, http_ok, oximeter_argv, wait_until
-from oximeter.stack import Stack, StackError
-from oximeter.stack_config import ANALYZER_JOB
 from reporter.sink import ChatSink
+from stack.config import ANALYZER_JOB
+from stack.demo_stack import CHAT_URL_ENV, analyzer_config
+from stack.local import Stack, StackError
+from stack.ports import start_reserved, wait_port
+from stack.procs import ManagedProcess, http_ok, oximeter_argv, wait_until
 
 VICTORIA = shutil.which("victoria-metrics") or "/usr/bin/victoria-metrics"
 

@@ -9,9 +9,9 @@ from typing import Any
 
 import requests
 
-from oximeter.procs import ManagedProcess
-from oximeter.stack import Stack
 from reporter.sink import ChatSink, SinkMessage
+from stack.local import Stack
+from stack.procs import ManagedProcess
 
 THERMAL_ALERT = "GpuTemperatureHigh"
 THERMAL_S = 40.0  # opens within seconds (a scaled minute of persistence); Alertmanager relays it by ~20 s

@@ -13,10 +13,10 @@ import pytest
 from e2e_helpers import VictoriaStore, analyzer_url, headline, incidents, kind_of
 from shared_stack import ANALYZER_STEP_S, SCALE
 
-from oximeter.procs import wait_until
 from oximeter.scrape import scrape, total
-from oximeter.stack import Stack
 from reporter.sink import ChatSink
+from stack.local import Stack
+from stack.procs import wait_until
 
 SOAK_S = 600 / SCALE
 

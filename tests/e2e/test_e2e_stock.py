@@ -32,10 +32,10 @@ from shared_stack import (
 from analyzer.stock_inputs import StockInputs
 from dashboards.build import load_built
 from dashboards.promql import panel_queries
-from oximeter.demo_stack import analyzer_addon
-from oximeter.procs import wait_until
-from oximeter.stack import Stack
 from reporter.sink import ChatSink
+from stack.demo_stack import analyzer_addon
+from stack.local import Stack
+from stack.procs import wait_until
 
 pytestmark = pytest.mark.e2e
 

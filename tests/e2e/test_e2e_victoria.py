@@ -15,8 +15,8 @@ import pytest
 from e2e_helpers import Faults, Victoria, incidents, new_incidents
 from shared_stack import live_timeout_s, open_deadline_s
 
-from oximeter.procs import wait_until
-from oximeter.stack import Stack
+from stack.local import Stack
+from stack.procs import wait_until
 
 pytestmark = pytest.mark.e2e
 

@@ -13,7 +13,7 @@ from fake_pynvml import FakeDevice, FakeNvml
 from exporter.backends.base import BackendStartError
 from exporter.backends.nvml import NvmlBackend
 from exporter.collector import GpuCollector
-from oximeter.procs import wait_until
+from stack.procs import wait_until
 
 Started = Callable[..., tuple[NvmlBackend, GpuCollector, FakeNvml]]
 

@@ -18,8 +18,8 @@ from exporter_harness import NODE, FleetServer, fleet_server, promtool_check, si
 from prometheus_client.parser import text_string_to_metric_families
 
 from exporter.host import ProcessMemory
-from oximeter.ports import start_reserved, wait_port, wait_ports
-from oximeter.procs import ManagedProcess, http_ok, oximeter_argv, wait_until
+from stack.ports import start_reserved, wait_port, wait_ports
+from stack.procs import ManagedProcess, http_ok, oximeter_argv, wait_until
 
 StartProcess = Callable[..., ManagedProcess]
 SIM_TOKEN = "exporter-test-token"

@@ -18,10 +18,10 @@ from exporter_harness import (
 
 from exporter.backends.sim import SimBackend
 from exporter.collector import GpuCollector
-from oximeter.ports import refusing_port
 from simulator.clock import VirtualClock
 from simulator.engine import EngineParams
 from simulator.fleet import Fleet
+from stack.ports import refusing_port
 
 
 @pytest.fixture

@@ -23,8 +23,8 @@ import requests
 from aiohttp import web
 from prometheus_client.parser import text_string_to_metric_families
 
-from oximeter.ports import wait_port, wait_ports
-from oximeter.procs import ManagedProcess, http_ok, oximeter_argv
+from stack.ports import wait_port, wait_ports
+from stack.procs import ManagedProcess, http_ok, oximeter_argv
 
 MODEL = "test-model"
 

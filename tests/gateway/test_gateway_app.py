@@ -14,7 +14,7 @@ import pytest
 import requests
 from conftest import MODEL, ReadMetric, StartGateway, Upstream
 
-from oximeter.procs import wait_until
+from stack.procs import wait_until
 
 CHAT = "/v1/chat/completions"
 

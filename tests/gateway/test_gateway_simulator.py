@@ -9,7 +9,7 @@ import openai
 import requests
 from conftest import ReadMetric, StartGateway, StartSim, sim_release
 
-from oximeter.procs import wait_until
+from stack.procs import wait_until
 
 MODEL = "sim-model"
 CHAT = "/v1/chat/completions"

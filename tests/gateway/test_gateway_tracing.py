@@ -12,7 +12,7 @@ import requests
 from conftest import MODEL, StartGateway, Upstream
 
 from gateway.tracecontext import new_trace, parse_traceparent, trace_of
-from oximeter.procs import wait_until
+from stack.procs import wait_until
 
 CHAT = "/v1/chat/completions"
 VALID = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"

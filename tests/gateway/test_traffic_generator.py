@@ -9,8 +9,9 @@ from pathlib import Path
 import pytest
 from conftest import MODEL, Upstream
 
-from oximeter.procs import oximeter_argv
-from simulator.traffic import RequestBuilder, RequestMix, check_loopback, daily_rate
+from simulator.load_shape import RequestMix, daily_rate
+from simulator.traffic import RequestBuilder, check_loopback
+from stack.procs import oximeter_argv
 
 
 def test_daily_rate_has_base_as_mean_and_a_night_trough() -> None:

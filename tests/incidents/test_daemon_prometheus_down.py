@@ -18,8 +18,8 @@ from typing import Any
 import pytest
 import requests
 
-from oximeter.ports import reserve_port, wait_port
-from oximeter.procs import ManagedProcess, http_ok, oximeter_argv, wait_until
+from stack.ports import reserve_port, wait_port
+from stack.procs import ManagedProcess, http_ok, oximeter_argv, wait_until
 
 PROMETHEUS = shutil.which("prometheus") or "/usr/bin/prometheus"
 

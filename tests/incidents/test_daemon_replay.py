@@ -11,8 +11,8 @@ from pathlib import Path
 
 from analyzer.daemon import AnalyzeConfig, _source
 from analyzer.incident_store import IncidentQuery, IncidentStore
-from oximeter.procs import oximeter_argv
 from oximeter.store import connect
+from stack.procs import oximeter_argv
 
 END_S = 1767808800  # 2026-01-07T18:00:00Z
 SCENARIO = """\

@@ -17,8 +17,8 @@ from inprocess import run_main
 from analyzer.incident_store import IncidentStore
 from analyzer.incidents import IncidentSettings, IncidentTracker, findings
 from analyzer.topology import Topology, TopologySettings
-from oximeter.procs import oximeter_argv
 from oximeter.store import connect
+from stack.procs import oximeter_argv
 
 TOPO = Topology.from_settings(TopologySettings(services={"chat": ["node-0"]}))
 

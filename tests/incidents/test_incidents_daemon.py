@@ -24,9 +24,9 @@ from analyzer.incidents import Change, Incident, IncidentSettings
 from analyzer.pipeline import snapshot_from_frames, topology_from_frames
 from analyzer.settings import AnalyzerSettings
 from analyzer.topology import Topology
-from oximeter.ports import wait_port
-from oximeter.procs import ManagedProcess, http_ok, oximeter_argv, wait_until
 from oximeter.store import connect
+from stack.ports import wait_port
+from stack.procs import ManagedProcess, http_ok, oximeter_argv, wait_until
 
 START = "2026-03-02T10:10:00Z"
 

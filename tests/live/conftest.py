@@ -7,7 +7,7 @@ import time
 import pytest
 from shared_stack import LOOKBACK_S
 
-from oximeter.stack import Stack
+from stack.local import Stack
 
 
 @pytest.fixture

@@ -18,8 +18,8 @@ from shared_stack import PANEL_TIMING, PANEL_WARMUP_S
 from alert_rules import recording_rules
 from dashboards.build import load_built
 from dashboards.promql import panel_queries, variable_queries
-from oximeter.procs import wait_until
-from oximeter.stack import Stack
+from stack.local import Stack
+from stack.procs import wait_until
 
 DASHBOARDS = load_built()
 _LABEL_VALUES = re.compile(r"^label_values\((.*),\s*(\w+)\)$", re.S)

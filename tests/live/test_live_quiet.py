@@ -11,7 +11,7 @@ import time
 
 from shared_stack import BACKFILL, SCALE
 
-from oximeter.stack import ANALYZER_JOB, Stack
+from stack.local import ANALYZER_JOB, Stack
 
 SOAK_S = 600 / SCALE
 # Without the analyzer daemon (issue 8) its scrape job is absent, and ScrapeJobMissing says so.

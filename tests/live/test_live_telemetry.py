@@ -11,8 +11,8 @@ from shared_stack import SCALE
 
 from alert_rules import load_groups, rule_files
 from oximeter.inputs import parse_duration_s
-from oximeter.procs import wait_until
-from oximeter.stack import Stack
+from stack.local import Stack
+from stack.procs import wait_until
 
 ALERT = "NodeTelemetryDown"
 

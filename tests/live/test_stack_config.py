@@ -9,8 +9,7 @@ import pytest
 import yaml
 
 from alert_rules import rule_files
-from oximeter.stack import StackError, find_binaries
-from oximeter.stack_config import (
+from stack.config import (
     ENGINE_JOB,
     EXPORTER_JOB,
     GATEWAY_JOB,
@@ -21,6 +20,7 @@ from oximeter.stack_config import (
     stable_instance,
     write_yaml,
 )
+from stack.local import StackError, find_binaries
 
 TARGETS = [
     Target(ENGINE_JOB, "127.0.0.1:8100", stable_instance(ENGINE_JOB, "n1"), {"node": "n1"}),

@@ -11,7 +11,7 @@ from aiohttp import web
 from analyzer.api import start_api
 from analyzer.case import RootCause
 from analyzer.incidents import Evidence, Incident
-from oximeter.procs import http_ok, wait_until
+from stack.procs import http_ok, wait_until
 
 
 def sample_incident(now: datetime, *, layer: str = "infrastructure", node: str = "n1",

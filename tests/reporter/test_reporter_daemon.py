@@ -11,8 +11,8 @@ import pandas as pd
 import requests
 from chat_receiver import ChatReceiver
 
-from oximeter.ports import wait_port
-from oximeter.procs import ManagedProcess, http_ok, oximeter_argv, wait_until
+from stack.ports import wait_port
+from stack.procs import ManagedProcess, http_ok, oximeter_argv, wait_until
 
 TOKEN = "daemon-relay-token"
 

@@ -11,13 +11,13 @@ from zoneinfo import ZoneInfo
 import pytest
 
 from oximeter.errors import OximeterError
-from oximeter.ports import refusing_port
-from oximeter.procs import oximeter_argv
 from oximeter.prometheus import Series
 from reporter.digest import colour, day_bounds, histogram_quantile, increases, share_below
 from reporter.digest_capacity import CONCURRENCY_LIMIT, DEMAND, LIMITS, Peak, headroom, n_minus_one
 from reporter.digest_schedule import DigestScheduler
 from reporter.settings import DigestSettings, ReporterSettings
+from stack.ports import refusing_port
+from stack.procs import oximeter_argv
 
 INF = math.inf
 BUCKETS = [(0.1, 50.0), (0.5, 90.0), (1.0, 99.0), (2.0, 100.0), (INF, 100.0)]

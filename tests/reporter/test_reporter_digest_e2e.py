@@ -32,11 +32,11 @@ from relay_harness import ThreadedApp, sample_incident
 
 from analyzer.api import build_app
 from analyzer.incident_store import IncidentStore
-from oximeter.ports import start_reserved
-from oximeter.procs import ManagedProcess, http_ok, oximeter_argv
 from oximeter.store import connect
 from reporter import chart_link
 from reporter.channels import CHANNELS
+from stack.ports import start_reserved
+from stack.procs import ManagedProcess, http_ok, oximeter_argv
 
 PROMTOOL = shutil.which("promtool") or "/usr/bin/promtool"
 PROMETHEUS = shutil.which("prometheus") or "/usr/bin/prometheus"

@@ -11,9 +11,9 @@ import yaml
 from chat_receiver import SECRETS, WEBHOOK_TOKEN, ChatReceiver
 from sample_messages import alert
 
-from oximeter.procs import oximeter_argv, wait_until
 from oximeter.store import connect
 from reporter.outbox import Outbox
+from stack.procs import oximeter_argv, wait_until
 from tests.conftest import StartProcess
 
 KEYS = [f"incident-{i}:opened:1" for i in range(8)]

@@ -19,8 +19,6 @@ from relay_harness import ThreadedApp, sample_incident
 from analyzer.api import build_app
 from analyzer.incident_store import IncidentStore
 from analyzer.incidents import Change
-from oximeter.ports import start_reserved
-from oximeter.procs import ManagedProcess, http_ok
 from oximeter.store import connect
 from reporter.channels import CHANNELS
 from reporter.outbox import Outbox, OutboxPolicy
@@ -28,6 +26,8 @@ from reporter.relay import PATH, Payload, Relay, mount
 from reporter.render import OutboxNotifier
 from reporter.settings import ReporterSettings
 from reporter.worker import DeliveryWorker
+from stack.ports import start_reserved
+from stack.procs import ManagedProcess, http_ok
 
 TOKEN = "relay-token-5f1c"
 ALERTMANAGER = "/usr/bin/prometheus-alertmanager"
@@ -145,7 +145,7 @@ def test_store_failure_is_503_so_alertmanager_retries(stack: Stack, tmp_path: Pa
 
 
 def _wait(predicate: Callable[[], object], what: str, timeout_s: float = 30.0) -> None:
-    from oximeter.procs import wait_until
+    from stack.procs import wait_until
 
     wait_until(predicate, timeout_s, interval_s=0.1, what=what)
 

@@ -22,11 +22,11 @@ from loguru import logger
 from pydantic import SecretStr
 from sample_messages import alert
 
-from oximeter.procs import oximeter_argv
 from oximeter.store import connect
 from reporter.channels import CHANNELS, Channel
 from reporter.outbox import Outbox, OutboxPolicy
 from reporter.redact import redact_url
+from stack.procs import oximeter_argv
 
 SECRET_TEXTS = [WECOM_KEY, FEISHU_TOKEN, DINGTALK_TOKEN, *SLACK_PATH.split("/"), WEBHOOK_TOKEN,
                 *SECRETS.values()]

@@ -10,12 +10,12 @@ import yaml
 
 from oximeter.config import parse_config
 from oximeter.errors import ConfigError, SecretMissingError
-from oximeter.procs import oximeter_argv
 from oximeter.store import connect
 from reporter.channels import build_channel
 from reporter.channels.feishu import FeishuChannel
 from reporter.outbox import Outbox
 from reporter.settings import ChannelSettings
+from stack.procs import oximeter_argv
 
 
 def test_reporter_section_defaults_and_problems_named_by_key() -> None:

@@ -10,10 +10,10 @@ from chat_receiver import ChatReceiver
 from conftest import MakeChannel
 from sample_messages import alert
 
-from oximeter.procs import wait_until
 from oximeter.store import connect
 from reporter.outbox import Outbox
 from reporter.worker import DeliveryWorker, deliver_forever
+from stack.procs import wait_until
 
 
 def test_thread_worker_delivers_until_stopped(tmp_path: Path, receiver: ChatReceiver,

@@ -15,7 +15,7 @@ from alert_rules import alerting_rules, recording_rules
 from analyzer.catalogue import CATALOGUE, build_catalogue
 from analyzer.recording_rules import SIGNALS_RULES, render, rendered_adapters
 from analyzer.sources import stock
-from oximeter.procs import oximeter_argv
+from stack.procs import oximeter_argv
 
 
 def test_committed_signal_rules_are_current() -> None:

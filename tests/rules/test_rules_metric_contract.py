@@ -12,7 +12,8 @@ import pytest
 
 from alert_rules import all_rules, load_catalogue, recording_rules
 from dashboards.build import load_built
-from dashboards.promql import metric_names, panel_queries, variable_queries
+from dashboards.promql import panel_queries, variable_queries
+from oximeter.promql import metric_names
 
 TYPES = {"counter", "gauge", "histogram"}
 PRODUCERS = {"gateway", "exporter", "simulator", "analyzer", "reporter", "vllm", "prometheus"}

@@ -10,8 +10,8 @@ import pytest
 import requests
 
 from alert_rules import load_catalogue
-from oximeter.ports import wait_port, wait_ports
-from oximeter.procs import ManagedProcess, http_ok, oximeter_argv
+from stack.ports import wait_port, wait_ports
+from stack.procs import ManagedProcess, http_ok, oximeter_argv
 
 PREFIXES = ("oximeter_", "vllm:")
 

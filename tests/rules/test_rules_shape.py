@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from alert_rules import alerting_rules, recording_rules, rule_files
-from dashboards.promql import metric_names
+from oximeter.promql import metric_names
 from oximeter.vocabulary import LAYERS, SEVERITIES
 from oximeter.xids import xid_pattern
 

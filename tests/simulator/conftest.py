@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from oximeter.procs import ManagedProcess
+from stack.procs import ManagedProcess
 from tests.simulator.sim_harness import TOKEN, Sim, StartSim, start_sim_process
 
 

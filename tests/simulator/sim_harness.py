@@ -9,8 +9,8 @@ from pathlib import Path
 import requests
 from prometheus_client.parser import text_string_to_metric_families
 
-from oximeter.ports import wait_ports
-from oximeter.procs import ManagedProcess, http_ok, oximeter_argv
+from stack.ports import wait_ports
+from stack.procs import ManagedProcess, http_ok, oximeter_argv
 
 MODEL = "sim-test-model"
 TOKEN = "test-admin-token"

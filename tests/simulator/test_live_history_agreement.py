@@ -28,8 +28,9 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from simulator.arrivals import Arrival, constant_rate_schedule
 from simulator.history import generate
+from simulator.load_shape import RequestMix
 from simulator.scenario import Scenario, load_scenario
-from simulator.traffic import PreparedRequest, RequestMix, Result, new_session, send
+from simulator.traffic import PreparedRequest, Result, new_session, send
 from tests.simulator.sim_harness import MODEL, Sim, StartSim
 
 RATE_RPS = 2.5  # per node: n1 (throttled) runs ~8 of its 16 sequences and never queues, n2 ~4

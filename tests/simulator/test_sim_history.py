@@ -12,9 +12,9 @@ import pandas as pd
 import pytest
 import requests
 
-from oximeter.ports import start_reserved
-from oximeter.procs import http_ok, oximeter_argv
 from simulator.scenario import load_scenario, parse_duration_s
+from stack.ports import start_reserved
+from stack.procs import http_ok, oximeter_argv
 from tests.simulator.sim_harness import StartProcess
 
 STEP_S = 300

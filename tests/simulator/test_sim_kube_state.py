@@ -13,11 +13,11 @@ from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
 from alert_rules import ADAPTERS_DIR
-from oximeter.procs import wait_until
 from simulator.clock import VirtualClock
 from simulator.engine import EngineParams
 from simulator.fleet import Fleet
 from simulator.kube_state import KubeStateCollector
+from stack.procs import wait_until
 from tests.simulator.sim_harness import StartSim
 
 PROMTOOL = shutil.which("promtool") or "/usr/bin/promtool"

@@ -12,7 +12,7 @@ import openai
 import pytest
 import requests
 
-from oximeter.procs import wait_until
+from stack.procs import wait_until
 from tests.simulator.sim_harness import MODEL, TOKEN, Sim, StartSim
 
 FAST = ("--decode-s-per-token", "0.01", "--decode-batch-factor", "0")

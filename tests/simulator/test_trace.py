@@ -10,10 +10,10 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from oximeter.procs import oximeter_argv
 from simulator.history import generate
 from simulator.scenario import Scenario, Truth, load_scenario, with_trace
 from simulator.trace import TraceError, clock_level, load_trace, scenario_arrivals, schedule
+from stack.procs import oximeter_argv
 
 ROOT = Path(__file__).resolve().parents[2]
 AZURE = ROOT.parent / "shared" / "traces" / "azure_llm_code_2023.csv"

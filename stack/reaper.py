@@ -1,6 +1,6 @@
 """Stop a process's children when it dies, however it dies.
 
-:class:`~oximeter.procs.ManagedProcess` starts each child in its own session, so that stopping it
+:class:`~stack.procs.ManagedProcess` starts each child in its own session, so that stopping it
 stops what it started, and so that a Ctrl-C meant for the parent reaches the children through the
 parent's orderly shutdown. A parent killed outright (SIGKILL, an out-of-memory kill, a CI runner's
 timeout) runs no shutdown, and its servers (Prometheus, Redis, the simulator) would keep running

@@ -1,4 +1,4 @@
-"""Child processes, polled with deadlines and always stopped (their ports: ``oximeter/ports.py``).
+"""Child processes, polled with deadlines and always stopped (their ports: ``stack/ports.py``).
 
 Used by the demo and by the test fixtures, so both start servers the same way.
 """
@@ -18,8 +18,8 @@ from typing import IO
 
 import requests
 
-from oximeter import reaper
 from oximeter.errors import OximeterError
+from stack import reaper
 
 
 class ProcessError(OximeterError):

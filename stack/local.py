@@ -3,7 +3,7 @@
 Start order follows the dependencies, each step polled until ready: (backfill) → Redis →
 simulator → one exporter and one gateway per node → Alertmanager → Prometheus (every target up)
 → add-ons (the analyzer daemon) → Alertmanager and Prometheus reloaded with the add-ons' webhook and
-scrape targets → traffic. No port is chosen before it is bound (``oximeter/ports.py``): each step
+scrape targets → traffic. No port is chosen before it is bound (``stack/ports.py``): each step
 learns its ports as it starts, and every configuration naming a port is written after that port is
 known. ``stop()`` goes in reverse, and
 ``start()`` stops what it started when a step fails, so nothing outlives an error or Ctrl-C.
@@ -30,13 +30,12 @@ import requests
 
 from alert_rules import ADAPTERS_DIR, rule_files
 from alert_rules.scale import format_duration, write_scaled_rules
-from oximeter.backfill import BackfillResult, BackfillSpec, build_backfill
 from oximeter.errors import DependencyError, OximeterError
 from oximeter.inputs import parse_timestamp
-from oximeter.ports import start_reserved, wait_port, wait_ports
-from oximeter.procs import ManagedProcess, http_ok, oximeter_argv, wait_until
 from oximeter.prometheus import PrometheusClient
-from oximeter.stack_config import (
+from simulator.admin import TOKEN_ENV
+from stack.backfill import BackfillResult, BackfillSpec, build_backfill
+from stack.config import (
     ANALYZER_JOB,
     DCGM_JOB,
     ENGINE_JOB,
@@ -51,8 +50,9 @@ from oximeter.stack_config import (
     stable_instance,
     write_yaml,
 )
-from oximeter.stack_options import Addon, Endpoints, Observer, QuietObserver, StackOptions
-from simulator.admin import TOKEN_ENV
+from stack.options import Addon, Endpoints, Observer, QuietObserver, StackOptions
+from stack.ports import start_reserved, wait_port, wait_ports
+from stack.procs import ManagedProcess, http_ok, oximeter_argv, wait_until
 
 BINARIES = {"prometheus": "prometheus", "promtool": "prometheus", "alertmanager": "prometheus-alertmanager",
             "redis": "redis-server"}  # role -> Debian package

@@ -19,11 +19,11 @@ from typing import Any
 import requests
 import yaml
 
-from oximeter.backfill import BackfillResult, BackfillSpec, build_backfill
 from oximeter.errors import ConfigError
-from oximeter.procs import oximeter_argv
-from oximeter.stack_config import ANALYZER_JOB
-from oximeter.stack_options import Addon, Endpoints
+from stack.backfill import BackfillResult, BackfillSpec, build_backfill
+from stack.config import ANALYZER_JOB
+from stack.options import Addon, Endpoints
+from stack.procs import oximeter_argv
 
 DEMO_SCALE = 10.0
 # Alertmanager holds a new group this long before the relay sees it: the analyzer, judging the same
@@ -107,7 +107,7 @@ def prebuild_backfill(spec: BackfillSpec, folder: Path, *, gap_s: float = BACKFI
     A finished backfill there is reused as it is: its end only moves further into the past.
     """
     from alert_rules import rule_files
-    from oximeter.stack import find_binaries
+    from stack.local import find_binaries
 
     bins = find_binaries(["prometheus", "promtool"])
     end_s = math.floor((time.time() - gap_s) / spec.step_s) * spec.step_s

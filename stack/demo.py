@@ -27,8 +27,10 @@ from rich.console import Console
 from rich.panel import Panel
 from rich.progress import Progress, SpinnerColumn, TaskID, TextColumn, TimeElapsedColumn
 
-from oximeter.backfill import BackfillSpec
-from oximeter.demo_stack import (
+from oximeter.errors import OximeterError
+from reporter.sink import ChatSink, SinkMessage
+from stack.backfill import BackfillSpec
+from stack.demo_stack import (
     ALERT_GROUP_WAIT_S,
     DEMO_SCALE,
     DemoDrill,
@@ -38,10 +40,8 @@ from oximeter.demo_stack import (
     drill_faults,
     prebuild_backfill,
 )
-from oximeter.errors import OximeterError
-from oximeter.procs import oximeter_argv
-from oximeter.stack import Endpoints, Stack, StackError, StackOptions
-from reporter.sink import ChatSink, SinkMessage
+from stack.local import Endpoints, Stack, StackError, StackOptions
+from stack.procs import oximeter_argv
 
 DEFAULT_WORKSPACE = Path(".oximeter/demo")
 DASHBOARDS = Path(__file__).resolve().parent.parent / "dashboards" / "build"

@@ -1,7 +1,7 @@
 """What the local stack runs (``StackOptions``), where it listens (``Endpoints``) and its hooks.
 
 Add-ons (the analyzer daemon, a chat sink) and the progress observer are the extension
-points; ``oximeter/stack.py`` does the starting and stopping.
+points; ``stack/local.py`` does the starting and stopping.
 """
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
 
-from oximeter.backfill import BackfillSpec
+from stack.backfill import BackfillSpec
 
 
 @dataclass(frozen=True)

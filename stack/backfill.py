@@ -23,8 +23,8 @@ from typing import Any
 import yaml
 
 from oximeter.errors import OximeterError
-from oximeter.ports import start_reserved
-from oximeter.procs import ManagedProcess, http_ok, oximeter_argv
+from stack.ports import start_reserved
+from stack.procs import ManagedProcess, http_ok, oximeter_argv
 
 
 class BackfillError(OximeterError):
