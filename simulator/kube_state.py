@@ -59,7 +59,13 @@ def kube_state_families(fleet: Fleet, now: float, only: str | None = None) -> It
                                    "Sequence number representing a specific generation of the desired state.",
                                    labels=["namespace", "deployment"])
     generation.add_metric([NAMESPACE, DEPLOYMENT], float(fleet.generation(now)))
-    yield from (node_ready, info, ready, restarts, generation)
+    # One replica per node: those whose engine is down (restarting, or starting after a rollout).
+    unavailable = GaugeMetricFamily("kube_deployment_status_replicas_unavailable",
+                                    "The number of unavailable replicas per deployment.",
+                                    labels=["namespace", "deployment"])
+    unavailable.add_metric([NAMESPACE, DEPLOYMENT],
+                           float(sum(now < node.down_until for node in fleet.nodes.values())))
+    yield from (node_ready, info, ready, restarts, generation, unavailable)
 
 
 class KubeStateCollector(Collector):

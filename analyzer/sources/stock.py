@@ -141,12 +141,14 @@ def translated(store: RawStore) -> Iterator[tuple[str, Labeled]]:
         if data.labels:
             yield record, Labeled(data.values * np.float32(scale), tuple(_gpu_labels(la, extra)
                                                                           for la in data.labels))
-    used, free, total = (store.select(f"DCGM_FI_DEV_FB_{k}") for k in ("USED", "FREE", "TOTAL"))
+    used, free, reserved, total = (store.select(f"DCGM_FI_DEV_FB_{k}")
+                                   for k in ("USED", "FREE", "RESERVED", "TOTAL"))
     if total.labels:
         yield "oximeter_gpu_memory_total_bytes", Labeled(total.values * np.float32(_MIB),
                                                          tuple(_gpu_labels(la) for la in total.labels))
     elif used.labels and used.labels == free.labels:
-        yield "oximeter_gpu_memory_total_bytes", Labeled((used.values + free.values) * np.float32(_MIB),
+        parts = used.values + free.values + (reserved.values if reserved.labels == used.labels else 0)
+        yield "oximeter_gpu_memory_total_bytes", Labeled(parts * np.float32(_MIB),
                                                          tuple(_gpu_labels(la) for la in used.labels))
     present = [store.select(f) for f in GPU_PRESENT_FIELDS]
     for data in present:
