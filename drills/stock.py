@@ -26,7 +26,8 @@ def why_stock_cannot_judge(path: Path, cache_dir: Path, step_s: float, interval_
     from drills.score import expected_truths, truth_matches
     from simulator.faults import FAULT_KINDS
 
-    sc = load_drill_scenario(path, trace)
+    # The same fleet on Oximeter's telemetry, whatever the scenario file says it runs.
+    sc = load_drill_scenario(path, trace).model_copy(update={"telemetry": "oximeter"})
     reasons = [f"{kind}: a fault in Oximeter's gateway, which a stock fleet does not run"
                for kind in sorted({f.kind for f in sc.faults}) if FAULT_KINDS[kind].gateway]
     run = replay_windows(sc, cache_dir, step_s, interval_s)
