@@ -20,6 +20,7 @@ from collections.abc import Iterator, Mapping
 import numpy as np
 
 from analyzer.query import aggregate
+from analyzer.sources.kube import kube_translated
 from analyzer.sources.raw import Labeled, RawStore
 from oximeter.xids import APPLICATION_XIDS, PAGING_XIDS
 
@@ -167,6 +168,7 @@ def translated(store: RawStore) -> Iterator[tuple[str, Labeled]]:
     if not store.select("DCGM_EXP_XID_ERRORS_TOTAL").labels:  # the exporter's own count wins
         for counted in _xid_counters(store):
             yield "oximeter_gpu_xid_errors_total", counted
+    yield from kube_translated(store)
     for source, record in VLLM_GAUGES.items():
         data = aggregate(store.select(source), ("engine",), "sum")
         yield record, Labeled(data.values, tuple(_model_labels(la) for la in data.labels))

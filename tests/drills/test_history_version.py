@@ -32,6 +32,7 @@ PINNED = {
     "2cc0169c8a81e63b": 1,  # the exporter's settings type checks moved to a shared module
     "1d019ffaf1a72085": 1,  # the exporter's settings loaded and type-checked by the shared module
     "453c013935fdd541": 2,  # stock fleets: dcgm-exporter's real Xid series, FB_RESERVED, replicas unavailable
+    "80ff9a3ea01cd70f": 2,  # engine_oom and crash_loop faults; kube-state-metrics' last terminated reason
 }
 
 

@@ -17,7 +17,7 @@ from simulator.exposition import engine_families
 from simulator.history import build_fleet
 from simulator.kube_state import kube_state_families
 from simulator.node_history import NodeHistory
-from simulator.scenario import Scenario, Truth
+from simulator.scenario import Scenario, ScenarioFault, Truth
 from simulator.series import SeriesStore
 
 # job -> its captures
@@ -50,15 +50,18 @@ class _Families:
 @cache
 def _simulated() -> dict[str, tuple[dict[str, str], list[Sample]]]:
     """Each job's exposition on both nodes of a small stock fleet, as its /metrics would read."""
+    # n1's engine was OOM-killed a second ago, so every kube-state-metrics family has a sample.
     sc = Scenario(name="t", nodes=2, gpus_per_node=2, base_rps=1.0, daily_shape=False,
-                  truth=Truth(layer="none", rule="none"), telemetry="stock")
+                  truth=Truth(layer="none", rule="none"), telemetry="stock",
+                  faults=[ScenarioFault(kind="engine_oom", node="n1", start=0.0)])
     fleet = build_fleet(sc, 0.01)
+    fleet.apply_restarts(1.0)
     jobs: dict[str, list[Metric]] = {job: [] for job in CAPTURES}
     for name in fleet.nodes:
         node = NodeHistory(sc, fleet, name, SeriesStore([0.0]), 60.0, 0.0)
         jobs["dcgm-exporter"] += node.exporter.collect()
         jobs["vllm"] += engine_families(sc.model, node.engine, name)
-    jobs["kube-state-metrics"] += kube_state_families(fleet, 0.0)
+    jobs["kube-state-metrics"] += kube_state_families(fleet, 1.0)
     out = {}
     for job, families in jobs.items():
         registry = CollectorRegistry(auto_describe=False)
