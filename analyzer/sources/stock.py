@@ -8,8 +8,9 @@ units, one bit of the clock-event mask per reason, vLLM's queue and latency hist
 gateway's — are written once, in the tables below: ``oximeter rules build`` renders them into the
 marked part of the adapter files (:func:`render_dcgm`, :func:`render_vllm`), and a replay, which
 has no Prometheus, applies them to the raw history (:func:`translated`). What the rules do beyond a
-table (a GPU's ``up`` from any field it reports, the memory total from used + free, each change
-of DCGM's last-Xid code counted as one event) is written by hand in both, and
+table (a GPU's ``up`` from any field it reports, the memory total from used + free + reserved,
+each change of DCGM's last-Xid code counted as one event, one rule per code of
+``oximeter/xids.py``) is written twice, as PromQL in :func:`render_dcgm` and as numpy here, and
 ``tests/analyzer/test_analyzer_stock_replay.py`` checks the replay against the rules.
 """
 

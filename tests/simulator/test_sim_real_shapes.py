@@ -132,3 +132,7 @@ def test_the_default_fields_are_the_real_default_counters() -> None:
     enabled = read_counters_csv(REAL / "dcgm-default-counters.csv")
     assert enabled & {name for name, _, _ in DCGM_FIELDS} == DCGM_DEFAULT_FIELDS
     assert "DCGM_FI_DEV_ECC_DBE_VOL_TOTAL" not in enabled  # shipped commented out
+    # dcgm-exporter's own Xid counters exist (listed, commented out) but are off by default.
+    text = (REAL / "dcgm-default-counters.csv").read_text()
+    assert "# DCGM_EXP_XID_ERRORS_TOTAL," in text and "# DCGM_EXP_XID_ERRORS_COUNT," in text
+    assert not {"DCGM_EXP_XID_ERRORS_TOTAL", "DCGM_EXP_XID_ERRORS_COUNT"} & enabled
