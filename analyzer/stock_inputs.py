@@ -20,7 +20,7 @@ from pathlib import Path
 from alert_rules import ADAPTERS_DIR, load_catalogue, load_groups, recording_rules, rule_files
 from analyzer.signals import SignalSpec
 from dashboards.promql import metric_names
-from exporter.dcgm import DCGM_DEFAULT_FIELDS
+from exporter.dcgm import DCGM_DEFAULT_FIELDS, counters_line
 
 _EXPORTER_NAME = re.compile(r"^(DCGM_|vllm:|kube_)")
 # Producers of the metric catalogue that a stock fleet runs too: vLLM itself, Prometheus, and
@@ -182,6 +182,8 @@ def describe(missing: Iterable[MissingSeries]) -> list[str]:
     for m in missing:
         if m.needs:
             source = f"needs {' or '.join(m.needs)}, which dcgm-exporter's counters do not enable"
+            line = next(filter(None, map(counters_line, m.needs)), None)
+            source += f" (add the line `{line}` to its counters file)" if line else ""
         else:
             producer = _producer_of(m.selector) or "own components"
             source = f"no stock exporter has it (only Oximeter's {producer})"

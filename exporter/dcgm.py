@@ -152,6 +152,24 @@ DCGM_FIELDS: tuple[tuple[str, str, Callable[[GpuReading], float | None]], ...] =
 )
 
 
+# The fields dcgm-exporter's counters files type `counter` (the stand-in writes them as gauges).
+DCGM_COUNTER_FIELDS: frozenset[str] = frozenset({
+    "DCGM_FI_DEV_PCIE_REPLAY_COUNTER", "DCGM_FI_DEV_ECC_SBE_VOL_TOTAL", "DCGM_FI_DEV_ECC_DBE_VOL_TOTAL",
+    "DCGM_FI_DEV_UNCORRECTABLE_REMAPPED_ROWS", "DCGM_FI_DEV_CORRECTABLE_REMAPPED_ROWS",
+    "DCGM_FI_DEV_NVLINK_CRC_FLIT_ERROR_COUNT_TOTAL", "DCGM_FI_DEV_NVLINK_CRC_DATA_ERROR_COUNT_TOTAL",
+    "DCGM_FI_DEV_NVLINK_REPLAY_ERROR_COUNT_TOTAL", "DCGM_FI_DEV_NVLINK_RECOVERY_ERROR_COUNT_TOTAL",
+})
+
+
+def counters_line(field: str) -> str | None:
+    """The line (``FIELD, type, help``) that enables ``field`` in a dcgm-exporter counters file,
+    for the fields written here; None for others."""
+    for name, help_text, _value in DCGM_FIELDS:
+        if name == field:
+            return f"{name}, {'counter' if name in DCGM_COUNTER_FIELDS else 'gauge'}, {help_text}"
+    return None
+
+
 def dcgm_families(node: str, gpus: Sequence[GpuReading], fields: frozenset[str] | None = None,
                   stand_in: bool = False) -> list[GaugeMetricFamily]:
     """One gauge family per DCGM field (those in ``fields`` when given), one sample per GPU that is

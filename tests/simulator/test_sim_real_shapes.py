@@ -12,7 +12,7 @@ from prometheus_client.core import Metric
 from real_exposition import Sample, fixture, read
 
 from analyzer.stock_inputs import adapter_rules
-from exporter.dcgm import DCGM_DEFAULT_FIELDS, DCGM_FIELDS
+from exporter.dcgm import DCGM_COUNTER_FIELDS, DCGM_DEFAULT_FIELDS, DCGM_FIELDS
 from simulator.exposition import engine_families
 from simulator.history import build_fleet
 from simulator.kube_state import kube_state_families
@@ -33,10 +33,6 @@ SIMULATION_ONLY = {
     # vLLM's later name for time_per_output_token (same buckets), newer than the capture's source.
     "vllm:inter_token_latency_seconds": "vLLM's name after the capture's source commit",
 }
-# dcgm-exporter types these `counter` without `_total`, which client_python cannot write: the
-# stand-in writes gauges (rules read the samples alike).
-COUNTER_AS_GAUGE = {"DCGM_FI_DEV_PCIE_REPLAY_COUNTER", "DCGM_FI_DEV_CORRECTABLE_REMAPPED_ROWS",
-                    "DCGM_FI_DEV_UNCORRECTABLE_REMAPPED_ROWS"}
 
 
 class _Families:
@@ -98,7 +94,8 @@ def test_every_simulated_family_has_the_real_shape() -> None:
                 continue
             assert family in real, f"{job}: the simulator writes {family}, which no real {job} capture has"
             real_kind, real_names, real_buckets = real[family]
-            assert kind == ("gauge" if family in COUNTER_AS_GAUGE else real_kind), (job, family, kind)
+            # dcgm-exporter types some `counter` without `_total`, which client_python cannot write.
+            assert kind == ("gauge" if family in DCGM_COUNTER_FIELDS else real_kind), (job, family, kind)
             assert names and names <= real_names, (job, family, names, real_names)
             assert buckets == real_buckets, (job, family)
 
