@@ -245,6 +245,18 @@ CATALOGUE: dict[str, SignalSpec] = {s.name: s for s in (
        # within minutes is a loop (CrashLoopBackOff waits 10 s, 20 s, 40 s, ... between tries).
        entity_labels=("node", "namespace", "pod"), increase=2, for_s=0, min_samples=1,
        description="a pod's containers restarted twice or more in 5 min: a restart loop"),
+    _s(name="restart_loop", layer="platform", kind="counter_growth", unit="restarts",
+       expr=q.gauge("node_pod:kube_pod_container_status_restarts:increase15m", how="sum"),
+       # Three or more in 15 min (2.5: Prometheus's increase() extrapolates): a crash loop whose
+       # back-off has grown to minutes restarts about once per 5 min, which the 5-min count misses.
+       entity_labels=("node", "namespace", "pod"), increase=2.5, for_s=0, min_samples=1,
+       description="a pod's containers restarted three times or more in 15 min: a crash loop"),
+    _s(name="container_oom_killed", layer="platform", kind="counter_growth", unit="restarts",
+       expr=q.gauge("node_pod:kube_pod_container_oom_kills:increase5m", how="sum"),
+       # Any one: a container the kernel killed at its memory limit (last terminated reason
+       # OOMKilled) and restarted.
+       entity_labels=("node", "namespace", "pod"), increase=0.5, for_s=0, min_samples=1,
+       description="a pod's container was OOM-killed (its memory limit reached) and restarted"),
     _s(name="pod_not_ready", layer="platform", kind="gauge", direction="down",
        expr=q.gauge("node_pod:kube_pod_ready:max"),
        # 10 min: longer than an engine takes to load its model after a planned restart.

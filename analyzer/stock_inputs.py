@@ -19,7 +19,7 @@ from pathlib import Path
 
 from alert_rules import ADAPTERS_DIR, load_catalogue, load_groups, recording_rules, rule_files
 from analyzer.signals import SignalSpec
-from exporter.dcgm import DCGM_DEFAULT_FIELDS
+from exporter.dcgm import DCGM_DEFAULT_FIELDS, counters_line
 from oximeter.promql import metric_names
 
 _EXPORTER_NAME = re.compile(r"^(DCGM_|vllm:|kube_)")
@@ -28,6 +28,8 @@ _EXPORTER_NAME = re.compile(r"^(DCGM_|vllm:|kube_)")
 RUN_ON_STOCK = frozenset({"vllm", "prometheus", "analyzer", "reporter"})
 # `... unless on (labels) name`: a stand-down guard, not an input the rule needs.
 _GUARD = re.compile(r"\bunless\s+on\s*\([^)]*\)\s*[A-Za-z_:][\w:]*")
+# `... and on (labels) (...)`: a condition on other series (a GPU the exporter reported), not an input.
+_CONDITION = re.compile(r"\band\s+on\s*\([^)]*\)\s*\([^()]*\)")
 _MATCHER = re.compile(r'([A-Za-z_]\w*)\s*=\s*"([^"]*)"')
 
 
@@ -54,7 +56,7 @@ def adapter_rules(adapters_dir: Path = ADAPTERS_DIR) -> list[AdapterRule]:
         for group in load_groups(path):
             for rule in group["rules"]:
                 if "record" in rule:
-                    names = metric_names(_GUARD.sub(" ", rule["expr"]))
+                    names = metric_names(_CONDITION.sub(" ", _GUARD.sub(" ", rule["expr"])))
                     labels = {k: str(v) for k, v in (rule.get("labels") or {}).items()}
                     out.append(AdapterRule(rule["record"], labels,
                                            frozenset(n for n in names if _EXPORTER_NAME.match(n))))
@@ -180,6 +182,8 @@ def describe(missing: Iterable[MissingSeries]) -> list[str]:
     for m in missing:
         if m.needs:
             source = f"needs {' or '.join(m.needs)}, which dcgm-exporter's counters do not enable"
+            line = next(filter(None, map(counters_line, m.needs)), None)
+            source += f" (add the line `{line}` to its counters file)" if line else ""
         else:
             producer = _producer_of(m.selector) or "own components"
             source = f"no stock exporter has it (only Oximeter's {producer})"

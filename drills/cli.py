@@ -60,7 +60,7 @@ def print_table(scores: Sequence[DrillScore]) -> None:
     for s in scores:
         ttd = "-" if s.time_to_detect_s is None else f"{s.time_to_detect_s / 60:.1f} min"
         msgs = str(s.messages) if s.budget is None else f"{s.messages}/{s.budget}"
-        result = ("pass" if s.passed else f"cannot judge: {s.cannot_judge}" if s.cannot_judge
+        result = ("pass" if s.passed else f"cannot be judged: {s.cannot_judge}" if s.cannot_judge
                   else f"FAIL: {s.reason}")
         table.add_row(s.scenario, s.mode, s.truth_text, s.got_text, ttd, msgs, result)
     Console(width=200).print(table)
@@ -128,7 +128,8 @@ def run(args: argparse.Namespace) -> int:
         print("chat messages per drill: " + ", ".join(f"{s.scenario} {s.messages}" for s in scores))
         if skipped:
             print(f"skipped, history-only faults cannot be injected live: {'; '.join(skipped)}")
-        print(f"{passed} passed, {failed} failed" + (f", {len(unjudged)} cannot be judged on {args.inputs} "
+        on = sorted({s.mode.removeprefix("replay/") for s in unjudged})  # a scenario may say its telemetry
+        print(f"{passed} passed, {failed} failed" + (f", {len(unjudged)} cannot be judged on {', '.join(on)} "
                                                       "telemetry" if unjudged else ""))
     return 0 if failed == 0 else 1
 

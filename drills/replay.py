@@ -262,12 +262,14 @@ def replay_drill(path: Path, cache_dir: Path, step_s: float, interval_s: float,
     starts = [f["start_epoch_s"] for f in run.faults]
     start = datetime.fromtimestamp(min(starts), tz=UTC) if starts else None
     expected = expected_truths(sc.truth.model_dump(), [a.model_dump() for a in sc.also])
-    mode = "replay" if inputs == "oximeter" else f"replay/{inputs}"
+    # The fleet's telemetry: --inputs, or what the scenario itself says (``telemetry: stock``).
+    mode = "replay" if sc.telemetry == "oximeter" else f"replay/{sc.telemetry}"
     verdict = score(sc.name, mode, expected, run.incidents, start, len(run.told), budget)
-    if verdict.passed or inputs == "oximeter":
+    if verdict.passed or sc.telemetry == "oximeter":
         return verdict
-    # Replayed again on Oximeter's telemetry: which incidents named the fault there, and from what.
-    own = load_drill_scenario(path, trace)
+    # Replayed again on Oximeter's telemetry (whatever the scenario file says the fleet runs): which
+    # incidents named the fault there, and from what.
+    own = load_drill_scenario(path, trace).model_copy(update={"telemetry": "oximeter"})
     own_run = replay_windows(own, cache_dir, step_s, interval_s)
     return replace(verdict, cannot_judge=why_stock_cannot_judge(own, own_run.incidents))
 

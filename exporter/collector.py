@@ -158,7 +158,7 @@ class GpuCollector(Collector):
         gpus = snapshot.gpus
         if self.naming == "dcgm-exporter":
             # Standing in for dcgm-exporter: its default fields and nothing of Oximeter's own.
-            yield from dcgm_families(node, gpus, DCGM_DEFAULT_FIELDS)
+            yield from dcgm_families(node, gpus, DCGM_DEFAULT_FIELDS, stand_in=True)
             return
         telemetry = _gauge("oximeter_telemetry_up",
                            "1 when this scrape read the node's GPU telemetry, 0 when the source (NVML or "

@@ -1,15 +1,22 @@
 """``--naming dcgm``: the readings also under dcgm-exporter 4.x names, units and labels.
 
-So existing DCGM dashboards keep working. Names and HELP follow dcgm-exporter's
-``etc/default-counters.csv`` (plus the ECC/remap fields it ships commented out); all are gauges,
-as the issue asks (DCGM's counter-typed fields lack ``_total``, which the naming lint would
-reject); units are DCGM's: percent, MiB, MHz, W, °C. Labels: ``gpu``, ``UUID``, ``pci_bus_id``,
-``device``, ``modelName``, ``Hostname``. A GPU that is down exports nothing here: DCGM has no
-``up`` series, and a blank reading is not a zero.
+So existing DCGM dashboards keep working; ``--naming dcgm-exporter`` (the simulator's stand-in for
+a stock fleet) writes only these, with dcgm-exporter's default fields. Names and HELP follow
+dcgm-exporter's ``etc/default-counters.csv`` (and the fields a custom counters file can add: ECC,
+NVLink errors, the max SM clock, row-remap pending, the framebuffer total); all are gauges,
+because client_python cannot write a counter without ``_total`` (dcgm-exporter types some of these
+``counter``, a difference Prometheus's rules do not see). Units are DCGM's: percent, MiB, MHz, W,
+°C. Labels: ``gpu``, ``UUID``, ``pci_bus_id``, ``device``, ``modelName``, ``Hostname``, and for the
+stand-in the driver version that the default counters add as a label. The last Xid carries
+``err_code`` and ``err_msg`` as dcgm-exporter 3.3.6-3.4.2 and later write them, so each code is a
+series of its own. A GPU that is down exports nothing here: DCGM has no ``up`` series, and a blank
+reading is not a zero.
 """
 
 from __future__ import annotations
 
+import re
+import zlib
 from collections.abc import Callable, Sequence
 
 from prometheus_client.core import GaugeMetricFamily
@@ -17,15 +24,40 @@ from prometheus_client.core import GaugeMetricFamily
 from exporter.backends.base import GpuReading
 
 DCGM_LABELS = ("gpu", "UUID", "pci_bus_id", "device", "modelName", "Hostname")
+# The stand-in's value of the DCGM_FI_DRIVER_VERSION label (a label field of the default counters).
+SIMULATED_DRIVER_VERSION = "simulated"
 _MIB = 1024 * 1024
-# The fields dcgm-exporter's etc/default-counters.csv enables (of those exported here): ECC, NVLink
-# errors, the max SM clock, clock-event reasons and row-remap pending ship commented out.
+# The fields dcgm-exporter's etc/default-counters.csv enables (of those exported here); the test of
+# tests/fixtures/real/dcgm-default-counters.csv keeps this set equal to the real file's.
 DCGM_DEFAULT_FIELDS: frozenset[str] = frozenset({
     "DCGM_FI_DEV_SM_CLOCK", "DCGM_FI_DEV_GPU_TEMP", "DCGM_FI_DEV_POWER_USAGE",
     "DCGM_FI_DEV_PCIE_REPLAY_COUNTER", "DCGM_FI_DEV_GPU_UTIL", "DCGM_FI_DEV_XID_ERRORS",
-    "DCGM_FI_DEV_FB_FREE", "DCGM_FI_DEV_FB_USED", "DCGM_FI_DEV_UNCORRECTABLE_REMAPPED_ROWS",
-    "DCGM_FI_DEV_CORRECTABLE_REMAPPED_ROWS", "DCGM_FI_DEV_ROW_REMAP_FAILURE",
+    "DCGM_FI_DEV_FB_FREE", "DCGM_FI_DEV_FB_USED", "DCGM_FI_DEV_FB_RESERVED",
+    "DCGM_FI_DEV_UNCORRECTABLE_REMAPPED_ROWS", "DCGM_FI_DEV_CORRECTABLE_REMAPPED_ROWS",
+    "DCGM_FI_DEV_ROW_REMAP_FAILURE", "DCGM_FI_PROF_PCIE_TX_BYTES", "DCGM_FI_PROF_PCIE_RX_BYTES",
 })
+# dcgm-exporter's err_msg of the Xid codes Oximeter reads (internal/pkg/collector/xid_errors.go);
+# others read "Unknown Error" here.
+XID_MESSAGES: dict[int, str] = {
+    0: "No Error", 13: "Graphics Engine Exception", 31: "GPU memory page fault",
+    43: "GPU stopped processing", 48: "Double Bit ECC Error",
+    63: "ECC page retirement or row remapping recording event",
+    64: "ECC page retirement or row remapper recording failure", 74: "NVLINK Error",
+    79: "GPU has fallen off the bus", 92: "High single-bit ECC error rate", 94: "Contained ECC error",
+    95: "Uncontained ECC error", 119: "GSP RPC Timeout", 120: "GSP Error",
+}
+# The framebuffer the driver keeps for itself (DCGM_FI_DEV_FB_RESERVED) as the stand-in writes it, a
+# share of the card (a real card keeps some hundreds of MiB).
+_RESERVED_SHARE = 0.006
+
+
+def _blank_until_first_xid(node: str) -> bool:
+    """Whether this node's exporter writes no Xid series before the GPU's first Xid (an exporter
+    with an embedded host engine has no value until then) rather than a "No Error" series at 0;
+    both happen on real fleets, so the stand-in splits its nodes between them: a name ending in an
+    even number (or, without one, an even checksum) has none."""
+    digits = re.search(r"\d+$", node)
+    return (int(digits.group()) if digits else zlib.crc32(node.encode())) % 2 == 0
 
 
 def _last_xid(r: GpuReading) -> float | None:
@@ -38,6 +70,13 @@ def _last_xid(r: GpuReading) -> float | None:
 
 def _mib(value: int | None) -> float | None:
     return None if value is None else float(value // _MIB)
+
+
+def _reserved_mib(r: GpuReading) -> float | None:
+    # The stand-in's share (NVML's reading has no reserved memory): free is what is left of it.
+    if r.memory_total_bytes is None:
+        return None
+    return float(int(r.memory_total_bytes * _RESERVED_SHARE) // _MIB)
 
 
 def _free_mib(r: GpuReading) -> float | None:
@@ -87,6 +126,7 @@ DCGM_FIELDS: tuple[tuple[str, str, Callable[[GpuReading], float | None]], ...] =
     ("DCGM_FI_DEV_XID_ERRORS", "Value of the last XID error encountered.", _last_xid),
     ("DCGM_FI_DEV_FB_FREE", "Framebuffer memory free (in MiB).", _free_mib),
     ("DCGM_FI_DEV_FB_USED", "Framebuffer memory used (in MiB).", lambda r: _mib(r.memory_used_bytes)),
+    ("DCGM_FI_DEV_FB_RESERVED", "Framebuffer memory reserved (in MiB).", _reserved_mib),
     ("DCGM_FI_DEV_FB_TOTAL", "Framebuffer memory total (in MiB).",
      lambda r: _mib(r.memory_total_bytes)),
     ("DCGM_FI_DEV_ECC_SBE_VOL_TOTAL", "Total number of single-bit volatile ECC errors.",
@@ -112,22 +152,51 @@ DCGM_FIELDS: tuple[tuple[str, str, Callable[[GpuReading], float | None]], ...] =
 )
 
 
-def dcgm_families(node: str, gpus: Sequence[GpuReading],
-                  fields: frozenset[str] | None = None) -> list[GaugeMetricFamily]:
+# The fields dcgm-exporter's counters files type `counter` (the stand-in writes them as gauges).
+DCGM_COUNTER_FIELDS: frozenset[str] = frozenset({
+    "DCGM_FI_DEV_PCIE_REPLAY_COUNTER", "DCGM_FI_DEV_ECC_SBE_VOL_TOTAL", "DCGM_FI_DEV_ECC_DBE_VOL_TOTAL",
+    "DCGM_FI_DEV_UNCORRECTABLE_REMAPPED_ROWS", "DCGM_FI_DEV_CORRECTABLE_REMAPPED_ROWS",
+    "DCGM_FI_DEV_NVLINK_CRC_FLIT_ERROR_COUNT_TOTAL", "DCGM_FI_DEV_NVLINK_CRC_DATA_ERROR_COUNT_TOTAL",
+    "DCGM_FI_DEV_NVLINK_REPLAY_ERROR_COUNT_TOTAL", "DCGM_FI_DEV_NVLINK_RECOVERY_ERROR_COUNT_TOTAL",
+})
+
+
+def counters_line(field: str) -> str | None:
+    """The line (``FIELD, type, help``) that enables ``field`` in a dcgm-exporter counters file,
+    for the fields written here; None for others."""
+    for name, help_text, _value in DCGM_FIELDS:
+        if name == field:
+            return f"{name}, {'counter' if name in DCGM_COUNTER_FIELDS else 'gauge'}, {help_text}"
+    return None
+
+
+def dcgm_families(node: str, gpus: Sequence[GpuReading], fields: frozenset[str] | None = None,
+                  stand_in: bool = False) -> list[GaugeMetricFamily]:
     """One gauge family per DCGM field (those in ``fields`` when given), one sample per GPU that is
-    up and has the reading."""
+    up and has the reading (the last Xid: one per GPU, labelled with its code). ``stand_in``: as a
+    stock dcgm-exporter writes them, with the driver-version label and, on half the nodes, no Xid
+    series before a GPU's first Xid."""
+    extra = ("DCGM_FI_DRIVER_VERSION",) if stand_in else ()
     families = []
     for name, help_text, value_of in DCGM_FIELDS:
         if fields is not None and name not in fields:
             continue
-        family = GaugeMetricFamily(name, help_text, labels=DCGM_LABELS)
+        if name == "DCGM_FI_DEV_FB_RESERVED" and not stand_in:
+            continue  # not in the reading: only the stand-in, which makes it up, writes it
+        xid = name == "DCGM_FI_DEV_XID_ERRORS"
+        family = GaugeMetricFamily(name, help_text, labels=(*DCGM_LABELS, *extra,
+                                                            *(("err_code", "err_msg") if xid else ())))
         for r in gpus:
             if not r.up:
                 continue
             value = value_of(r)
-            if value is not None:
-                ident = r.identity
-                family.add_metric([str(ident.index), ident.uuid, ident.pci_bus_id,
-                                   f"nvidia{ident.index}", ident.model, node], value)
+            if stand_in and name == "DCGM_FI_DEV_FB_FREE" and value is not None:
+                value = max(0.0, value - (_reserved_mib(r) or 0.0))
+            if value is None or (xid and stand_in and value == 0 and _blank_until_first_xid(node)):
+                continue
+            ident = r.identity
+            code = ([str(int(value)), XID_MESSAGES.get(int(value), "Unknown Error")] if xid else [])
+            family.add_metric([str(ident.index), ident.uuid, ident.pci_bus_id, f"nvidia{ident.index}",
+                               ident.model, node, *(SIMULATED_DRIVER_VERSION for _ in extra), *code], value)
         families.append(family)
     return families

@@ -52,6 +52,11 @@ FAULT_KINDS: dict[str, FaultKind] = {
         "engine", 180.0, "MiB of GPU memory leaked per minute; the engine fails once the card is full", True
     ),
     "engine_restart": FaultKind("platform", 30.0, "unused: counters reset once at start, engine down"),
+    # The engine's container killed for exceeding its memory limit (kube-state-metrics: last
+    # terminated reason OOMKilled), restarted once at start.
+    "engine_oom": FaultKind("platform", 30.0, "seconds the engine is down after the OOM kill"),
+    # The engine's container crashing again and again while active (a CrashLoopBackOff).
+    "crash_loop": FaultKind("platform", 120.0, "seconds between the container's crashes"),
     # A new version of the engine's deployment: its spec generation rises by one at start and the
     # node's engine is replaced (a new pod, so no container restart), down while it starts.
     "rollout": FaultKind("platform", 60.0, "seconds the node's new engine pod takes to become ready"),

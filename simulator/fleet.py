@@ -31,9 +31,15 @@ class Node:
     gpus: list[GpuModel]
     dependency: DependencyModel
     pid: int
-    restarts_seen: set[str] = field(default_factory=set)  # engine_restart faults fired
+    restarts_seen: set[str] = field(default_factory=set)  # container restarts fired (fault id, #crash)
     rollouts_seen: set[str] = field(default_factory=set)  # rollout faults fired
     down_until: float = 0.0
+    # Why the engine's container last terminated (kube-state-metrics' reason), "" before any restart.
+    last_terminated: str = ""
+
+
+# How long a crash-looping engine is down after each crash (the container restarts at once).
+_CRASH_DOWN_S = 10.0
 
 
 class Fleet:
@@ -135,18 +141,30 @@ class Fleet:
         )
 
     def apply_restarts(self, now: float, only: str | None = None) -> list[Seq]:
-        """Fire engine_restart and rollout faults that have started: counters reset, in-flight work
-        dropped, the engine down for the fault's strength in seconds."""
+        """Fire the restart faults that have started (engine_restart, engine_oom, each crash of a
+        crash_loop) and rollouts: counters reset, in-flight work dropped, the engine down for the
+        fault's strength in seconds (a crash: until the next one, at most _CRASH_DOWN_S)."""
         dropped: list[Seq] = []
         for node in self.nodes.values() if only is None else [self.nodes[only]]:
-            for kind, seen in (("engine_restart", node.restarts_seen), ("rollout", node.rollouts_seen)):
+            fired: list[tuple[str, str, float]] = []  # (key, seen-set name, seconds down)
+            for kind in ("engine_restart", "engine_oom", "rollout"):
                 for fault in self.faults.active(now, node.name, kind):
-                    if fault.id in seen:
-                        continue
-                    seen.add(fault.id)
-                    dropped.extend(node.engine.abort_all(now))
-                    node.engine.reset_stats()
-                    node.down_until = max(node.down_until, now + fault.strength)
+                    fired.append((fault.id, kind, fault.strength))
+            for fault in self.faults.active(now, node.name, "crash_loop"):
+                period = max(fault.strength, 1.0)
+                crashes = int((now - fault.start) // period) + 1
+                down_s = min(period, _CRASH_DOWN_S)
+                fired += [(f"{fault.id}#{k}", "crash_loop", down_s) for k in range(crashes)]
+            for key, kind, down_s in fired:
+                seen = node.rollouts_seen if kind == "rollout" else node.restarts_seen
+                if key in seen:
+                    continue
+                seen.add(key)
+                dropped.extend(node.engine.abort_all(now))
+                node.engine.reset_stats()
+                node.down_until = max(node.down_until, now + down_s)
+                if kind != "rollout":  # a rollout replaces the pod: no container terminated
+                    node.last_terminated = "OOMKilled" if kind == "engine_oom" else "Error"
         return dropped
 
     def generation(self, now: float) -> int:

@@ -3,8 +3,9 @@
 Names, types and labels follow kube-state-metrics v2, so the Kubernetes adapter rules
 (``alert_rules/adapters/kubernetes.rules.yml``) read the simulator as they read a real cluster:
 an engine_restart fault counts one container restart and holds the pod not-ready while the
-engine is down; a rollout fault raises the deployment's generation and holds the pod not-ready
-while its new engine starts (a replaced pod restarts no container). Each engine runs in pod
+engine is down (an engine_oom one the same, its container's last terminated reason OOMKilled; a
+crash_loop one restart per crash); a rollout fault raises the deployment's generation and holds
+the pod not-ready while its new engine starts (a replaced pod restarts no container). Each engine runs in pod
 ``vllm-<node>`` of deployment ``vllm`` in namespace ``llm``.
 """
 
@@ -42,6 +43,9 @@ def kube_state_families(fleet: Fleet, now: float, only: str | None = None) -> It
     restarts = CounterMetricFamily("kube_pod_container_status_restarts",
                                    "The number of container restarts per container.",
                                    labels=["namespace", "pod", "uid", "container"])
+    terminated = GaugeMetricFamily("kube_pod_container_status_last_terminated_reason",
+                                   "Describes the last reason the container was in terminated state.",
+                                   labels=["namespace", "pod", "uid", "container", "reason"])
     for i, node in enumerate(fleet.nodes.values(), start=1):
         if only is not None and node.name != only:
             continue
@@ -55,11 +59,19 @@ def kube_state_families(fleet: Fleet, now: float, only: str | None = None) -> It
             ready.add_metric([NAMESPACE, pod, uid, status], float(status == holds))
         # A restart fault that has fired is one restart of the engine's container.
         restarts.add_metric([NAMESPACE, pod, uid, CONTAINER], float(len(node.restarts_seen)))
+        if node.last_terminated:
+            terminated.add_metric([NAMESPACE, pod, uid, CONTAINER, node.last_terminated], 1.0)
     generation = GaugeMetricFamily("kube_deployment_metadata_generation",
                                    "Sequence number representing a specific generation of the desired state.",
                                    labels=["namespace", "deployment"])
     generation.add_metric([NAMESPACE, DEPLOYMENT], float(fleet.generation(now)))
-    yield from (node_ready, info, ready, restarts, generation)
+    # One replica per node: those whose engine is down (restarting, or starting after a rollout).
+    unavailable = GaugeMetricFamily("kube_deployment_status_replicas_unavailable",
+                                    "The number of unavailable replicas per deployment.",
+                                    labels=["namespace", "deployment"])
+    unavailable.add_metric([NAMESPACE, DEPLOYMENT],
+                           float(sum(now < node.down_until for node in fleet.nodes.values())))
+    yield from (node_ready, info, ready, restarts, terminated, generation, unavailable)
 
 
 class KubeStateCollector(Collector):

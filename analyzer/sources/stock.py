@@ -8,8 +8,9 @@ units, one bit of the clock-event mask per reason, vLLM's queue and latency hist
 gateway's — are written once, in the tables below: ``oximeter rules build`` renders them into the
 marked part of the adapter files (:func:`render_dcgm`, :func:`render_vllm`), and a replay, which
 has no Prometheus, applies them to the raw history (:func:`translated`). What the rules do beyond a
-table (a GPU's ``up`` from any field it reports, the memory total from used + free, each change
-of DCGM's last-Xid code counted as one event) is written by hand in both, and
+table (a GPU's ``up`` from any field it reports, the memory total from used + free + reserved,
+each change of DCGM's last-Xid code counted as one event, one rule per code of
+``oximeter/xids.py``) is written twice, as PromQL in :func:`render_dcgm` and as numpy here, and
 ``tests/analyzer/test_analyzer_stock_replay.py`` checks the replay against the rules.
 """
 
@@ -20,7 +21,9 @@ from collections.abc import Iterator, Mapping
 import numpy as np
 
 from analyzer.query import aggregate
+from analyzer.sources.kube import kube_translated
 from analyzer.sources.raw import Labeled, RawStore
+from oximeter.xids import APPLICATION_XIDS, PAGING_XIDS
 
 _MIB = 1048576.0
 # DCGM field -> (record, scale from DCGM's unit to the base unit, the record's fixed labels). The ECC
@@ -40,7 +43,8 @@ DCGM_GAUGES: dict[str, tuple[str, float, Mapping[str, str]]] = {
     "DCGM_FI_DEV_UNCORRECTABLE_REMAPPED_ROWS": ("oximeter_gpu_remapped_rows", 1.0, {"kind": "uncorrectable"}),
     "DCGM_FI_DEV_ROW_REMAP_PENDING": ("oximeter_gpu_row_remap_pending", 1.0, {}),
     "DCGM_FI_DEV_ROW_REMAP_FAILURE": ("oximeter_gpu_row_remap_failure", 1.0, {}),
-    # dcgm-exporter's own Xid counter (an exporter field, labelled xid) is already a counter.
+    # dcgm-exporter's own Xid counter (labelled xid; since exporter start), which only exporters
+    # built with its xid_total_collector know: older ones refuse to start on the field.
     "DCGM_EXP_XID_ERRORS_TOTAL": ("oximeter_gpu_xid_errors_total", 1.0, {}),
 }
 # Bit -> reason of DCGM's clock-event reasons (DCGM_FI_DEV_CLOCK_THROTTLE_REASONS before 3.3).
@@ -63,12 +67,23 @@ VLLM_HISTOGRAMS: dict[str, str] = {
     # End-to-end request time inside the engine (no route label: the engine does not know it).
     "vllm:e2e_request_latency_seconds": "oximeter_request_duration_seconds",
 }
-_DCGM_RENAMES = {"Hostname": "node", "UUID": "uuid", "modelName": "gpu_model"}
-_DCGM_DROPPED = ("device", "DCGM_FI_DRIVER_VERSION", "pod", "namespace", "container")
+# dcgm-exporter label -> Oximeter's. The node is ``Hostname`` on released exporters and ``hostname``
+# on newer ones (either is taken; ``Hostname`` wins where both are set). A MIG instance keeps its
+# id, so each instance stays a series of its own.
+_DCGM_RENAMES = {"hostname": "node", "Hostname": "node", "UUID": "uuid", "modelName": "gpu_model",
+                 "GPU_I_ID": "gpu_instance"}
+# Labels that change while the GPU does not (the workload's pod, the MIG profile's name, the driver
+# version) or that name the value (the Xid's err_code and err_msg): dropped so a GPU is one series.
+_DCGM_DROPPED = ("device", "DCGM_FI_DRIVER_VERSION", "pod", "namespace", "container", "pod_uid",
+                 "GPU_I_PROFILE", "err_code", "err_msg")
+# The labels that tell one GPU (or MIG instance) from another in dcgm-exporter's raw series.
+_DCGM_GPU_KEY = ("UUID", "GPU_I_ID")
 
 
 def _gpu_labels(labels: Mapping[str, str], extra: Mapping[str, str] | None = None) -> dict[str, str]:
-    out = {_DCGM_RENAMES.get(k, k): v for k, v in labels.items() if k not in _DCGM_DROPPED}
+    # hostname first, so that Hostname wins where both are set, as in the rules.
+    keys = sorted(labels, key=lambda k: k != "hostname") if "hostname" in labels else labels
+    out = {_DCGM_RENAMES.get(k, k): labels[k] for k in keys if k not in _DCGM_DROPPED}
     return {**out, **(extra or {})}
 
 
@@ -79,13 +94,46 @@ def _model_labels(labels: Mapping[str, str]) -> dict[str, str]:
     return out
 
 
-def _xid_events(codes: np.ndarray) -> Iterator[tuple[int, np.ndarray]]:
-    """Per Xid code, the running count of the moments DCGM's last-Xid field turned to it."""
+def _xid_events(codes: np.ndarray, seen: np.ndarray) -> Iterator[tuple[int, np.ndarray]]:
+    """Per Xid code, the running count of the moments a GPU's last-Xid code turned to it.
+
+    ``codes``: the GPU's last Xid code per step (NaN while it has no Xid series); ``seen``: whether
+    the exporter reported the GPU at all at that step. A code is an event when the sample before
+    was another code or no Xid series of a GPU the exporter did report: dcgm-exporter opens a new
+    series per code (its ``err_code`` label) and none before the first Xid. A GPU that reappears
+    with its exporter (a restart) holding an old code is no event.
+    """
     previous = np.concatenate([[np.nan], codes[:-1]])
-    turned = np.isfinite(codes) & (codes != previous) & np.isfinite(previous) & (codes > 0)
+    was_seen = np.concatenate([[False], seen[:-1]])
+    turned = np.isfinite(codes) & (codes > 0) & (codes != previous) & was_seen
     for code in np.unique(codes[turned]):
         counted = np.cumsum(turned & (codes == code)).astype(np.float32)
         yield int(code), np.where(np.isfinite(codes), counted, np.nan).astype(np.float32)
+
+
+def _by_gpu(store: RawStore, fields: tuple[str, ...]) -> dict[tuple[tuple[str, str], ...], np.ndarray]:
+    """The fields' columns merged per GPU (its translated labels): the largest value per step."""
+    columns: dict[tuple[tuple[str, str], ...], list[np.ndarray]] = {}
+    for field in fields:
+        data = store.select(field)
+        for col, labels in enumerate(data.labels):
+            columns.setdefault(tuple(sorted(_gpu_labels(labels).items())), []).append(data.values[:, col])
+    merged = {}
+    for key, cols in columns.items():
+        stacked = np.stack(cols, axis=1)
+        known = np.isfinite(stacked).any(axis=1)
+        merged[key] = np.where(known, np.nanmax(np.where(np.isfinite(stacked), stacked, -np.inf), axis=1),
+                               np.nan).astype(np.float32)
+    return merged
+
+
+def _xid_counters(store: RawStore) -> Iterator[Labeled]:
+    """Per GPU and Xid code, the running count of events of DCGM's last-Xid field."""
+    codes = _by_gpu(store, ("DCGM_FI_DEV_XID_ERRORS",))
+    present = _by_gpu(store, (*GPU_PRESENT_FIELDS, "DCGM_FI_DEV_XID_ERRORS"))
+    for key, last in codes.items():
+        for code, counted in _xid_events(last, np.isfinite(present[key])):
+            yield Labeled(counted[:, None], ({**dict(key), "xid": str(code)},))
 
 
 def translated(store: RawStore) -> Iterator[tuple[str, Labeled]]:
@@ -95,12 +143,14 @@ def translated(store: RawStore) -> Iterator[tuple[str, Labeled]]:
         if data.labels:
             yield record, Labeled(data.values * np.float32(scale), tuple(_gpu_labels(la, extra)
                                                                           for la in data.labels))
-    used, free, total = (store.select(f"DCGM_FI_DEV_FB_{k}") for k in ("USED", "FREE", "TOTAL"))
+    used, free, reserved, total = (store.select(f"DCGM_FI_DEV_FB_{k}")
+                                   for k in ("USED", "FREE", "RESERVED", "TOTAL"))
     if total.labels:
         yield "oximeter_gpu_memory_total_bytes", Labeled(total.values * np.float32(_MIB),
                                                          tuple(_gpu_labels(la) for la in total.labels))
     elif used.labels and used.labels == free.labels:
-        yield "oximeter_gpu_memory_total_bytes", Labeled((used.values + free.values) * np.float32(_MIB),
+        parts = used.values + free.values + (reserved.values if reserved.labels == used.labels else 0)
+        yield "oximeter_gpu_memory_total_bytes", Labeled(parts * np.float32(_MIB),
                                                          tuple(_gpu_labels(la) for la in used.labels))
     present = [store.select(f) for f in GPU_PRESENT_FIELDS]
     for data in present:
@@ -116,12 +166,10 @@ def translated(store: RawStore) -> Iterator[tuple[str, Labeled]]:
                 yield "oximeter_gpu_clock_event_active", Labeled(
                     active, tuple(_gpu_labels(la, {"reason": reason}) for la in mask.labels))
             break
-    if not store.select("DCGM_EXP_XID_ERRORS_TOTAL").labels:
-        last = store.select("DCGM_FI_DEV_XID_ERRORS")
-        for col, labels in enumerate(last.labels):
-            for code, counted in _xid_events(last.values[:, col]):
-                yield "oximeter_gpu_xid_errors_total", Labeled(
-                    counted[:, None], (_gpu_labels(labels, {"xid": str(code)}),))
+    if not store.select("DCGM_EXP_XID_ERRORS_TOTAL").labels:  # the exporter's own count wins
+        for counted in _xid_counters(store):
+            yield "oximeter_gpu_xid_errors_total", counted
+    yield from kube_translated(store)
     for source, record in VLLM_GAUGES.items():
         data = aggregate(store.select(source), ("engine",), "sum")
         yield record, Labeled(data.values, tuple(_model_labels(la) for la in data.labels))
@@ -165,24 +213,79 @@ def _rule(record: str, labels: Mapping[str, str], expr: list[str]) -> list[str]:
     return [*head, "        expr: |", *(f"          {line}" for line in expr)]
 
 
-def _dcgm_expr(inner: str, scale: float) -> list[str]:
-    """A GPU's series with DCGM's labels renamed and the workload's dropped, left to Oximeter's
-    exporter on a node that runs it."""
+def _dcgm_expr(inner: str | list[str], scale: float, dropped: tuple[str, ...] = ()) -> list[str]:
+    """A GPU's series with DCGM's labels renamed and the workload's dropped (and ``dropped``), left
+    to Oximeter's exporter on a node that runs it."""
     renames = ", ".join(f'"{new}", "$1", "{old}", "(.+)")' for old, new in _DCGM_RENAMES.items())
-    return [f"max without ({', '.join([*_DCGM_RENAMES, *_DCGM_DROPPED])}) (",
-            "  " + "label_replace(" * len(_DCGM_RENAMES), f"    {inner},", f"    {renames}){_scaled(scale)}",
+    body = [inner] if isinstance(inner, str) else inner
+    return [f"max without ({', '.join([*dropped, *_DCGM_RENAMES, *_DCGM_DROPPED])}) (",
+            "  " + "label_replace(" * len(_DCGM_RENAMES), *(f"    {line}" for line in body[:-1]),
+            f"    {body[-1]},", f"    {renames}){_scaled(scale)}",
             "  unless on (node) oximeter_telemetry_up"]
 
 
+# The step on which a change of DCGM's last-Xid code is looked for: each change is true on exactly
+# one step of this grid whatever the scrape interval (30s by default, 15s at least).
+_XID_STEP = "15s"
+_XID_WINDOW = "5m"
+# dcgm-exporter's DCGM_EXP_XID_ERRORS_COUNT counts the Xids of a sliding window (its
+# --xid-count-window-size, 5 minutes unless set): on that default it is the 5m count itself.
+_XID_COUNT_WINDOW_MS = "300000"
+
+
+def _xid_event(code: int) -> list[str]:
+    """DCGM's last-Xid series that turned to ``code`` on this step: not that code one step before,
+    on a GPU the exporter reported one step before (so a first Xid series counts, a GPU that comes
+    back with its exporter holding an old code does not)."""
+    on = f"on ({', '.join(_DCGM_GPU_KEY)})"
+    before = " or ".join(f"{f} offset {_XID_STEP}" for f in (*GPU_PRESENT_FIELDS, "DCGM_FI_DEV_XID_ERRORS"))
+    last = "DCGM_FI_DEV_XID_ERRORS"
+    return [f"({last} == {code} unless {on} {last} offset {_XID_STEP} == {code})", f"  and {on} ({before})"]
+
+
+def _xid_rules(code: int) -> list[str]:
+    event = _xid_event(code)
+    count = [f"count_over_time(({event[0]}", f"{event[1]})[{_XID_WINDOW}:{_XID_STEP}])",
+             f'  or DCGM_EXP_XID_ERRORS_COUNT{{xid="{code}",window_size_in_ms="{_XID_COUNT_WINDOW_MS}"}} > 0']
+    when = [f"max_over_time((({event[0]}", f"{event[1]}) * 0 + time())[{_XID_WINDOW}:{_XID_STEP}])"]
+    dropped = ("instance", "job", "xid", "window_size_in_ms")
+    return [*_rule("node_gpu_xid:oximeter_gpu_xid_errors:increase5m", {"xid": str(code)},
+                   _dcgm_expr(count, 1.0, dropped)),
+            *_rule("oximeter_gpu_xid_last_timestamp_seconds", {"xid": str(code)},
+                   _dcgm_expr(when, 1.0, dropped))]
+
+
 def render_dcgm() -> list[str]:
-    """The table-made rules of ``alert_rules/adapters/dcgm.rules.yml``."""
-    lines = []
+    """The rules of ``alert_rules/adapters/dcgm.rules.yml``."""
+    present = f"group without () ({' or '.join(GPU_PRESENT_FIELDS)})"
+    lines = ['# DCGM has no "up" field: a GPU it reports is one it can read; a lost GPU vanishes instead',
+             "# (gpu_series_vanished), so up is never 0 here.",
+             *_rule("oximeter_gpu_up", {}, _dcgm_expr(present, 1.0)),
+             "# The plain translations: each DCGM field to its record in base units (% to a 0-1 ratio, MiB",
+             "# to bytes, MHz to Hz), and one bit of the clock-event-reasons mask per reason (NVML's",
+             "# nvmlClocksEventReason* bits; the field was called CLOCK_THROTTLE_REASONS before DCGM 3.3), 1",
+             "# while it is active. Fields off in dcgm-exporter's default counters record nothing until",
+             "# enabled."]
     for field, (record, scale, extra) in DCGM_GAUGES.items():
         lines += _rule(record, extra, _dcgm_expr(field, scale))
     either = " or ".join(CLOCK_EVENT_FIELDS)
     for reason, bit in CLOCK_EVENT_BITS.items():
         lines += _rule("oximeter_gpu_clock_event_active", {"reason": reason},
                        _dcgm_expr(f"floor(({either}) / {bit}) % 2", 1.0))
+    total = ["DCGM_FI_DEV_FB_TOTAL",
+             "  or (DCGM_FI_DEV_FB_USED + DCGM_FI_DEV_FB_FREE + DCGM_FI_DEV_FB_RESERVED)",
+             "  or (DCGM_FI_DEV_FB_USED + DCGM_FI_DEV_FB_FREE)"]
+    lines += ["# The default counters have no total: used + free (+ reserved where exported) is the card's",
+              "# size.", *_rule("oximeter_gpu_memory_total_bytes", {}, _dcgm_expr(total, _MIB))]
+    lines += [
+        "# DCGM_FI_DEV_XID_ERRORS is the code of the last Xid (a gauge), not a count; dcgm-exporter labels",
+        "# it err_code and err_msg, so each new code is a new series and the old one goes stale, and a",
+        "# GPU has no such series before its first Xid. Per code: the changes to it in the last 5m (a",
+        "# first Xid series counts; the same code twice in a row is one, unless DCGM_EXP_XID_ERRORS_COUNT",
+        "# is enabled, which counts repeats), and the time of the latest, which the Xid alerts read.",
+        "# One rule per code the rules and signals read: the paging set and the application faults."]
+    for code in sorted((*PAGING_XIDS, *APPLICATION_XIDS)):
+        lines += _xid_rules(code)
     return lines
 
 

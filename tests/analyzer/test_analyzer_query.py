@@ -86,6 +86,8 @@ def fixture() -> list[Series]:
         # The Kubernetes adapter's records (a stock fleet's Prometheus evaluates them).
         kube = {"node": node, "namespace": "llm", "pod": f"vllm-{node}"}
         add("node_pod:kube_pod_container_status_restarts:increase5m", _const(load - 1), **kube)
+        add("node_pod:kube_pod_container_status_restarts:increase15m", _const(2 * load), **kube)
+        add("node_pod:kube_pod_container_oom_kills:increase5m", _const(load - 1), **kube)
         add("node_pod:kube_pod_ready:max", _const(2 - load), **kube)
         add("node:kube_node_ready:max", _const(1), node=node)
         add("up", _const(load - 1), node=node)  # n1's target down, n2's up

@@ -83,7 +83,8 @@ def test_the_answer_follows_the_rules_as_written() -> None:
     assert StockInputs({"DCGM_FI_DEV_GPU_TEMP"}, rules=invented).unavailable({"power": spec}) == set()
     [line] = describe(StockInputs(set(), rules=invented).missing({"power": spec}))
     assert line == ("oximeter_gpu_power_limit_watts: needs DCGM_FI_DEV_GPU_TEMP, which dcgm-exporter's "
-                    "counters do not enable; unavailable signals: power")
+                    "counters do not enable (add the line `DCGM_FI_DEV_GPU_TEMP, gauge, GPU temperature "
+                    "(in C).` to its counters file); unavailable signals: power")
 
 
 def test_config_check_names_missing_inputs(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

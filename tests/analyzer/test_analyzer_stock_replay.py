@@ -70,12 +70,20 @@ def test_the_bit_of_each_clock_reason_is_the_adapters() -> None:
 def test_each_change_of_the_last_xid_code_is_one_event() -> None:
     nan = math.nan
     codes = np.array([0, 0, 79, 79, 0, 79, nan, 13, 13, 0, 13, 79], dtype=np.float32)
-    events = {code: counted.tolist() for code, counted in _xid_events(codes)}
+    seen = np.array([True] * 6 + [False] + [True] * 5)
+    events = {code: counted.tolist() for code, counted in _xid_events(codes, seen)}
     assert set(events) == {13, 79}
     assert events[79][-1] == 3 and events[79][2] == 1 and events[79][5] == 2  # 0→79, 0→79, 13→79
-    # After a missing sample the first code is not a change (the rule needs the sample before).
+    # A GPU that comes back with its exporter (not seen the step before) holding a code: no event.
     assert events[13][8] == 0 and events[13][-1] == 1
     assert math.isnan(events[13][6])
+
+
+def test_a_first_xid_series_is_an_event_on_a_gpu_already_reported() -> None:
+    """dcgm-exporter writes no Xid series before a GPU's first Xid: its first code is the event."""
+    codes = np.array([np.nan, np.nan, 48, 48], dtype=np.float32)
+    events = dict(_xid_events(codes, np.ones(4, dtype=bool)))
+    assert events[48].tolist()[2:] == [1, 1]
 
 
 def test_a_stock_fleet_exports_no_oximeter_series_and_dcgm_exporters_defaults() -> None:

@@ -91,6 +91,20 @@ def test_stock_telemetry_judges_what_it_can_and_says_why_it_cannot(tmp_path: Pat
 
 
 @pytest.mark.timeout(COLD_TIMEOUT_S)
+def test_a_scenario_on_stock_telemetry_says_what_it_cannot_judge(tmp_path: Path) -> None:
+    # The ECC storm again, its file saying the fleet runs stock telemetry (no --inputs): the same
+    # verdict, in words, with the counters line it lacks.
+    data = yaml.safe_load((LIBRARY / "ecc_storm.yaml").read_text())
+    (tmp_path / "ecc_storm.yaml").write_text(yaml.safe_dump({**data, "telemetry": "stock"}))
+    result = drill("--all", "--scenarios", str(tmp_path))
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "replay/stock" in result.stdout and "cannot be judged: " in result.stdout
+    assert "DCGM_FI_DEV_ECC_SBE_VOL_TOTAL" in result.stdout
+    last = result.stdout.strip().splitlines()[-1]
+    assert last == "0 passed, 0 failed, 1 cannot be judged on stock telemetry"
+
+
+@pytest.mark.timeout(COLD_TIMEOUT_S)
 def test_json_output(library: dict[str, Any]) -> None:
     assert (library["skipped"], len(library["drills"])) == ([], len(list(LIBRARY.glob("*.yaml"))))
     one = one_drill(library, "xid_critical")

@@ -33,6 +33,9 @@ PINNED = {
     "1d019ffaf1a72085": 1,  # the exporter's settings loaded and type-checked by the shared module
     "36c0ff9ab4916bb8": 1,  # JSON, time and config-value checks beside the parsers it uses; same histories
     "f2c105c346cc9173": 1,  # the day's shape and the request mix moved, verbatim, to their own module
+    "453c013935fdd541": 2,  # stock fleets: dcgm-exporter's real Xid series, FB_RESERVED, replicas unavailable
+    "80ff9a3ea01cd70f": 2,  # engine_oom and crash_loop faults; kube-state-metrics' last terminated reason
+    "14c39d5c4c649aca": 2,  # the above with the wiring moved out and the input checks: same histories
 }
 
 

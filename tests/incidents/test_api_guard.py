@@ -15,8 +15,8 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from oximeter.ports import wait_port
-from oximeter.procs import ManagedProcess, oximeter_argv, wait_until
+from stack.ports import wait_port
+from stack.procs import ManagedProcess, oximeter_argv, wait_until
 
 TOKEN = "guard-token-7c1"
 IDLE = 1100

@@ -32,11 +32,21 @@ def test_committed_adapter_rules_are_current() -> None:
 def test_an_adapter_translation_is_rendered_from_the_table(monkeypatch: pytest.MonkeyPatch) -> None:
     table = {"DCGM_FI_DEV_NEW_FIELD": ("oximeter_gpu_new_ratio", 0.01, {"kind": "x"})}
     monkeypatch.setattr(stock, "DCGM_GAUGES", table)
-    [rule] = yaml.safe_load("\n".join(stock.render_dcgm()))[:1]
-    assert (rule["record"], rule["labels"]) == ("oximeter_gpu_new_ratio", {"kind": "x"})
+    rules = yaml.safe_load("\n".join(stock.render_dcgm()))
+    [rule] = [r for r in rules if r["record"] == "oximeter_gpu_new_ratio"]
+    assert rule["labels"] == {"kind": "x"}
     assert "DCGM_FI_DEV_NEW_FIELD," in rule["expr"] and ")) / 100\n" in rule["expr"]
     with pytest.raises(ValueError, match="no rendered part"):
         stock.spliced("groups: []\n", [], "x.rules.yml")
+
+
+def test_the_xid_rules_are_rendered_from_the_xid_lists(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(stock, "PAGING_XIDS", (79, 48))
+    monkeypatch.setattr(stock, "APPLICATION_XIDS", (13,))
+    rules = yaml.safe_load("\n".join(stock.render_dcgm()))
+    codes = [(r["record"], r["labels"]["xid"]) for r in rules if "xid" in r.get("labels", {})]
+    records = ("node_gpu_xid:oximeter_gpu_xid_errors:increase5m", "oximeter_gpu_xid_last_timestamp_seconds")
+    assert codes == [(record, code) for code in ("13", "48", "79") for record in records]
 
 
 def test_every_record_a_signal_names_is_written_once_with_its_query() -> None:

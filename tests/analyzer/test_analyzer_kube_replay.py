@@ -1,0 +1,70 @@
+"""A stock fleet's container restarts in a replay: an OOM-killed engine and a crash-looping one
+each give platform evidence (container_oom_killed, restart_loop) through the same records the
+Kubernetes adapter rules write in Prometheus, computed here from the raw history."""
+
+from __future__ import annotations
+
+import tempfile
+from functools import cache
+from pathlib import Path
+
+import numpy as np
+
+from alert_rules import ADAPTERS_DIR, load_groups
+from analyzer.catalogue import CATALOGUE
+from analyzer.evaluate import evaluate_signal
+from analyzer.sources.kube import increase
+from analyzer.sources.raw import RawStore
+from drills.replay import signal_frames
+from oximeter.promql import metric_names
+from simulator.history import generate
+from simulator.scenario import Scenario, ScenarioFault, Truth
+
+END_S = 1767808800.0
+SIGNALS = ("container_oom_killed", "restart_loop", "container_restarts")
+
+
+@cache
+def _frames() -> dict[str, object]:
+    """40 minutes of a two-node stock fleet: n1's engine OOM-killed at 20m, n2's crash-looping
+    every 4 minutes from 10m to 30m."""
+    sc = Scenario(name="t", nodes=2, gpus_per_node=1, base_rps=1.0, daily_shape=False,
+                  truth=Truth(layer="none", rule="none"), telemetry="stock",
+                  faults=[ScenarioFault(kind="engine_oom", node="n1", start=1200.0, strength=30.0),
+                          ScenarioFault(kind="crash_loop", node="n2", start=600.0, duration=1200.0,
+                                        strength=240.0)])
+    store, _fleet = generate(sc, 40 / 1440, 60.0, END_S)
+    with tempfile.TemporaryDirectory() as tmp:
+        store.write_parquet(Path(tmp))
+        raw = RawStore.from_history(tmp)
+    frames, _step = signal_frames(raw, {name: CATALOGUE[name] for name in SIGNALS}, stock=True)
+    return dict(frames)
+
+
+def _nodes(signal: str) -> set[str]:
+    events = evaluate_signal(CATALOGUE[signal], _frames()[signal])  # type: ignore[arg-type]
+    assert all(e.layer == "platform" for e in events)
+    return {dict(e.labels)["node"] for e in events}
+
+
+def test_an_oom_killed_engine_is_platform_evidence() -> None:
+    assert _nodes("container_oom_killed") == {"n1"}
+
+
+def test_a_crash_loop_is_platform_evidence_the_5_minute_count_misses() -> None:
+    # A crash every 4 minutes: at most 2 in any 5 min (container_restarts wants 2 or more and so
+    # may fire once), 3 or more in 15 min: restart_loop.
+    assert _nodes("restart_loop") == {"n2"}
+    assert "n1" not in _nodes("container_restarts")
+
+
+def test_increase_counts_a_reset_as_a_restart_from_zero() -> None:
+    counts = np.array([[0.0], [1.0], [2.0], [0.0], [1.0], [np.nan]])
+    assert increase(counts, 2)[:, 0][:5].tolist() == [0.0, 1.0, 2.0, 1.0, 1.0]
+    assert np.isnan(increase(counts, 2)[5, 0])
+
+
+def test_the_replay_writes_the_records_the_adapter_rules_write() -> None:
+    rules = {r["record"] for g in load_groups(ADAPTERS_DIR / "kubernetes.rules.yml") for r in g["rules"]}
+    for signal in ("container_oom_killed", "restart_loop"):
+        assert metric_names(CATALOGUE[signal].promql) <= rules
