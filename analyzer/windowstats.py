@@ -14,8 +14,10 @@ import numpy as np
 import pandas as pd
 from numpy.lib.stride_tricks import sliding_window_view
 
-# Rows per block: a block holds rows × series × window float32 values (8 × 8192 × 241 ≈ 63 MB).
-BLOCK_ROWS = 8
+# Values per block (rows × series × window float32, ≈ 63 MB, with as much again for the sort and
+# a quarter for the missing mask): as many rows as fit, and fewer series at a time where one row of
+# every series would not.
+BLOCK_VALUES = 8 * 8192 * 241
 
 
 def window_quantiles(data: np.ndarray, starts: np.ndarray, window: int, qs: Sequence[float],
@@ -36,27 +38,37 @@ def window_quantiles(data: np.ndarray, starts: np.ndarray, window: int, qs: Sequ
         padded[src_lo - lo:src_hi - lo] = data[src_lo:src_hi]
     view = sliding_window_view(padded, window, axis=0)  # (positions, cols, window), no copy
     offsets = starts - lo
-    for first in range(0, len(offsets), BLOCK_ROWS):
-        take = offsets[first:first + BLOCK_ROWS]
-        block = view[take]
-        missing = np.isnan(block)
-        count = window - np.count_nonzero(missing, axis=-1)
-        if missing.any():
-            block = np.sort(block, axis=-1)  # NaN sorts last: positions below count are values
-        else:
-            # Every window full: a partial sort around the few positions needed is enough.
-            needed = sorted({int(np.floor((window - 1) * q)) for q in qs}
-                            | {min(int(np.floor((window - 1) * q)) + 1, window - 1) for q in qs})
-            block = np.partition(block, needed, axis=-1)
-        for q, target in zip(qs, out, strict=True):
-            pos = (np.maximum(count, 1) - 1) * q
-            below = np.floor(pos).astype(np.int64)
-            above = np.minimum(below + 1, np.maximum(count - 1, 0))
-            v_lo = np.take_along_axis(block, below[..., None], axis=-1)[..., 0]
-            v_hi = np.take_along_axis(block, above[..., None], axis=-1)[..., 0]
-            value = v_lo + (v_hi - v_lo) * (pos - below).astype(np.float32)
-            target[first:first + len(take)] = np.where(count >= min_count, value, np.nan)
+    block_cols = max(1, min(cols, BLOCK_VALUES // window))
+    block_rows = max(1, BLOCK_VALUES // (block_cols * window))
+    for first_col in range(0, cols, block_cols):
+        part = slice(first_col, first_col + block_cols)
+        for first in range(0, len(offsets), block_rows):
+            _block_quantiles(view[offsets[first:first + block_rows], part], window, qs, min_count,
+                             [target[first:first + block_rows, part] for target in out])
     return out
+
+
+def _block_quantiles(block: np.ndarray, window: int, qs: Sequence[float], min_count: int,
+                     targets: Sequence[np.ndarray]) -> None:
+    """Quantiles ``qs`` of each window of ``block`` (rows × series × window) into ``targets``."""
+    missing = np.isnan(block)
+    count = window - np.count_nonzero(missing, axis=-1)
+    if missing.any():
+        block = np.sort(block, axis=-1)  # NaN sorts last: positions below count are values
+    else:
+        # Every window full: a partial sort around the few positions needed is enough (the
+        # values there are the sorted ones, so either way gives the same numbers).
+        needed = sorted({int(np.floor((window - 1) * q)) for q in qs}
+                        | {min(int(np.floor((window - 1) * q)) + 1, window - 1) for q in qs})
+        block = np.partition(block, needed, axis=-1)
+    for q, target in zip(qs, targets, strict=True):
+        pos = (np.maximum(count, 1) - 1) * q
+        below = np.floor(pos).astype(np.int64)
+        above = np.minimum(below + 1, np.maximum(count - 1, 0))
+        v_lo = np.take_along_axis(block, below[..., None], axis=-1)[..., 0]
+        v_hi = np.take_along_axis(block, above[..., None], axis=-1)[..., 0]
+        value = v_lo + (v_hi - v_lo) * (pos - below).astype(np.float32)
+        target[...] = np.where(count >= min_count, value, np.nan)
 
 
 def same_time_quantiles(window: pd.DataFrame, lag_s: float, rows: pd.DatetimeIndex, columns: pd.Index,

@@ -81,6 +81,10 @@ class CounterGrowth(Detector):
         step = step_seconds(pd.DatetimeIndex(inc.index)) or self.window_s
         rows = max(1, round(self.baseline_s / step))
         lag = max(0, round(self.baseline_lag_s / step))
+        if (len(inc) - lag) * step < self.min_baseline_s:
+            # No row has that much of the span before its lag (a live window shorter than the
+            # lag and the minimum together): nothing to add up.
+            return np.full(inc.shape, np.nan)
         data = inc.to_numpy(np.float64)
         total = trailing_sum(data, rows)
         count = trailing_sum(~np.isnan(data), rows).astype(np.float64)

@@ -7,7 +7,7 @@ import pandas as pd
 import pytest
 from analyzer_frames import T0, frame
 
-from analyzer.baselines import BaselinePolicy, combine, compute_baseline, recent
+from analyzer.baselines import BaselinePolicy, combine, compute_baseline, history_start, recent
 
 STEP = 300.0  # 5-minute grid: 288 rows a day
 DAY = 288
@@ -200,3 +200,15 @@ def test_without_a_recent_past_the_same_time_spread_is_the_scale() -> None:
     values = frame({"a": np.full(5, 1.0)}, 60.0)
     base = compute_baseline(values, {86400.0: history})
     assert base.scale["a"].tolist() == pytest.approx([0.4 / 1.349] * 5, rel=1e-4)
+
+
+def test_history_starts_at_each_series_first_value_in_any_window() -> None:
+    nan = np.nan
+    live = frame({"from_start": [1.0, 2, 3], "later": [nan, nan, 5], "never": [nan, nan, nan]})
+    day_before = live.index[:2] - pd.Timedelta(days=1)
+    yesterday = frame({"from_start": [nan, 1.0], "later": [nan, nan], "never": [nan, nan]}).set_axis(
+        day_before, axis=0)
+    starts = history_start([live, yesterday])
+    assert starts["from_start"] == day_before[1].tz_convert(None)
+    assert starts["later"] == live.index[2].tz_convert(None)
+    assert pd.isna(starts["never"])
