@@ -48,7 +48,7 @@ class BaselineTracker:
         are not left out of it), for the same rows."""
         index = pd.DatetimeIndex(values.index)
         cached = self._center
-        same_columns = not cached.empty and list(cached.columns) == list(values.columns)
+        same_columns = not cached.empty and cached.columns.equals(values.columns)
         if same_columns:
             known = index[index.isin(cached.index)]
             known = known[: max(0, len(known) - self.overlap_rows)]
@@ -87,7 +87,7 @@ class BaselineTracker:
         fresh = hour_scale(rows, values.columns, history, self.policy, like_nodes)
         if fresh is None:
             fresh = np.full((len(rows), len(values.columns)), np.nan, dtype=np.float32)
-        new = pd.DataFrame(fresh, index=rows, columns=values.columns)
+        new = pd.DataFrame(fresh, index=rows, columns=values.columns, copy=False)
         self._hour_scale = (pd.concat([self._hour_scale.loc[known], new]) if len(known) else new
                             ).reindex(index)
         return self._hour_scale
@@ -102,8 +102,8 @@ class BaselineTracker:
         window = max(12, math.ceil(self.policy.recent_window_s / step))
         med, q25, q75 = window_quantiles(data, todo - window, window, (0.5, 0.25, 0.75),
                                          max(3, window // 2))
-        rc = pd.DataFrame(med, index=rows, columns=values.columns)
-        rs = pd.DataFrame((q75 - q25) / IQR_TO_SIGMA, index=rows, columns=values.columns)
+        rc = pd.DataFrame(med, index=rows, columns=values.columns, copy=False)
+        rs = pd.DataFrame((q75 - q25) / IQR_TO_SIGMA, index=rows, columns=values.columns, copy=False)
         if len(known):
             # Carry the last good recent baseline through excluded stretches.
             rc = pd.concat([self._recent_center.loc[known[-1:]], rc]).ffill().iloc[1:]
@@ -130,5 +130,5 @@ class BaselineTracker:
         centre = np.rint((targets.as_unit("ns").asi8 - w_index[0].as_unit("ns").value) / (step * 1e9))
         med, q25, q75 = window_quantiles(win.to_numpy(np.float32), centre.astype(np.int64) - half,
                                          2 * half + 1, (0.5, 0.25, 0.75), max(1, half))
-        return (pd.DataFrame(med, index=rows, columns=columns),
-                pd.DataFrame((q75 - q25) / IQR_TO_SIGMA, index=rows, columns=columns))
+        return (pd.DataFrame(med, index=rows, columns=columns, copy=False),
+                pd.DataFrame((q75 - q25) / IQR_TO_SIGMA, index=rows, columns=columns, copy=False))

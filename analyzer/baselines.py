@@ -149,9 +149,9 @@ def combine(values: pd.DataFrame, candidates: Sequence[pd.DataFrame], recent_cen
         rs = np.where(np.isnan(rs), widest, rs)
     scale = np.fmax(np.fmax(rs, policy.margin_rel * np.abs(center)), policy.margin_abs)
     return Baseline(
-        center=pd.DataFrame(center, index=values.index, columns=values.columns),
-        scale=pd.DataFrame(scale.astype(np.float32), index=values.index, columns=values.columns),
-        provisional=pd.DataFrame(young, index=values.index, columns=values.columns),
+        center=pd.DataFrame(center, index=values.index, columns=values.columns, copy=False),
+        scale=pd.DataFrame(scale.astype(np.float32), index=values.index, columns=values.columns, copy=False),
+        provisional=pd.DataFrame(young, index=values.index, columns=values.columns, copy=False),
     )
 
 

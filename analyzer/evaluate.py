@@ -108,7 +108,7 @@ def widen_ratio(values: pd.DataFrame, counts: np.ndarray, minimum: float, window
             out_v = np.where(done, sum_num / sum_den, out_v)
         out_c = np.where(done, sum_den, out_c)
         todo &= ~done
-    return pd.DataFrame(out_v, index=values.index, columns=values.columns), out_c
+    return pd.DataFrame(out_v, index=values.index, columns=values.columns, copy=False), out_c
 
 
 def needs_history(spec: SignalSpec) -> bool:
@@ -162,7 +162,9 @@ class _BaselineInputs:
             return None
         index = pd.DatetimeIndex(self.values.index)
         hour = hour_scale(index, self.values.columns, self.older, self.policy, self.like_nodes)
-        return None if hour is None else pd.DataFrame(hour, index=index, columns=self.values.columns)
+        if hour is None:
+            return None
+        return pd.DataFrame(hour, index=index, columns=self.values.columns, copy=False)
 
 
 def _detection(detector: Detector, values: pd.DataFrame, baseline: Baseline | None,
@@ -199,7 +201,7 @@ def _spans(detection: Detection, persistence: Persistence, hold_rows: int | None
     for ep in episodes:
         stop = len(mask) if ep.end is None or hold_rows is None else ep.end + hold_rows
         mask[ep.onset:stop, ep.column] = True
-    return pd.DataFrame(mask, index=detection.flags.index, columns=detection.flags.columns)
+    return pd.DataFrame(mask, index=detection.flags.index, columns=detection.flags.columns, copy=False)
 
 
 def _masked_baseline(inputs: _BaselineInputs, anomalous: pd.DataFrame | None,

@@ -98,11 +98,16 @@ class LiveWindow:
                 until = max(end, min(end + timedelta(seconds=self.ahead_s), align(settled, self.step_s)))
             self._held = self._read(source, first, until)
         index = grid_index(first, end, self.step_s)
-        if self._held.index[0] == index[0] and self._held.index[-1] == end:  # what is held is the window
+        held = pd.DatetimeIndex(self._held.index)
+        if held[0] == index[0] and held[-1] == end:  # what is held is the window
             self.values = self._held
-        else:  # read ahead: the window is a part of what is held
-            self._held = self._held.loc[self._held.index >= index[0]]
-            self.values = self._held.reindex(index)
+            return SeriesFrame(self.values, self.labels)
+        # Read ahead: the window is a part of what is held, a slice of it (not a copy) where what is
+        # held is on the window's grid.
+        lo = int(held.searchsorted(index[0]))
+        part = self._held.iloc[lo:int(held.searchsorted(end, side="right"))]
+        self._held = self._held.iloc[lo:]
+        self.values = part.set_axis(index, axis=0) if part.index.equals(index) else self._held.reindex(index)
         return SeriesFrame(self.values, self.labels)
 
     def _read(self, source: Source, first: datetime, until: datetime) -> pd.DataFrame:
