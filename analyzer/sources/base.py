@@ -8,7 +8,7 @@ source only for what is new each cycle.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Hashable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Protocol
@@ -127,3 +127,30 @@ class LiveWindow:
             cut = fresh.values.index[0] if len(fresh.values) else held.index[-1] + pd.Timedelta(1)
             combined = pd.concat([held.loc[held.index < cut], fresh.values], axis=0, join="outer")
         return combined.reindex(grid_index(first, until, self.step_s)).astype(np.float32)
+
+
+def window_key(source: Source, spec: SignalSpec) -> Hashable:
+    """What ``source``'s answer for ``spec`` depends on: its ``query_key(spec)`` where it has one
+    (a store or raw history answers by query, so two signals asking one query get the same data),
+    else the signal's name."""
+    by_query: Callable[[SignalSpec], Hashable] | None = getattr(source, "query_key", None)
+    return spec.name if by_query is None else by_query(spec)
+
+
+@dataclass
+class WindowPool:
+    """Live windows shared by the signals that read the same data (the same ``key``, e.g. one query):
+    each is fetched once a cycle however many signals (or traffic guards) read it."""
+
+    key: Callable[[SignalSpec], Hashable]
+    windows: dict[tuple[Hashable, float, float, float, float], LiveWindow] = field(default_factory=dict)
+
+    def window(self, spec: SignalSpec, window_s: float, step_s: float, *, ahead_s: float = 0.0,
+               lag_s: float = 0.0) -> LiveWindow:
+        """The window of ``spec``'s data over ``window_s``, ``lag_s`` behind the present (the
+        same-time windows a day and a week back are two), the one already held where there is one."""
+        key = (self.key(spec), window_s, step_s, ahead_s, lag_s)
+        found = self.windows.get(key)
+        if found is None:
+            found = self.windows[key] = LiveWindow(spec, window_s, step_s, ahead_s=ahead_s)
+        return found
