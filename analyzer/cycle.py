@@ -48,7 +48,7 @@ class SignalCycle:
         if needs_history(self.spec):
             # Each same-time window reads half a seasonal window ahead at a time (see ``run``): one
             # query per half hour instead of one per cycle, for a quarter more held than the window
-            # (at 65,536 GPUs each counter signal's same-time windows hold ~150 MB an hour).
+            # (at 65,536 GPUs an hour of a GPU signal's two same-time windows is 126 MB).
             width = self.live_s + 2 * self.policy.seasonal_half_window_s
             ahead = self.policy.seasonal_half_window_s
             self.same_time = {lag: self._window(self.spec, width, ahead_s=ahead, lag_s=lag)

@@ -14,9 +14,9 @@ import numpy as np
 import pandas as pd
 from numpy.lib.stride_tricks import sliding_window_view
 
-# Values per block (rows × series × window float32, ≈ 63 MB, with as much again for the sort and
-# a quarter for the missing mask): as many rows as fit, and fewer series at a time where one row of
-# every series would not.
+# Values per block (rows × series × window float32, ≈ 63 MB, sorted in place, plus a quarter for
+# the missing mask): as many rows as fit, and fewer series at a time where one row of every series
+# would not.
 BLOCK_VALUES = 8 * 8192 * 241
 
 
