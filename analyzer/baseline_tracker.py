@@ -1,6 +1,7 @@
 """Incremental baselines for the live loop: a baseline is causal, so a row once computed never
 changes; each cycle computes only the new rows (plus one of overlap) from the live window and the
-cached same-time windows, with the same definitions as :func:`analyzer.baselines.compute_baseline`.
+cached same-time windows, with the same definitions as :func:`analyzer.baselines.compute_baseline`
+(and, where asked, :func:`analyzer.hour_scale.hour_scale`).
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ import pandas as pd
 from analyzer.baselines import IQR_TO_SIGMA, BaselinePolicy, ChangeWindow, combine, exclude, history_start
 from analyzer.detectors.counter import step_seconds
 from analyzer.frame import Baseline
+from analyzer.hour_scale import hour_scale
 from analyzer.windowstats import window_quantiles
 
 
@@ -32,14 +34,21 @@ class BaselineTracker:
         self._recent_center = pd.DataFrame()
         self._recent_scale = pd.DataFrame()
         self._provisional = pd.DataFrame()
+        self._hour_scale = pd.DataFrame()
+        self._like_nodes: Mapping[str, str] | None = None
 
     def update(self, values: pd.DataFrame, history: Mapping[float, pd.DataFrame], *,
-               anomalous: pd.DataFrame | None = None, changes: Sequence[ChangeWindow] = ()) -> Baseline:
+               anomalous: pd.DataFrame | None = None, changes: Sequence[ChangeWindow] = (),
+               like_nodes: Mapping[str, str] | None = None) -> Baseline:
         """The baseline for every row of ``values`` (a regular grid); only unseen rows, and
-        unseen columns, are computed."""
+        unseen columns, are computed.
+
+        ``like_nodes`` (column → like-node key, see :func:`analyzer.hour_scale.hour_scale`; may be
+        empty) asks for the hour scale as well, from ``history`` as given (anomalies and changes
+        are not left out of it), for the same rows."""
         index = pd.DatetimeIndex(values.index)
         cached = self._center
-        same_columns = not cached.empty and list(cached.columns) == list(values.columns)
+        same_columns = not cached.empty and cached.columns.equals(values.columns)
         if same_columns:
             known = index[index.isin(cached.index)]
             known = known[: max(0, len(known) - self.overlap_rows)]
@@ -61,7 +70,27 @@ class BaselineTracker:
                               ).reindex(index)
         self._provisional = (pd.concat([self._provisional.loc[known], young]) if len(known) else young
                              ).reindex(index, fill_value=False)
-        return Baseline(self._center, self._scale, provisional=self._provisional)
+        hour = None
+        if like_nodes is not None:
+            hour = self._hour_rows(values, history, todo, known, like_nodes)
+        return Baseline(self._center, self._scale, hour_scale=hour, provisional=self._provisional)
+
+    def _hour_rows(self, values: pd.DataFrame, history: Mapping[float, pd.DataFrame], todo: np.ndarray,
+                   known: pd.DatetimeIndex, like_nodes: Mapping[str, str]) -> pd.DataFrame:
+        """The hour scale over ``values``' rows, computed for the rows the centre was (all of them
+        where the like nodes changed since the last update: the floor of every row moves)."""
+        index = pd.DatetimeIndex(values.index)
+        if len(known) and (self._hour_scale.empty or like_nodes != self._like_nodes):
+            known, todo = index[:0], np.arange(len(index))
+        self._like_nodes = dict(like_nodes)
+        rows = index[todo]
+        fresh = hour_scale(rows, values.columns, history, self.policy, like_nodes)
+        if fresh is None:
+            fresh = np.full((len(rows), len(values.columns)), np.nan, dtype=np.float32)
+        new = pd.DataFrame(fresh, index=rows, columns=values.columns, copy=False)
+        self._hour_scale = (pd.concat([self._hour_scale.loc[known], new]) if len(known) else new
+                            ).reindex(index)
+        return self._hour_scale
 
     def _rows(self, clean: pd.DataFrame, values: pd.DataFrame, windows: Mapping[float, pd.DataFrame],
               todo: np.ndarray, known: pd.DatetimeIndex) -> tuple[pd.DataFrame, ...]:
@@ -73,8 +102,8 @@ class BaselineTracker:
         window = max(12, math.ceil(self.policy.recent_window_s / step))
         med, q25, q75 = window_quantiles(data, todo - window, window, (0.5, 0.25, 0.75),
                                          max(3, window // 2))
-        rc = pd.DataFrame(med, index=rows, columns=values.columns)
-        rs = pd.DataFrame((q75 - q25) / IQR_TO_SIGMA, index=rows, columns=values.columns)
+        rc = pd.DataFrame(med, index=rows, columns=values.columns, copy=False)
+        rs = pd.DataFrame((q75 - q25) / IQR_TO_SIGMA, index=rows, columns=values.columns, copy=False)
         if len(known):
             # Carry the last good recent baseline through excluded stretches.
             rc = pd.concat([self._recent_center.loc[known[-1:]], rc]).ffill().iloc[1:]
@@ -101,5 +130,5 @@ class BaselineTracker:
         centre = np.rint((targets.as_unit("ns").asi8 - w_index[0].as_unit("ns").value) / (step * 1e9))
         med, q25, q75 = window_quantiles(win.to_numpy(np.float32), centre.astype(np.int64) - half,
                                          2 * half + 1, (0.5, 0.25, 0.75), max(1, half))
-        return (pd.DataFrame(med, index=rows, columns=columns),
-                pd.DataFrame((q75 - q25) / IQR_TO_SIGMA, index=rows, columns=columns))
+        return (pd.DataFrame(med, index=rows, columns=columns, copy=False),
+                pd.DataFrame((q75 - q25) / IQR_TO_SIGMA, index=rows, columns=columns, copy=False))

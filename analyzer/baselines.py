@@ -149,9 +149,9 @@ def combine(values: pd.DataFrame, candidates: Sequence[pd.DataFrame], recent_cen
         rs = np.where(np.isnan(rs), widest, rs)
     scale = np.fmax(np.fmax(rs, policy.margin_rel * np.abs(center)), policy.margin_abs)
     return Baseline(
-        center=pd.DataFrame(center, index=values.index, columns=values.columns),
-        scale=pd.DataFrame(scale.astype(np.float32), index=values.index, columns=values.columns),
-        provisional=pd.DataFrame(young, index=values.index, columns=values.columns),
+        center=pd.DataFrame(center, index=values.index, columns=values.columns, copy=False),
+        scale=pd.DataFrame(scale.astype(np.float32), index=values.index, columns=values.columns, copy=False),
+        provisional=pd.DataFrame(young, index=values.index, columns=values.columns, copy=False),
     )
 
 
@@ -188,11 +188,18 @@ def first_valid(frame: pd.DataFrame) -> pd.Series:
     """Per column, the first timestamp holding a value (NaT for an empty column), naive UTC."""
     index = pd.DatetimeIndex(frame.index)
     data = frame.to_numpy()
-    present = ~np.isnan(data)
-    first = np.argmax(present, axis=0)
     stamps = index.tz_convert(None) if index.tz is not None else index
-    out = np.where(present.any(axis=0), stamps.to_numpy(dtype="datetime64[ns]")[first] if len(index) else
-                   np.datetime64("NaT"), np.datetime64("NaT"))
+    if not len(index):
+        return pd.Series(np.datetime64("NaT"), index=frame.columns, dtype="datetime64[ns]")
+    # Most series hold a value in the first row: only the others are searched further.
+    first = np.zeros(data.shape[1], dtype=np.int64)
+    found = ~np.isnan(data[0])
+    later = np.flatnonzero(~found)
+    if len(later):
+        present = ~np.isnan(data[:, later])
+        first[later] = np.argmax(present, axis=0)
+        found[later] = present.any(axis=0)
+    out = np.where(found, stamps.to_numpy(dtype="datetime64[ns]")[first], np.datetime64("NaT"))
     return pd.Series(out, index=frame.columns, dtype="datetime64[ns]")
 
 

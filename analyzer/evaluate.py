@@ -3,10 +3,9 @@
 from __future__ import annotations
 
 import math
-import warnings
 from collections.abc import Callable, Mapping, MutableMapping, Sequence
-from dataclasses import replace
-from functools import partial
+from dataclasses import dataclass, replace
+from functools import cached_property, partial
 
 import numpy as np
 import pandas as pd
@@ -17,9 +16,9 @@ from analyzer.detectors import Detection, Detector
 from analyzer.detectors.counter import step_seconds
 from analyzer.events import AnomalyEvent
 from analyzer.frame import Baseline, FrameError, SeriesFrame, validate_frame
+from analyzer.hour_scale import hour_scale, like_nodes_of
 from analyzer.persistence import Persistence, to_events
 from analyzer.signals import SignalSpec
-from analyzer.windowstats import same_time_quantiles
 
 
 def evaluate_signal(spec: SignalSpec, frame: SeriesFrame, *, history: History | None = None,
@@ -65,18 +64,16 @@ def evaluate_signal(spec: SignalSpec, frame: SeriesFrame, *, history: History | 
                 str(c): "|".join(frame.labels_of(str(c)).get(k, "") for k in spec.peer_labels)
                 for c in values.columns})
         baseline, tracker = None, None
-        # Only a detector that reads the hour's spread needs each series' like nodes.
-        like_nodes = _like_nodes(frame) if detector.uses_hour_scale else None
         if detector.uses_baseline:
             if trackers is not None:
                 tracker = trackers.get(detector.name)
                 if tracker is None:
                     tracker = trackers[detector.name] = BaselineTracker(policy, max_new_rows=cold_rows)
-            baseline = _baseline(detector, values, history, anomalous, changes, policy, tracker, like_nodes)
+            inputs = _BaselineInputs.of(detector, values, history, policy, frame, tracker)
+            baseline = inputs.baseline(anomalous, changes)
         detection = _detection(detector, values, baseline, guard)
         if baseline is not None and tracker is None and hold_s is not None:
-            redo = partial(_masked_baseline, detector, values, history, anomalous, changes, policy,
-                           like_nodes)
+            redo = partial(_masked_baseline, inputs, anomalous, changes)
             detection = _held(detector, detection, values, persistence, guard, math.ceil(hold_s / step), redo)
         young = None if baseline is None else baseline.provisional
         events += to_events(detection, detector, persistence, signal=spec.name, layer=spec.layer,
@@ -111,7 +108,7 @@ def widen_ratio(values: pd.DataFrame, counts: np.ndarray, minimum: float, window
             out_v = np.where(done, sum_num / sum_den, out_v)
         out_c = np.where(done, sum_den, out_c)
         todo &= ~done
-    return pd.DataFrame(out_v, index=values.index, columns=values.columns), out_c
+    return pd.DataFrame(out_v, index=values.index, columns=values.columns, copy=False), out_c
 
 
 def needs_history(spec: SignalSpec) -> bool:
@@ -119,90 +116,55 @@ def needs_history(spec: SignalSpec) -> bool:
     return any(d.uses_baseline for d in spec.build_detectors())
 
 
-def _baseline(detector: Detector, values: pd.DataFrame, history: History | None,
-              anomalous: pd.DataFrame | None, changes: Sequence[ChangeWindow],
-              policy: BaselinePolicy, tracker: BaselineTracker | None = None,
-              like_nodes: Mapping[str, str] | None = None) -> Baseline:
-    transformed = detector.transform(values)
+@dataclass
+class _BaselineInputs:
+    """What one detector's baseline is formed from, transformed once: a whole-frame evaluation
+    forms it up to three times (its own anomalies left out in turn), the hour scale only once, as
+    no anomaly is left out of it."""
+
+    values: pd.DataFrame
     older: History | None
-    if history is None:
-        older = None
-    elif isinstance(history, pd.DataFrame):
-        older = detector.transform(validate_frame(history))
-    else:
-        older = {lag: detector.transform(validate_frame(win)) for lag, win in history.items()}
-    if tracker is not None and not isinstance(older, pd.DataFrame):
-        baseline = tracker.update(transformed, older or {}, anomalous=anomalous, changes=changes)
-    else:
-        baseline = compute_baseline(transformed, older, anomalous=anomalous, changes=changes, policy=policy)
-    if detector.uses_hour_scale and isinstance(older, Mapping):
-        baseline = replace(baseline, hour_scale=_hour_scale(transformed, older, policy, like_nodes))
-    return baseline
+    policy: BaselinePolicy
+    tracker: BaselineTracker | None
+    # Column → like-node key, for a detector that reads the hour's spread (None: it does not).
+    like_nodes: Mapping[str, str] | None
 
+    @classmethod
+    def of(cls, detector: Detector, values: pd.DataFrame, history: History | None, policy: BaselinePolicy,
+           frame: SeriesFrame, tracker: BaselineTracker | None) -> _BaselineInputs:
+        """``detector``'s view of the live values and of ``history``."""
+        older: History | None
+        if history is None:
+            older = None
+        elif isinstance(history, pd.DataFrame):
+            older = detector.transform(validate_frame(history))
+        else:
+            older = {lag: detector.transform(validate_frame(win)) for lag, win in history.items()}
+        # Only a detector that reads the hour's spread needs each series' like nodes, and only
+        # the same-time windows give it one.
+        hourly = detector.uses_hour_scale and isinstance(older, Mapping)
+        return cls(detector.transform(values), older, policy, tracker,
+                   like_nodes_of(frame) if hourly else None)
 
-# The upper decile of a normal distribution in standard deviations above its median.
-DECILE_TO_SIGMA = 1.2816
+    def baseline(self, anomalous: pd.DataFrame | None, changes: Sequence[ChangeWindow]) -> Baseline:
+        """The baseline with ``anomalous`` and ``changes`` left out."""
+        older = self.older
+        if self.tracker is not None and not isinstance(older, pd.DataFrame):
+            return self.tracker.update(self.values, older or {}, anomalous=anomalous, changes=changes,
+                                       like_nodes=self.like_nodes)
+        baseline = compute_baseline(self.values, older, anomalous=anomalous, changes=changes,
+                                    policy=self.policy)
+        return baseline if self.like_nodes is None else replace(baseline, hour_scale=self._hour_scale)
 
-
-def _hour_scale(values: pd.DataFrame, older: Mapping[float, pd.DataFrame], policy: BaselinePolicy,
-                like_nodes: Mapping[str, str] | None = None) -> pd.DataFrame | None:
-    """Per sample, the signal's upward spread around the same time on the baseline days as a σ
-    ((upper decile − median) / 1.28 over the seasonal half window), the widest of them: it grows
-    with the bursts a daily peak brings. Only from same-time windows a source fetched.
-
-    ``like_nodes`` (column → the series' labels but its node) puts a floor under it: the median
-    spread of the column's like series, its own included, where there are ``MIN_LIKE_NODES``. In
-    a fleet of like nodes, bursts most of them had at this hour are their usual behaviour, and one
-    node that happened to have none then is no reason to page when it does."""
-    index, columns = pd.DatetimeIndex(values.index), values.columns
-    hour_scales = []
-    for lag, window in older.items():
-        if lag not in policy.lags_s or window.empty:
-            continue
-        med, high = same_time_quantiles(window, lag, index, columns, policy.seasonal_half_window_s,
-                                        (0.5, 0.9))
-        hour_scales.append((high - med).to_numpy(np.float32) / DECILE_TO_SIGMA)
-    if not hour_scales:
-        return None
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", RuntimeWarning)  # all-NaN: no spread known
-        widest = np.nanmax(np.stack(hour_scales), axis=0)
-    if like_nodes:
-        widest = _floored_by_like_nodes(widest, [like_nodes.get(str(c)) for c in columns])
-    return pd.DataFrame(widest, index=index, columns=columns)
-
-
-# The fewest like series (the node's own included) whose median spread is trusted as a floor: with
-# fewer, one bursty neighbour would set it.
-MIN_LIKE_NODES = 4
-
-
-def _like_nodes(frame: SeriesFrame) -> dict[str, str]:
-    """Column → its labels without ``node``, for the columns that have a node."""
-    out = {}
-    for column in frame.values.columns:
-        labels = frame.labels_of(str(column))
-        if "node" in labels:
-            out[str(column)] = "|".join(f"{k}={v}" for k, v in sorted(labels.items()) if k != "node")
-    return out
-
-
-def _floored_by_like_nodes(scale: np.ndarray, keys: Sequence[str | None]) -> np.ndarray:
-    """``scale`` (rows × columns) floored, per column, by the median of its like columns (the same
-    key, itself included), where there are at least ``MIN_LIKE_NODES`` of them."""
-    out = scale.copy()
-    by_key: dict[str, list[int]] = {}
-    for i, key in enumerate(keys):
-        if key is not None:
-            by_key.setdefault(key, []).append(i)
-    for cols in by_key.values():
-        if len(cols) < MIN_LIKE_NODES:
-            continue
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore", RuntimeWarning)  # all-NaN rows: nothing known
-            floor = np.nanmedian(scale[:, cols], axis=1, keepdims=True)
-        out[:, cols] = np.fmax(scale[:, cols], floor)
-    return out
+    @cached_property
+    def _hour_scale(self) -> pd.DataFrame | None:
+        if not isinstance(self.older, Mapping):
+            return None
+        index = pd.DatetimeIndex(self.values.index)
+        hour = hour_scale(index, self.values.columns, self.older, self.policy, self.like_nodes)
+        if hour is None:
+            return None
+        return pd.DataFrame(hour, index=index, columns=self.values.columns, copy=False)
 
 
 def _detection(detector: Detector, values: pd.DataFrame, baseline: Baseline | None,
@@ -239,14 +201,12 @@ def _spans(detection: Detection, persistence: Persistence, hold_rows: int | None
     for ep in episodes:
         stop = len(mask) if ep.end is None or hold_rows is None else ep.end + hold_rows
         mask[ep.onset:stop, ep.column] = True
-    return pd.DataFrame(mask, index=detection.flags.index, columns=detection.flags.columns)
+    return pd.DataFrame(mask, index=detection.flags.index, columns=detection.flags.columns, copy=False)
 
 
-def _masked_baseline(detector: Detector, values: pd.DataFrame, history: History | None,
-                     anomalous: pd.DataFrame | None, changes: Sequence[ChangeWindow], policy: BaselinePolicy,
-                     like_nodes: Mapping[str, str] | None, own: pd.DataFrame) -> Baseline:
-    return _baseline(detector, values, history, _union(anomalous, own), changes, policy,
-                     like_nodes=like_nodes)
+def _masked_baseline(inputs: _BaselineInputs, anomalous: pd.DataFrame | None,
+                     changes: Sequence[ChangeWindow], own: pd.DataFrame) -> Baseline:
+    return inputs.baseline(_union(anomalous, own), changes)
 
 
 def _union(given: pd.DataFrame | None, own: pd.DataFrame) -> pd.DataFrame:

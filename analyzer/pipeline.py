@@ -16,6 +16,7 @@ import math
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
+from functools import partial
 from typing import Protocol
 
 import numpy as np
@@ -31,7 +32,7 @@ from analyzer.events import AnomalyEvent
 from analyzer.frame import SeriesFrame
 from analyzer.incidents import NOT_DECLARED, ChangeEvent
 from analyzer.signals import SignalSpec, traffic_name
-from analyzer.sources.base import LiveWindow, Source, grid_index
+from analyzer.sources.base import LiveWindow, Source, WindowPool, grid_index, window_key
 from analyzer.topology import Topology
 
 TARGET_INFO = "target_info"
@@ -170,8 +171,10 @@ class CyclePipeline:
     held: dict[str, list[Span]] = field(init=False, default_factory=dict)
 
     def __post_init__(self) -> None:
+        # Signals (and traffic guards) that read one query share its windows: one fetch a cycle.
+        pool = WindowPool(partial(window_key, self.source))
         self.cycles = {name: SignalCycle(spec, policy=self.policy, live_s=self.live_s, step_s=self.step_s,
-                                         cold_rows=self.cold_rows)
+                                         cold_rows=self.cold_rows, pool=pool)
                        for name, spec in self.catalogue.items()}
         self.context = {name: LiveWindow(spec, self.live_s, self.step_s) for name, spec in CONTEXT.items()}
 

@@ -97,7 +97,8 @@ def like(values: pd.DataFrame, data: np.ndarray | float) -> pd.DataFrame:
     """A frame with ``values``' index and columns holding ``data``."""
     if np.isscalar(data):
         data = np.full(values.shape, data, dtype=np.float32)
-    return pd.DataFrame(data, index=values.index, columns=values.columns)
+    # Not copied (pandas would): a detector hands over its own results, or read-only views.
+    return pd.DataFrame(data, index=values.index, columns=values.columns, copy=False)
 
 
 def signed(values: np.ndarray, direction: Direction) -> np.ndarray:

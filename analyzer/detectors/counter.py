@@ -12,6 +12,9 @@ import pandas as pd
 from analyzer.detectors.base import Detection, Detector, like, trailing_sum
 from analyzer.frame import Baseline
 
+# Series per block of the detection's working arrays (under 8 MB of float64 for a live hour at 15 s).
+BLOCK_SERIES = 4096
+
 
 def step_seconds(index: pd.DatetimeIndex) -> float:
     """The grid step of ``index`` (median spacing; 0 for fewer than two rows)."""
@@ -81,6 +84,10 @@ class CounterGrowth(Detector):
         step = step_seconds(pd.DatetimeIndex(inc.index)) or self.window_s
         rows = max(1, round(self.baseline_s / step))
         lag = max(0, round(self.baseline_lag_s / step))
+        if (len(inc) - lag) * step < self.min_baseline_s:
+            # No row has that much of the span before its lag (a live window shorter than the
+            # lag and the minimum together): nothing to add up.
+            return np.full(inc.shape, np.nan)
         data = inc.to_numpy(np.float64)
         total = trailing_sum(data, rows)
         count = trailing_sum(~np.isnan(data), rows).astype(np.float64)
@@ -92,6 +99,20 @@ class CounterGrowth(Detector):
         return np.where(count * step >= self.min_baseline_s, rate, np.nan)
 
     def _detect(self, values: pd.DataFrame, baseline: Baseline | None) -> Detection:
+        flags, keep = np.empty(values.shape, dtype=bool), np.empty(values.shape, dtype=bool)
+        score, ref = np.empty(values.shape, dtype=np.float32), np.empty(values.shape, dtype=np.float32)
+        center = None if baseline is None else baseline.center
+        # Each series on its own, a block of them at a time: the float64 working arrays of a whole
+        # fleet (126 MB apiece at 65,536 GPUs, a dozen of them) would each be fresh pages the
+        # kernel has to hand over every cycle; a block's are reused.
+        for first in range(0, values.shape[1], BLOCK_SERIES):
+            part = slice(first, first + BLOCK_SERIES)
+            found = self._detect_block(values.iloc[:, part], None if center is None else center.iloc[:, part])
+            for target, block in zip((flags, score, ref, keep), found, strict=True):
+                target[:, part] = block
+        return Detection(like(values, flags), like(values, score), like(values, ref), like(values, keep))
+
+    def _detect_block(self, values: pd.DataFrame, center: pd.DataFrame | None) -> tuple[np.ndarray, ...]:
         inc = values.to_numpy(np.float64)
         # The score is the share of the nearest criterion's threshold reached (≥ 1 fires); the
         # reference is the baseline rate where one is known, else the absolute threshold.
@@ -102,9 +123,9 @@ class CounterGrowth(Detector):
                 score = np.fmax(score, inc / self.min_increase)
             if self.ratio is not None:
                 rate = self.baseline_rate(values)
-                if baseline is not None:
+                if center is not None:
                     # Too little of its own history (a short live window): the seasonal baseline.
-                    rate = np.where(np.isnan(rate), baseline.center.to_numpy(np.float64), rate)
+                    rate = np.where(np.isnan(rate), center.to_numpy(np.float64), rate)
                 # No rate known at all (no history, no baseline): only the absolute criterion.
                 against = np.where(np.isnan(rate), np.inf,
                                    np.fmax(self.ratio * rate, self.ratio_min_increase))
@@ -113,8 +134,5 @@ class CounterGrowth(Detector):
                 score = np.fmax(score, inc / against)
                 ref = np.where(np.isnan(rate), ref, rate)
             score = np.where(np.isnan(inc), np.nan, score)
-            flags = score >= 1.0
             # Hysteresis: an event stays open while growth is at least half of what opened it.
-            keep = score >= 0.5
-        return Detection(like(values, flags), like(values, score.astype(np.float32)),
-                         like(values, ref.astype(np.float32)), like(values, keep))
+            return score >= 1.0, score.astype(np.float32), ref.astype(np.float32), score >= 0.5

@@ -8,7 +8,7 @@ source only for what is new each cycle.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Hashable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Protocol
@@ -98,11 +98,16 @@ class LiveWindow:
                 until = max(end, min(end + timedelta(seconds=self.ahead_s), align(settled, self.step_s)))
             self._held = self._read(source, first, until)
         index = grid_index(first, end, self.step_s)
-        if self._held.index[0] == index[0] and self._held.index[-1] == end:  # what is held is the window
+        held = pd.DatetimeIndex(self._held.index)
+        if held[0] == index[0] and held[-1] == end:  # what is held is the window
             self.values = self._held
-        else:  # read ahead: the window is a part of what is held
-            self._held = self._held.loc[self._held.index >= index[0]]
-            self.values = self._held.reindex(index)
+            return SeriesFrame(self.values, self.labels)
+        # Read ahead: the window is a part of what is held, a slice of it (not a copy) where what is
+        # held is on the window's grid.
+        lo = int(held.searchsorted(index[0]))
+        part = self._held.iloc[lo:int(held.searchsorted(end, side="right"))]
+        self._held = self._held.iloc[lo:]
+        self.values = part.set_axis(index, axis=0) if part.index.equals(index) else self._held.reindex(index)
         return SeriesFrame(self.values, self.labels)
 
     def _read(self, source: Source, first: datetime, until: datetime) -> pd.DataFrame:
@@ -122,3 +127,30 @@ class LiveWindow:
             cut = fresh.values.index[0] if len(fresh.values) else held.index[-1] + pd.Timedelta(1)
             combined = pd.concat([held.loc[held.index < cut], fresh.values], axis=0, join="outer")
         return combined.reindex(grid_index(first, until, self.step_s)).astype(np.float32)
+
+
+def window_key(source: Source, spec: SignalSpec) -> Hashable:
+    """What ``source``'s answer for ``spec`` depends on: its ``query_key(spec)`` where it has one
+    (a store or raw history answers by query, so two signals asking one query get the same data),
+    else the signal's name."""
+    by_query: Callable[[SignalSpec], Hashable] | None = getattr(source, "query_key", None)
+    return spec.name if by_query is None else by_query(spec)
+
+
+@dataclass
+class WindowPool:
+    """Live windows shared by the signals that read the same data (the same ``key``, e.g. one query):
+    each is fetched once a cycle however many signals (or traffic guards) read it."""
+
+    key: Callable[[SignalSpec], Hashable]
+    windows: dict[tuple[Hashable, float, float, float, float], LiveWindow] = field(default_factory=dict)
+
+    def window(self, spec: SignalSpec, window_s: float, step_s: float, *, ahead_s: float = 0.0,
+               lag_s: float = 0.0) -> LiveWindow:
+        """The window of ``spec``'s data over ``window_s``, ``lag_s`` behind the present (the
+        same-time windows a day and a week back are two), the one already held where there is one."""
+        key = (self.key(spec), window_s, step_s, ahead_s, lag_s)
+        found = self.windows.get(key)
+        if found is None:
+            found = self.windows[key] = LiveWindow(spec, window_s, step_s, ahead_s=ahead_s)
+        return found

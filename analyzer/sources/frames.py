@@ -7,7 +7,7 @@ before each step within the 5-minute lookback, so both sources give the same ans
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Hashable, Mapping
 from datetime import datetime
 from pathlib import Path
 
@@ -30,6 +30,7 @@ class FrameSource:
     def __init__(self, signals: Mapping[str, SeriesFrame] | None = None, raw: RawStore | None = None,
                  clock: Callable[[], datetime] | None = None) -> None:
         self._signals: dict[str, SeriesFrame] = dict(signals or {})
+        self._given = frozenset(self._signals)
         self._raw = raw
         first = self._first_timestamp()
         self._clock = clock or ReplayClock(first).now
@@ -68,6 +69,13 @@ class FrameSource:
     def now(self) -> datetime:
         """The replayed present."""
         return self._clock()
+
+    def query_key(self, spec: SignalSpec) -> Hashable:
+        """What ``spec``'s frame depends on: a frame given by name is the name's; one derived from
+        raw history is its query's, the same for every signal that asks that query."""
+        if spec.name in self._given or self._raw is None or spec.expr is None:
+            return spec.name
+        return ("query", spec.promql)
 
     def signal_frame(self, spec: SignalSpec) -> SeriesFrame:
         """The whole recorded frame of ``spec`` (derived once from raw history, then cached)."""

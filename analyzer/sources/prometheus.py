@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import math
 import time
+from collections.abc import Hashable
 from datetime import UTC, datetime, timedelta
 
 import numpy as np
@@ -60,6 +61,10 @@ class PrometheusSource:
     def now(self) -> datetime:
         """Wall-clock time."""
         return datetime.now(UTC)
+
+    def query_key(self, spec: SignalSpec) -> Hashable:
+        """What ``spec``'s answer depends on: the query (its recording rule, its raw PromQL)."""
+        return (spec.record if self.use_recording_rules else None, spec.promql)
 
     def fetch(self, spec: SignalSpec, start: datetime, end: datetime, step_s: float) -> SeriesFrame:
         """``spec`` on the aligned grid [start, end], one family-wide query per chunk."""

@@ -7,7 +7,7 @@ import pandas as pd
 import pytest
 from analyzer_frames import T0, frame
 
-from analyzer.baselines import BaselinePolicy, combine, compute_baseline, recent
+from analyzer.baselines import BaselinePolicy, combine, compute_baseline, history_start, recent
 
 STEP = 300.0  # 5-minute grid: 288 rows a day
 DAY = 288
@@ -150,6 +150,36 @@ def test_tracker_incremental_equals_the_batch_baseline() -> None:
         pd.testing.assert_frame_equal(got.scale, want.scale.iloc[-live_rows:], rtol=1e-4, check_freq=False)
 
 
+def test_tracker_hour_scale_equals_the_whole_windows_row_for_row() -> None:
+    """The hour scale is kept between cycles like the centre: every row the tracker computed when it
+    was new equals that row of the whole live window's, like-node floor included."""
+    from analyzer.baseline_tracker import BaselineTracker
+    from analyzer.hour_scale import hour_scale
+
+    rng = np.random.default_rng(3)
+    columns = {f"n{i}": daily(8) * (1.0 + 0.1 * i) + rng.gamma(1.0, 0.2 * i, 8 * DAY) for i in range(6)}
+    values = frame(columns, STEP)
+    like = {f"n{i}": "service=a" for i in range(5)}  # n5 has no like nodes
+    policy = BaselinePolicy()
+    tracker = BaselineTracker(policy, max_new_rows=4)
+    half = pd.Timedelta(seconds=policy.seasonal_half_window_s)
+    live_rows = 24
+    for end in range(2290, 2300):
+        live = values.iloc[end - live_rows:end]
+        windows = {}
+        for lag in policy.lags_s:
+            shift = pd.Timedelta(seconds=lag)
+            lo, hi = live.index[0] - shift - half, live.index[-1] - shift + half
+            windows[lag] = values.loc[(values.index >= lo) & (values.index <= hi)]
+        got = tracker.update(live, windows, like_nodes=like).hour_scale
+        assert got is not None
+        whole = hour_scale(pd.DatetimeIndex(live.index), live.columns, windows, policy, like)
+        assert whole is not None
+        computed = got.notna().all(axis=1).to_numpy()
+        assert computed.sum() == min(live_rows, 4 + end - 2290)  # the cold start's rows, then one a cycle
+        np.testing.assert_array_equal(got.to_numpy()[computed], whole[computed])
+
+
 def test_tracker_cold_start_limit_computes_only_the_newest_rows() -> None:
     from analyzer.baseline_tracker import BaselineTracker
 
@@ -170,3 +200,15 @@ def test_without_a_recent_past_the_same_time_spread_is_the_scale() -> None:
     values = frame({"a": np.full(5, 1.0)}, 60.0)
     base = compute_baseline(values, {86400.0: history})
     assert base.scale["a"].tolist() == pytest.approx([0.4 / 1.349] * 5, rel=1e-4)
+
+
+def test_history_starts_at_each_series_first_value_in_any_window() -> None:
+    nan = np.nan
+    live = frame({"from_start": [1.0, 2, 3], "later": [nan, nan, 5], "never": [nan, nan, nan]})
+    day_before = live.index[:2] - pd.Timedelta(days=1)
+    yesterday = frame({"from_start": [nan, 1.0], "later": [nan, nan], "never": [nan, nan]}).set_axis(
+        day_before, axis=0)
+    starts = history_start([live, yesterday])
+    assert starts["from_start"] == day_before[1].tz_convert(None)
+    assert starts["later"] == live.index[2].tz_convert(None)
+    assert pd.isna(starts["never"])

@@ -132,3 +132,19 @@ def test_detect_catches_a_steady_burn_of_ten_a_minute_for_three_hours() -> None:
     start = frame({"a": counter}).index[2 * DAY_ROWS]
     detected = pd.Timestamp(event.detected_at)
     assert start + pd.Timedelta(minutes=30) <= detected <= start + pd.Timedelta(minutes=40)
+
+
+def test_blocks_of_series_give_the_same_detection(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The detection works through the series a block at a time: any block size, the same bits."""
+    rows = [_increases(base, now, history_rows=200)["a"].to_numpy() for base, now, _ in RATIO_ROWS]
+    values = frame({f"s{i}": r for i, r in enumerate(rows)})
+    center = pd.DataFrame(np.linspace(0.0, 2.0, values.size).reshape(values.shape).astype(np.float32),
+                          index=values.index, columns=values.columns)
+    detector = CounterGrowth(window_s=300, min_increase=100, ratio=100, cumulative=False)
+    whole = [detector.detect(values, base) for base in (None, Baseline(center, center * 0))]
+    monkeypatch.setattr("analyzer.detectors.counter.BLOCK_SERIES", 3)
+    for base, want in zip((None, Baseline(center, center * 0)), whole, strict=True):
+        got = detector.detect(values, base)
+        for name in ("flags", "score", "reference", "keep"):
+            pd.testing.assert_frame_equal(getattr(got, name), getattr(want, name), check_exact=True)
+    assert whole[1].flags.to_numpy().any() and not whole[1].flags.to_numpy().all()

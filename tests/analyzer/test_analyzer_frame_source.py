@@ -3,6 +3,8 @@ step-aligned lookback sampling, incremental live windows and accelerated replay 
 
 from __future__ import annotations
 
+from collections import Counter
+from collections.abc import Hashable
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -14,8 +16,9 @@ from analyzer_frames import write_history
 from analyzer.catalogue import CATALOGUE
 from analyzer.evaluate import evaluate_signal
 from analyzer.frame import SeriesFrame
+from analyzer.pipeline import CyclePipeline
 from analyzer.query import bucket_quantile
-from analyzer.signals import SignalSpec
+from analyzer.signals import SignalSpec, traffic_name
 from analyzer.sources.base import LiveWindow, ReplayClock, align
 from analyzer.sources.frames import FrameSource, write_signal_file
 
@@ -188,3 +191,50 @@ def test_replay_clock_runs_accelerated() -> None:
     ticks = iter([100.0, 101.5])
     clock = ReplayClock(T0, speed=60.0, monotonic=lambda: next(ticks))
     assert clock.now() == T0 + timedelta(seconds=90)
+
+
+class ByQuery(Counting):
+    """A counting wrapper that answers by query like the source it wraps and records each query."""
+
+    def __init__(self, inner: FrameSource) -> None:
+        super().__init__(inner)
+        self.queries: list[str] = []
+
+    def fetch(self, spec: SignalSpec, start: datetime, end: datetime, step_s: float) -> SeriesFrame:
+        self.queries.append(spec.promql)
+        return super().fetch(spec, start, end, step_s)
+
+    def query_key(self, spec: SignalSpec) -> Hashable:
+        return self.inner.query_key(spec)
+
+
+@pytest.mark.parametrize("names", [("engine_itl_peer", "engine_itl_p50"),
+                                   ("error_504_ratio", "rejected_429_ratio")])
+def test_signals_reading_one_query_share_its_windows(tmp_path: Path, names: tuple[str, str]) -> None:
+    """Two signals on one query (or two traffic guards on one count) fetch it once a cycle, as either
+    of them alone does, and both see the same frame."""
+    engine = (("instance", "n1:8000"), ("model_name", "m"), ("node", "n1"))
+    gateway = (("node", "n1"), ("service", "chat"))
+    steps = np.arange(ROWS, dtype=np.float64)
+    series = {("vllm:inter_token_latency_seconds_bucket", (*engine, ("le", le))): steps * share
+              for le, share in (("0.05", 20.0), ("0.1", 30.0), ("+Inf", 30.0))}
+    series[("vllm:time_to_first_token_seconds_count", engine)] = steps * 2.0
+    for code, per_step in (("200", 50.0), ("429", 1.0), ("504", 1.0)):
+        series[("oximeter_requests_total", (*gateway, ("code", code)))] = steps * per_step
+    write_history(tmp_path, series, T0, STEP)
+    inner = FrameSource.from_history(tmp_path)
+    fetched: list[Counter[str]] = []
+    for catalogue in ({names[0]: CATALOGUE[names[0]]}, {names[1]: CATALOGUE[names[1]]},
+                      {n: CATALOGUE[n] for n in names}):
+        source = ByQuery(inner)
+        pipeline = CyclePipeline(source, catalogue, step_s=STEP, live_s=900.0)
+        for minute in (30, 31):
+            _, frames = pipeline.run(T0 + timedelta(minutes=minute))
+        fetched.append(Counter(source.queries))
+    alone = fetched[0] | fetched[1]  # the most either needs of each query
+    assert fetched[2] == alone and fetched[2] != fetched[0] + fetched[1]
+    queries = {n: CATALOGUE[n].promql for n in names}
+    queries |= {traffic_name(n): guard.promql for n in names if (guard := CATALOGUE[n].traffic_spec())}
+    shared = [(a, b) for a in queries for b in queries
+              if a.startswith(names[0]) and b.startswith(names[1]) and queries[a] == queries[b]]
+    assert shared and all(frames[a].values is frames[b].values for a, b in shared)
