@@ -15,7 +15,7 @@ from aiohttp import web
 from pydantic import SecretStr
 
 from analyzer.events import AnomalyEvent, iso_utc
-from analyzer.incident_store import IncidentQuery, IncidentStore, QueryError, parse_duration
+from analyzer.incident_store import QUERY_PARAMS, IncidentQuery, IncidentStore, QueryError, parse_duration
 from analyzer.incidents import ChangeEvent
 from oximeter.auth import bearer_refusal
 from oximeter.inputs import InputValueError, parse_epoch_ms, parse_label_value, parse_timestamp
@@ -62,10 +62,11 @@ def _text(data: dict[str, Any], key: str, default: str | None = None, limit: int
 async def list_incidents(request: web.Request) -> web.Response:
     """``GET /api/incidents``: the same filters as ``oximeter incidents list``."""
     try:
-        query = IncidentQuery.from_params(dict(request.query))
+        now = request.app[CLOCK]()
+        query = IncidentQuery.from_params(dict(request.query), now)
     except QueryError as exc:
         return _error(400, str(exc))
-    found = request.app[STORE].query(query, request.app[CLOCK]())
+    found = request.app[STORE].query(query, now)
     return web.json_response({"incidents": [i.to_dict() for i in found]})
 
 
@@ -196,9 +197,7 @@ def build_app(store: IncidentStore, token: SecretStr | None, clock: Clock = _now
 
 
 _FILTERS = [{"name": n, "in": "query", "required": False, "schema": {"type": "string"}, "description": d}
-            for n, d in (("since", "duration, e.g. 24h"), ("layer", "one of the six layers"),
-                         ("state", "open or resolved"), ("service", "service name"), ("node", "node name"),
-                         ("rule", "diagnosis rule id"), ("limit", "1..10000"))]
+            for n, d in QUERY_PARAMS.items()]
 _ERR = {"description": "malformed request; the body's error names the reason",
         "content": {"application/json": {"schema": {"$ref": "#/components/schemas/Error"}}}}
 _AUTH = {"401": {"description": "missing or wrong bearer token"},
@@ -238,7 +237,8 @@ OPENAPI: dict[str, Any] = {
         "/api/annotations": {"get": {
             "summary": "incidents as Grafana annotations (Infinity/JSON datasource)",
             "parameters": [{"name": "from", "in": "query", "schema": {"type": "integer"}},
-                           {"name": "to", "in": "query", "schema": {"type": "integer"}}, *_FILTERS[1:6]],
+                           {"name": "to", "in": "query", "schema": {"type": "integer"}},
+                           *(f for f in _FILTERS if f["name"] not in ("since", "from", "to"))],
             "responses": {"200": {"description": "[{time, timeEnd, isRegion, title, text, id, tags}]; "
                                                   "tags comma-separated"},
                           "400": _ERR}}},

@@ -9,27 +9,34 @@ from datetime import UTC, datetime
 from typing import Any
 
 from analyzer.diagnosis import RULE_IDS
-from analyzer.incident_store import IncidentQuery, IncidentStore, QueryError, parse_duration
+from analyzer.incident_store import QUERY_PARAMS, IncidentQuery, IncidentStore, QueryError, parse_duration
 from analyzer.incidents import Incident
 from analyzer.settings import IncidentSettings
 from oximeter.config import load_section
 from oximeter.errors import OximeterError
 from oximeter.store import connect
-from oximeter.vocabulary import LAYERS
+from oximeter.vocabulary import LAYERS, SEVERITIES
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
     """Add ``list``, ``show`` and ``stats``."""
     parser.add_argument("--store", default=None, help="store file (default: incidents.store_path)")
     sub = parser.add_subparsers(dest="incidents_command", metavar="SUBCOMMAND")
-    listing = sub.add_parser("list", help="incidents, newest first")
-    listing.add_argument("--since", default="24h", help="active at any time in this window (default 24h)")
+    listing = sub.add_parser("list", help="incidents, newest first (filters combine)")
+    listing.add_argument("--since", default=None,
+                         help="active at any time in this last duration (default 24h, unless --from/--to)")
+    listing.add_argument("--from", dest="from_", metavar="TIME", help=QUERY_PARAMS["from"])
+    listing.add_argument("--to", metavar="TIME", help=QUERY_PARAMS["to"])
+    listing.add_argument("--severity", choices=SEVERITIES)
     listing.add_argument("--layer", choices=LAYERS)
     listing.add_argument("--state", choices=("open", "resolved"))
+    listing.add_argument("--rule", choices=RULE_IDS)
     listing.add_argument("--service")
     listing.add_argument("--node")
-    listing.add_argument("--rule", choices=RULE_IDS)
-    listing.add_argument("--json", action="store_true", help="one JSON array")
+    listing.add_argument("--gpu", help=QUERY_PARAMS["gpu"])
+    listing.add_argument("--limit", help=QUERY_PARAMS["limit"] + " (default 500)")
+    listing.add_argument("--format", choices=("table", "json"), default="table")
+    listing.add_argument("--json", action="store_true", help="the same as --format json")
     listing.set_defaults(func=run_list)
     show = sub.add_parser("show", help="one incident: diagnosis, evidence, impact, timeline")
     show.add_argument("id")
@@ -51,16 +58,26 @@ def _fail(message: str) -> int:
     return 2
 
 
+def list_params(args: argparse.Namespace) -> dict[str, str]:
+    """The query parameters of ``list``'s options (the API's names); 24 h unless a range is given."""
+    names = {"since": "since", "from_": "from", "to": "to", "severity": "severity", "layer": "layer",
+             "state": "state", "rule": "rule", "service": "service", "node": "node", "gpu": "gpu",
+             "limit": "limit"}
+    params = {name: v for attr, name in names.items() if (v := getattr(args, attr)) is not None}
+    if not {"since", "from", "to"} & params.keys():
+        params["since"] = "24h"
+    return params
+
+
 def run_list(args: argparse.Namespace) -> int:
     """Print matching incidents."""
+    now = datetime.now(UTC)
     try:
-        params = {k: v for k in ("since", "layer", "state", "service", "node", "rule")
-                  if (v := getattr(args, k)) is not None}
-        query = IncidentQuery.from_params(params)
-        found = _store(args).query(query, datetime.now(UTC))
+        query = IncidentQuery.from_params(list_params(args), now)
+        found = _store(args).query(query, now)
     except (QueryError, OximeterError) as exc:
         return _fail(str(exc))
-    if args.json:
+    if args.json or args.format == "json":
         print(json.dumps([i.to_dict() for i in found], indent=2, sort_keys=True))
         return 0
     if not found:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import math
 import re
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from oximeter.errors import OximeterError
@@ -116,6 +116,23 @@ def parse_timestamp(value: Any, name: str) -> datetime:
     except ValueError:
         raise InputValueError(f"{name}: expected an ISO-8601 time, got {value!r}") from None
     return moment if moment.tzinfo is not None else moment.replace(tzinfo=UTC)
+
+
+def parse_moment(value: Any, name: str, now: datetime) -> datetime:
+    """A point in time: ISO-8601/RFC 3339 (``2026-11-01``, ``2026-11-01T08:00:00Z``), ``now``, or
+    a duration that far before ``now`` (``7d``: a week ago), the way on-call asks "since when"."""
+    if isinstance(value, str) and value.strip() == "now":
+        return now
+    try:
+        return now - timedelta(seconds=parse_duration_s(value, name, allow_number=False))
+    except InputValueError:
+        pass
+    try:
+        return parse_timestamp(value, name)
+    except InputValueError:
+        shown = value[:MAX_TEXT] if isinstance(value, str) else value
+        raise InputValueError(f"{name}: expected an ISO-8601 time (2026-11-01, 2026-11-01T08:00:00Z), "
+                              f"now, or a duration ago (7d), got {shown!r}") from None
 
 
 def parse_label_value(value: Any, name: str, *, max_len: int = MAX_LABEL_VALUE) -> str:
