@@ -17,6 +17,7 @@ from pydantic import SecretStr
 from analyzer.events import AnomalyEvent, iso_utc
 from analyzer.incident_store import QUERY_PARAMS, IncidentQuery, IncidentStore, QueryError, parse_duration
 from analyzer.incidents import ChangeEvent
+from analyzer.oncall import MAX_SILENCE_S, OnCall
 from oximeter.auth import bearer_refusal
 from oximeter.inputs import InputValueError, parse_epoch_ms, parse_label_value, parse_timestamp
 
@@ -76,8 +77,7 @@ async def get_incident(request: web.Request) -> web.Response:
     inc = store.get(request.match_info["id"])
     if inc is None:
         return _error(404, f"no incident {request.match_info['id']!r}")
-    return web.json_response({**inc.to_dict(), **store.annotations_of(inc.id),
-                              "notifications": store.changes_of(inc.id)})
+    return web.json_response(OnCall(store.conn).document(store, inc))
 
 
 async def ack_incident(request: web.Request) -> web.Response:
@@ -108,7 +108,7 @@ async def silence_incident(request: web.Request) -> web.Response:
             until = now + parse_duration(_text(data, "for", "1h"), "for")
         if until is None or until <= now:
             raise QueryError("until: expected a future ISO-8601 time")
-        if until - now > timedelta(days=30):
+        if until - now > timedelta(seconds=MAX_SILENCE_S):
             raise QueryError("silence: at most 30 days")
     except (QueryError, ValueError) as exc:
         return _error(400, str(exc))
@@ -179,7 +179,9 @@ async def record_change(request: web.Request) -> web.Response:
 
 async def openapi(request: web.Request) -> web.Response:
     """``GET /openapi.json``."""
-    return web.json_response(OPENAPI)
+    from analyzer import api_oncall
+
+    return web.json_response({**OPENAPI, "paths": {**OPENAPI["paths"], **api_oncall.PATHS}})
 
 
 def build_app(store: IncidentStore, token: SecretStr | None, clock: Clock = _now) -> web.Application:
@@ -193,6 +195,10 @@ def build_app(store: IncidentStore, token: SecretStr | None, clock: Clock = _now
     app.router.add_get("/api/annotations", get_annotations)
     app.router.add_post("/api/changes", record_change)
     app.router.add_get("/openapi.json", openapi)
+    # Imported here: the on-call routes use this module's request helpers.
+    from analyzer import api_oncall
+
+    api_oncall.add_routes(app)
     return app
 
 

@@ -40,6 +40,7 @@ from analyzer.events import AnomalyEvent, parse_iso
 from analyzer.incident_store import IncidentStore
 from analyzer.incidents import Change, Incident, IncidentSettings, IncidentTracker, findings
 from analyzer.kube_changes import KubeChangePoller
+from analyzer.oncall import OnCall
 from analyzer.pipeline import CyclePipeline, Pipeline, topology_from_frames
 from analyzer.settings import AnalyzerSettings, InputProfile
 from analyzer.signals import SignalSpec
@@ -138,6 +139,7 @@ class Analyzer:
         self.topology, self.notifier, self.clock = topology, notifier, clock
         self.metrics = metrics or DaemonMetrics()
         self.tracker = IncidentTracker(settings, store.tracked(clock(), settings.reopen_window_s), not_judged)
+        self.oncall = OnCall(store.conn)
         self.source_down_since: datetime | None = None
         self.failures = 0
 
@@ -159,9 +161,11 @@ class Analyzer:
         found = findings(events, topology, now=now, snapshot=self.pipeline.snapshot(frames, now),
                          settings=self.settings, catalogue=self.catalogue, unreadable=self.unreadable)
         lookback = timedelta(seconds=self.settings.lookback_s + self.settings.reopen_window_s)
+        # Resolved by hand first: the fault's detections this cycle then find it resolved, not open.
+        by_hand, told = self.oncall.apply_resolves(self.tracker, now)
         changes, touched = self.tracker.step(found, now, self.store.change_events(now - lookback, now))
         self.pipeline.remember(e for i in self.tracker.incidents if i.state == "open" for e in i.evidence)
-        self.store.save(touched, changes)
+        self.store.save([*by_hand, *touched], [*told, *changes])
         self.flush(now)
         self.metrics.update(self.tracker.incidents, events)
         self.metrics.cycle.observe(time.monotonic() - started)
@@ -170,8 +174,11 @@ class Analyzer:
     def flush(self, now: datetime) -> None:
         """Hand change records not yet emitted to the notifier (after a crash too), then mark them."""
         for change in self.store.pending_changes():
-            if not self.store.silenced(change.incident_id, now):
+            held = self.oncall.hold_for(change, now)
+            if held is None:
                 self.notifier.notify(change, self.store.get(change.incident_id))
+            else:
+                self.oncall.hold(change, held, now)
             self.store.mark_emitted([change.key], now)
 
     def _source_down(self, now: datetime, exc: BaseException) -> None:

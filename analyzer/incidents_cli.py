@@ -3,17 +3,21 @@
 from __future__ import annotations
 
 import argparse
+import getpass
 import json
 import sys
-from datetime import UTC, datetime
-from typing import Any
+from collections.abc import Sequence
+from datetime import UTC, datetime, timedelta
 
 from analyzer.diagnosis import RULE_IDS
+from analyzer.events import iso_utc
 from analyzer.incident_store import QUERY_PARAMS, IncidentQuery, IncidentStore, QueryError, parse_duration
-from analyzer.incidents import Incident
+from analyzer.incidents import Incident, TimelineEntry
+from analyzer.oncall import MAX_SILENCE_S, OnCall
 from analyzer.settings import IncidentSettings
 from oximeter.config import load_section
 from oximeter.errors import OximeterError
+from oximeter.inputs import InputValueError, format_duration, parse_duration_s, parse_label_value
 from oximeter.store import connect
 from oximeter.vocabulary import LAYERS, SEVERITIES
 
@@ -42,6 +46,17 @@ def configure(parser: argparse.ArgumentParser) -> None:
     show.add_argument("id")
     show.add_argument("--json", action="store_true")
     show.set_defaults(func=run_show)
+    for name, text in (("ack", "acknowledge: chat hears only a severity rise and the resolve from now on"),
+                       ("silence", "send nothing to chat about this incident for a while"),
+                       ("resolve", "resolve by hand (the analyzer applies it on its next cycle)")):
+        action = sub.add_parser(name, help=text)
+        action.add_argument("id")
+        action.add_argument("--note", default="", help="why, for the timeline")
+        action.add_argument("--by", default=None, help="who (default: your login name)")
+        if name == "silence":
+            action.add_argument("--for", dest="for_", default="1h", metavar="DURATION",
+                                help=f"how long (default 1h, at most {format_duration(MAX_SILENCE_S)})")
+        action.set_defaults(func=run_action)
     stats = sub.add_parser("stats", help="counts by layer and rule, MTTD and MTTR")
     stats.add_argument("--since", default="7d")
     stats.add_argument("--json", action="store_true")
@@ -96,8 +111,9 @@ def _hm(moment: datetime | None) -> str:
     return "-" if moment is None else moment.strftime("%Y-%m-%d %H:%M:%SZ")
 
 
-def render(inc: Incident, extra: dict[str, Any]) -> str:
-    """The human form of ``show``."""
+def render(inc: Incident, timeline: Sequence[TimelineEntry] | None = None) -> str:
+    """The human form of ``show``; ``timeline``: the incident's with what on-call did
+    (:meth:`analyzer.oncall.OnCall.timeline`), else its own."""
     lines = [f"{inc.id}  {inc.title}",
              f"state {inc.state} · severity {inc.severity} · layer {inc.layer} · rule {inc.rule}",
              f"root cause: {inc.root_cause.signal} on {inc.root_cause.entity}",
@@ -118,11 +134,7 @@ def render(inc: Incident, extra: dict[str, Any]) -> str:
         lines.append("not judged on these inputs:")
         lines += [f"  {line}" for line in inc.not_judged]
     lines.append("timeline:")
-    lines += [f"  {_hm(t.at)} {t.kind}: {t.text}" for t in inc.timeline]
-    for ack in extra["acks"]:
-        lines.append(f"acked {ack['at']} by {ack['by']}: {ack['note']}")
-    for sil in extra["silences"]:
-        lines.append(f"silenced until {sil['until']} by {sil['by']}: {sil['note']}")
+    lines += [f"  {_hm(t.at)} {t.kind}: {t.text}" for t in (inc.timeline if timeline is None else timeline)]
     return "\n".join(lines)
 
 
@@ -135,12 +147,49 @@ def run_show(args: argparse.Namespace) -> int:
         return _fail(str(exc))
     if inc is None:
         return _fail(f"no incident {args.id!r}")
-    extra = store.annotations_of(inc.id)
+    oncall = OnCall(store.conn)
     if args.json:
-        print(json.dumps({**inc.to_dict(), **extra, "notifications": store.changes_of(inc.id)},
-                         indent=2, sort_keys=True))
+        print(json.dumps(oncall.document(store, inc), indent=2, sort_keys=True))
     else:
-        print(render(inc, extra))
+        print(render(inc, oncall.timeline(inc)))
+    return 0
+
+
+def _who(args: argparse.Namespace) -> str:
+    if args.by is not None:
+        return str(args.by)
+    try:
+        return getpass.getuser()
+    except (OSError, KeyError):  # no login name in this environment (a bare container)
+        return "oximeter-cli"
+
+
+def run_action(args: argparse.Namespace) -> int:
+    """``ack``, ``silence`` or ``resolve`` one incident."""
+    now, verb = datetime.now(UTC), args.incidents_command
+    try:
+        by = parse_label_value(_who(args), "by")
+        note = parse_label_value(args.note, "note", max_len=500)
+        store = _store(args)
+        if verb == "ack":
+            done = store.ack(args.id, by, note, now)
+            said = f"acknowledged {args.id}: chat hears only a severity rise and the resolve from now on"
+        elif verb == "silence":
+            until = now + timedelta(seconds=parse_duration_s(args.for_, "for", maximum_s=MAX_SILENCE_S,
+                                                             allow_number=False))
+            done = store.silence(args.id, until, by, note, now)
+            said = f"silenced {args.id} until {iso_utc(until)}: nothing goes to chat about it until then"
+        else:
+            outcome = OnCall(store.conn).request_resolve(args.id, by, note, now)
+            if outcome == "resolved":
+                return _fail(f"{args.id} is resolved already")
+            done = outcome == "requested"
+            said = f"resolve of {args.id} requested: the analyzer resolves it on its next cycle"
+    except (InputValueError, OximeterError) as exc:
+        return _fail(str(exc))
+    if not done:
+        return _fail(f"no incident {args.id!r}")
+    print(said)
     return 0
 
 
