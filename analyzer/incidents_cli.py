@@ -155,7 +155,8 @@ def run_show(args: argparse.Namespace) -> int:
     return 0
 
 
-def _who(args: argparse.Namespace) -> str:
+def who(args: argparse.Namespace) -> str:
+    """``--by``, else the login name: who did it, for the timeline."""
     if args.by is not None:
         return str(args.by)
     try:
@@ -168,7 +169,7 @@ def run_action(args: argparse.Namespace) -> int:
     """``ack``, ``silence`` or ``resolve`` one incident."""
     now, verb = datetime.now(UTC), args.incidents_command
     try:
-        by = parse_label_value(_who(args), "by")
+        by = parse_label_value(who(args), "by")
         note = parse_label_value(args.note, "note", max_len=500)
         store = _store(args)
         if verb == "ack":

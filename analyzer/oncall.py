@@ -14,6 +14,7 @@ incidents, so a resolve written beside it never races its tracker.
 from __future__ import annotations
 
 import sqlite3
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, Literal
@@ -21,6 +22,7 @@ from typing import Any, Literal
 from analyzer.events import iso_utc
 from analyzer.incident_store import IncidentStore
 from analyzer.incidents import Change, Incident, IncidentTracker, TimelineEntry
+from analyzer.maintenance import MaintenanceWindow
 from oximeter.store import lock_for, migrate, transaction
 
 COMPONENT = "oncall"
@@ -32,7 +34,7 @@ MIGRATIONS = [
     );
     CREATE TABLE notification_holds (
         key TEXT PRIMARY KEY, incident_id TEXT NOT NULL REFERENCES incidents (id), kind TEXT NOT NULL,
-        at REAL NOT NULL, cause TEXT NOT NULL, reason TEXT NOT NULL
+        seq INTEGER NOT NULL, at REAL NOT NULL, cause TEXT NOT NULL, reason TEXT NOT NULL, released_at REAL
     );
     CREATE INDEX notification_holds_incident ON notification_holds (incident_id, at);
     """,
@@ -99,8 +101,14 @@ class OnCall:
         return touched, changes
 
     # -- what chat hears ------------------------------------------------------------------------
-    def hold_for(self, change: Change, now: datetime) -> Hold | None:
-        """Why ``change`` stays out of chat now, or None when it goes."""
+    def hold_for(self, change: Change, now: datetime, incident: Incident | None = None,
+                 windows: Sequence[MaintenanceWindow] = ()) -> Hold | None:
+        """Why ``change`` stays out of chat now, or None when it goes.
+
+        A silence first; then maintenance: every change of an incident opened suppressed until
+        its window ends, and the opening of one whose root cause is under an active window; then
+        an acknowledgement.
+        """
         with lock_for(self.conn):
             t = now.timestamp()
             silence = self.conn.execute(
@@ -110,17 +118,72 @@ class OnCall:
                                     " ORDER BY id LIMIT 1", (change.incident_id, t)).fetchone()
         if silence is not None:
             return Hold("silence", f"silenced by {silence['by']} until {iso_utc(_at(silence['until']))}")
+        if (suppressed := self.suppressed_by(change.incident_id)) is not None:
+            return Hold("maintenance", suppressed)
+        if change.kind == "opened" and incident is not None:
+            window = next((w for w in windows if w.active(now) and w.covers(incident)), None)
+            if window is not None:
+                return Hold("maintenance", window.describe())
         if ack is not None and change.kind not in ACKED_STILL_TOLD:
             return Hold("ack", f"acknowledged by {ack['by']}")
         return None
 
     def hold(self, change: Change, held: Hold, now: datetime) -> None:
-        """Record that ``change`` was held back, and why."""
+        """Record that ``change`` was held back, and why; the resolve of an incident opened
+        suppressed ends its suppression (the whole fault fell inside the work)."""
         with transaction(self.conn) as db:
-            db.execute("INSERT OR IGNORE INTO notification_holds (key, incident_id, kind, at, cause, reason)"
-                       " VALUES (?,?,?,?,?,?)",
-                       (change.key, change.incident_id, change.kind, now.timestamp(), held.cause,
+            db.execute("INSERT OR IGNORE INTO notification_holds"
+                       " (key, incident_id, kind, seq, at, cause, reason) VALUES (?,?,?,?,?,?,?)",
+                       (change.key, change.incident_id, change.kind, change.seq, now.timestamp(), held.cause,
                         held.reason))
+        if held.cause == "maintenance" and change.kind == "resolved":
+            self.release(change.incident_id, now)
+
+    def suppressed_by(self, incident_id: str) -> str | None:
+        """The window an incident opened suppressed in, while its opening is still untold."""
+        with lock_for(self.conn):
+            row = self.conn.execute(
+                "SELECT reason FROM notification_holds WHERE incident_id = ? AND cause = 'maintenance'"
+                " AND kind = 'opened' AND released_at IS NULL ORDER BY at LIMIT 1", (incident_id,)).fetchone()
+        return None if row is None else str(row["reason"])
+
+    def suppressed(self) -> list[tuple[str, int, str]]:
+        """Every incident still suppressed: (incident id, seq of its untold opening, why)."""
+        with lock_for(self.conn):
+            rows = self.conn.execute(
+                "SELECT incident_id, seq, reason FROM notification_holds WHERE cause = 'maintenance'"
+                " AND kind = 'opened' AND released_at IS NULL ORDER BY at, key").fetchall()
+        return [(r["incident_id"], int(r["seq"]), r["reason"]) for r in rows]
+
+    def outlived(self, store: IncidentStore, windows: Sequence[MaintenanceWindow],
+                 now: datetime) -> list[tuple[Change, Incident]]:
+        """The openings to tell now: incidents opened suppressed that are still open once no window
+        covers them (each released, told unless a silence or an acknowledgement holds it)."""
+        out = []
+        for incident_id, seq, reason in self.suppressed():
+            incident = store.get(incident_id)
+            if incident is None or incident.state != "open" or any(
+                    w.active(now) and w.covers(incident) for w in windows):
+                continue
+            self.release(incident_id, now)
+            opening = Change(incident_id, "opened", seq, now, incident.severity,
+                             f"opened during {reason}; still going now that the window has ended")
+            if self.hold_for(opening, now) is None:
+                out.append((opening, incident))
+        return out
+
+    def opened_suppressed(self) -> list[str]:
+        """Every incident whose opening was held for maintenance (told since or not), by id."""
+        with lock_for(self.conn):
+            rows = self.conn.execute("SELECT DISTINCT incident_id FROM notification_holds"
+                                     " WHERE cause = 'maintenance' AND kind = 'opened' ORDER BY incident_id")
+            return [r["incident_id"] for r in rows.fetchall()]
+
+    def release(self, incident_id: str, now: datetime) -> None:
+        """End an incident's suppression: its changes from now on are told as usual."""
+        with transaction(self.conn) as db:
+            db.execute("UPDATE notification_holds SET released_at = ? WHERE incident_id = ?"
+                       " AND cause = 'maintenance' AND released_at IS NULL", (now.timestamp(), incident_id))
 
     def holds_of(self, incident_id: str) -> list[dict[str, str | None]]:
         """The incident's held changes, oldest first."""
@@ -128,7 +191,9 @@ class OnCall:
             rows = self.conn.execute("SELECT * FROM notification_holds WHERE incident_id = ?"
                                      " ORDER BY at, key", (incident_id,)).fetchall()
         return [{"key": r["key"], "kind": r["kind"], "at": iso_utc(_at(r["at"])), "cause": r["cause"],
-                 "reason": r["reason"]} for r in rows]
+                 "reason": r["reason"],
+                 "released_at": None if r["released_at"] is None else iso_utc(_at(r["released_at"]))}
+                for r in rows]
 
     def timeline(self, incident: Incident) -> list[TimelineEntry]:
         """The incident's timeline with what people did to it and what chat was not told, by time."""
@@ -155,5 +220,6 @@ class OnCall:
         record with acks, silences, change records, held changes and the merged timeline."""
         return {**incident.to_dict(), **store.annotations_of(incident.id),
                 "notifications": store.changes_of(incident.id), "held": self.holds_of(incident.id),
+                "suppressed": self.suppressed_by(incident.id),
                 "timeline": [{"at": iso_utc(t.at), "kind": t.kind, "text": t.text, "notified": t.notified}
                              for t in self.timeline(incident)]}

@@ -222,4 +222,4 @@ def test_openapi(api: ApiServer) -> None:
     assert sorted(doc["paths"]) == [
         "/api/annotations", "/api/changes", "/api/incidents", "/api/incidents/{id}",
         "/api/incidents/{id}/ack", "/api/incidents/{id}/resolve", "/api/incidents/{id}/silence",
-        "/openapi.json"]
+        "/api/maintenance", "/openapi.json"]
