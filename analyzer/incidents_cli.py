@@ -13,7 +13,7 @@ from analyzer.diagnosis import RULE_IDS
 from analyzer.events import iso_utc
 from analyzer.incident_store import QUERY_PARAMS, IncidentQuery, IncidentStore, QueryError, parse_duration
 from analyzer.incidents import Incident, TimelineEntry
-from analyzer.oncall import MAX_SILENCE_S, OnCall
+from analyzer.oncall import DEFAULT_SILENCE_S, MAX_SILENCE_S, OnCall
 from analyzer.settings import IncidentSettings
 from oximeter.config import load_section
 from oximeter.errors import OximeterError
@@ -54,8 +54,10 @@ def configure(parser: argparse.ArgumentParser) -> None:
         action.add_argument("--note", default="", help="why, for the timeline")
         action.add_argument("--by", default=None, help="who (default: your login name)")
         if name == "silence":
-            action.add_argument("--for", dest="for_", default="1h", metavar="DURATION",
-                                help=f"how long (default 1h, at most {format_duration(MAX_SILENCE_S)})")
+            default = format_duration(DEFAULT_SILENCE_S)
+            longest = format_duration(MAX_SILENCE_S)
+            action.add_argument("--for", dest="for_", default=default, metavar="DURATION",
+                                help=f"how long (default {default}, at most {longest})")
         action.set_defaults(func=run_action)
     stats = sub.add_parser("stats", help="counts by layer and rule, MTTD and MTTR")
     stats.add_argument("--since", default="7d")

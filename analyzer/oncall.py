@@ -41,6 +41,8 @@ MIGRATIONS = [
 ]
 # The longest silence: past a month it is a decision to stop watching, which belongs in the config.
 MAX_SILENCE_S = 30 * 86400.0
+# A silence asked for without a length (the CLI's default, a chat button's).
+DEFAULT_SILENCE_S = 3600.0
 # Changes an acknowledgement lets through (see the module's docstring).
 ACKED_STILL_TOLD = frozenset({"severity_up", "resolved"})
 HoldCause = Literal["silence", "ack", "maintenance"]
