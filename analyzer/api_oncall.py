@@ -9,11 +9,12 @@ from datetime import UTC, datetime, timedelta
 
 from aiohttp import web
 
-from analyzer import api
+from analyzer import api, api_page
 from analyzer.incident_store import QueryError
 from analyzer.maintenance import MaintenanceStore, MaintenanceWindow
 from analyzer.oncall import OnCall
 from oximeter.inputs import InputValueError, parse_duration_s, parse_label_value, parse_timestamp
+from oximeter.secrets import read_secret
 
 
 async def resolve_incident(request: web.Request) -> web.Response:
@@ -76,6 +77,7 @@ def add_routes(app: web.Application) -> None:
     app.router.add_post("/api/incidents/{id}/resolve", resolve_incident)
     app.router.add_get("/api/maintenance", list_maintenance)
     app.router.add_post("/api/maintenance", add_maintenance)
+    api_page.add_routes(app, read_secret("OXIMETER_PAGE_TOKEN"))
 
 
 PATHS = {

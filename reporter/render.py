@@ -155,7 +155,7 @@ def render_change(change: Change, incident: Incident, settings: ReporterSettings
         links.append(Link("Dashboard", dashboard_url(settings.grafana_url, uid, incident.first_onset - MARGIN,
                                                       end + MARGIN, nodes=incident.nodes,
                                                       services=incident.services)))
-    links.append(Link("Incident", f"{settings.api_url.rstrip('/')}/api/incidents/{incident.id}"))
+    links.append(Link("Incident", f"{settings.api_url.rstrip('/')}/incidents/{incident.id}"))
     # Buttons while there is something to acknowledge; chats that take callbacks show them.
     actions = () if change.kind == "resolved" else (
         Action("Acknowledge", "ack", incident.id), Action("Silence 1 h", "silence", incident.id))
