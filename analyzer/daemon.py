@@ -193,7 +193,7 @@ class Analyzer:
         for change in self.store.pending_changes():
             held = self.oncall.hold_for(change, now, self.store.get(change.incident_id), windows)
             if held is None:
-                self.notifier.notify(change, self.store.get(change.incident_id))
+                self.notifier.notify(change, self.oncall.as_told(self.store, change.incident_id))
             else:
                 self.oncall.hold(change, held, now)
             self.store.mark_emitted([change.key], now)

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import sqlite3
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from typing import Any, Literal
 
@@ -163,7 +163,7 @@ class OnCall:
         covers them (each released, told unless a silence or an acknowledgement holds it)."""
         out = []
         for incident_id, seq, reason in self.suppressed():
-            incident = store.get(incident_id)
+            incident = self.as_told(store, incident_id)
             if incident is None or incident.state != "open" or any(
                     w.active(now) and w.covers(incident) for w in windows):
                 continue
@@ -216,6 +216,12 @@ class OnCall:
         extra += [TimelineEntry(_at(r["at"]), "not_sent", f"{r['kind']} not sent to chat: {r['reason']}")
                   for r in holds]
         return sorted((*incident.timeline, *extra), key=lambda t: t.at)
+
+    def as_told(self, store: IncidentStore, incident_id: str) -> Incident | None:
+        """The incident as its next chat message tells it: with what on-call did in its timeline,
+        so the message lists an acknowledgement or a silence since the one before."""
+        incident = store.get(incident_id)
+        return None if incident is None else replace(incident, timeline=tuple(self.timeline(incident)))
 
     def document(self, store: IncidentStore, incident: Incident) -> dict[str, Any]:
         """The incident as ``GET /api/incidents/{id}`` and ``incidents show --json`` give it: its

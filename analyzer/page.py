@@ -26,8 +26,8 @@ td,th{padding:.25em .5em;border-bottom:1px solid #eef;text-align:left}
 form.act{display:inline-block;margin:.3em 1em .3em 0;padding:.5em;border:1px solid #dde;border-radius:.4em}
 input,select,button{font:inherit;margin:.1em}
 """
-# Chart geometry, in SVG user units.
-WIDTH, ROW_H, LABEL_W = 720, 26, 260
+# Chart geometry, in SVG user units: labels on the left, room on the right for the last mark's text.
+WIDTH, ROW_H, LABEL_W, RIGHT_W = 760, 26, 260, 90
 
 
 def _page(title: str, body: str) -> str:
@@ -67,7 +67,7 @@ def list_page(incidents: Sequence[Incident], params: Mapping[str, str], suppress
 def _log_ratio_x(ratio: float) -> float:
     """Where a value/baseline ratio sits on the evidence chart: 1× in the middle, 1/100× to 100×."""
     clamped = min(100.0, max(0.01, ratio))
-    return LABEL_W + (WIDTH - LABEL_W) * (math.log10(clamped) + 2) / 4
+    return LABEL_W + (WIDTH - LABEL_W - RIGHT_W) * (math.log10(clamped) + 2) / 4
 
 
 def evidence_svg(incident: Incident) -> str:
@@ -101,10 +101,10 @@ def evidence_svg(incident: Incident) -> str:
 def timeline_svg(incident: Incident, now: datetime) -> str:
     """Each member's anomalous span on a time axis, with the onset, opening and resolve marked."""
     start, end = incident.first_onset, incident.resolved_at or now
-    span_s = max(60.0, (end - start).total_seconds()) * 1.1
+    span_s = max(60.0, (end - start).total_seconds())
 
     def x(moment: datetime) -> float:
-        return LABEL_W + (WIDTH - LABEL_W - 10) * (moment - start).total_seconds() / span_s
+        return LABEL_W + (WIDTH - LABEL_W - RIGHT_W) * (moment - start).total_seconds() / span_s
 
     bars = []
     for n, e in enumerate(incident.evidence):
@@ -156,7 +156,7 @@ def incident_page(incident: Incident, doc: Mapping[str, Any], now: datetime, run
         f"<td>{e.value:.4g}</td><td>{'-' if e.baseline is None else f'{e.baseline:.4g}'}</td>"
         f"<td>{_t(e.onset)}</td><td>{_t(e.cleared_at)}</td></tr>" for e in i.evidence)
     changes = "".join(f"<li>{_t(c.at)} {escape(c.kind)}: {escape(c.description)}</li>" for c in i.changes)
-    timeline = "".join(f"<tr><td>{escape(str(t['at']))}</td><td>{escape(str(t['kind']))}</td>"
+    timeline = "".join(f"<tr><td>{escape(str(t['at'])[:19])}Z</td><td>{escape(str(t['kind']))}</td>"
                        f"<td>{escape(str(t['text']))}</td></tr>" for t in doc.get("timeline", ()))
     body = (f"<p><a href='/incidents'>← all incidents</a></p>{head}"
             f"<h2>Evidence against baseline</h2>{evidence_svg(i)}"
