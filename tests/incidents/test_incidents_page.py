@@ -58,6 +58,10 @@ def test_the_list_links_each_incident_and_filters_with_a_plain_form(page: ApiSer
     assert "<form method='get' action='/incidents'>" in listed.text
     empty = requests.get(page.url("/incidents"), params={"node": "n9", "since": "30d"}, timeout=30)
     assert "No incidents." in empty.text
+    # The daily digest links to its day this way.
+    day = requests.get(page.url("/incidents"), timeout=30,
+                       params={"from": "2026-03-02T00:00:00Z", "to": "2026-03-03T00:00:00Z"})
+    assert f"<a href='/incidents/{inc}'>" in day.text
     bad = requests.get(page.url("/incidents"), params={"severity": "page"}, timeout=30)
     assert bad.status_code == 400 and "severity: expected one of info, warning, critical" in bad.text
 
