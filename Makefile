@@ -15,7 +15,7 @@ export PYTHONDONTWRITEBYTECODE :=
 export PYTHONPYCACHEPREFIX := $(abspath $(VENV))/pycache
 # binary -> Debian package; the demo and the tests run their own servers on free ports.
 SYSTEM_BINARIES := promtool:prometheus prometheus:prometheus prometheus-alertmanager:prometheus-alertmanager \
-	redis-server:redis-server victoria-metrics:victoria-metrics
+	redis-server:redis-server victoria-metrics:victoria-metrics chromium:chromium
 SERVICES := prometheus prometheus-alertmanager prometheus-node-exporter redis-server victoria-metrics
 
 .PHONY: demo test fuzz-long bench lint doctor setup system-deps venv clean

@@ -16,8 +16,9 @@ from loguru import logger
 from pydantic import SecretStr
 
 from analyzer.events import AnomalyEvent, iso_utc
-from analyzer.incident_store import IncidentQuery, IncidentStore, QueryError, parse_duration
+from analyzer.incident_store import QUERY_PARAMS, IncidentQuery, IncidentStore, QueryError, parse_duration
 from analyzer.incidents import ChangeEvent
+from analyzer.oncall import MAX_SILENCE_S, OnCall
 from oximeter.auth import bearer_refusal
 from oximeter.guard import ConnectionGuard, GuardedSite, read_body
 from oximeter.inputs import InputValueError, parse_epoch_ms, parse_json, parse_label_value, parse_timestamp
@@ -66,10 +67,11 @@ def _text(data: dict[str, Any], key: str, default: str | None = None, limit: int
 async def list_incidents(request: web.Request) -> web.Response:
     """``GET /api/incidents``: the same filters as ``oximeter incidents list``."""
     try:
-        query = IncidentQuery.from_params(dict(request.query))
+        now = request.app[CLOCK]()
+        query = IncidentQuery.from_params(dict(request.query), now)
     except QueryError as exc:
         return _error(400, str(exc))
-    found = request.app[STORE].query(query, request.app[CLOCK]())
+    found = request.app[STORE].query(query, now)
     return web.json_response({"incidents": [i.to_dict() for i in found]})
 
 
@@ -79,8 +81,7 @@ async def get_incident(request: web.Request) -> web.Response:
     inc = store.get(request.match_info["id"])
     if inc is None:
         return _error(404, f"no incident {request.match_info['id']!r}")
-    return web.json_response({**inc.to_dict(), **store.annotations_of(inc.id),
-                              "notifications": store.changes_of(inc.id)})
+    return web.json_response(OnCall(store.conn).document(store, inc))
 
 
 async def ack_incident(request: web.Request) -> web.Response:
@@ -111,7 +112,7 @@ async def silence_incident(request: web.Request) -> web.Response:
             until = now + parse_duration(_text(data, "for", "1h"), "for")
         if until is None or until <= now:
             raise QueryError("until: expected a future ISO-8601 time")
-        if until - now > timedelta(days=30):
+        if until - now > timedelta(seconds=MAX_SILENCE_S):
             raise QueryError("silence: at most 30 days")
     except (QueryError, ValueError) as exc:
         return _error(400, str(exc))
@@ -194,7 +195,9 @@ async def store_failures(request: web.Request, handler: Handler) -> web.StreamRe
 
 async def openapi(request: web.Request) -> web.Response:
     """``GET /openapi.json``."""
-    return web.json_response(OPENAPI)
+    from analyzer import api_oncall
+
+    return web.json_response({**OPENAPI, "paths": {**OPENAPI["paths"], **api_oncall.PATHS}})
 
 
 def api_guard() -> ConnectionGuard:
@@ -217,13 +220,15 @@ def build_app(store: IncidentStore, token: SecretStr | None, clock: Clock = _now
     app.router.add_get("/api/annotations", get_annotations)
     app.router.add_post("/api/changes", record_change)
     app.router.add_get("/openapi.json", openapi)
+    # Imported here: the on-call routes use this module's request helpers.
+    from analyzer import api_oncall
+
+    api_oncall.add_routes(app)
     return app
 
 
 _FILTERS = [{"name": n, "in": "query", "required": False, "schema": {"type": "string"}, "description": d}
-            for n, d in (("since", "duration, e.g. 24h"), ("layer", "one of the six layers"),
-                         ("state", "open or resolved"), ("service", "service name"), ("node", "node name"),
-                         ("rule", "diagnosis rule id"), ("limit", "1..10000"))]
+            for n, d in QUERY_PARAMS.items()]
 _ERR = {"description": "malformed request; the body's error names the reason",
         "content": {"application/json": {"schema": {"$ref": "#/components/schemas/Error"}}}}
 _AUTH = {"401": {"description": "missing or wrong bearer token"},
@@ -265,7 +270,8 @@ OPENAPI: dict[str, Any] = {
         "/api/annotations": {"get": {
             "summary": "incidents as Grafana annotations (Infinity/JSON datasource)",
             "parameters": [{"name": "from", "in": "query", "schema": {"type": "integer"}},
-                           {"name": "to", "in": "query", "schema": {"type": "integer"}}, *_FILTERS[1:6]],
+                           {"name": "to", "in": "query", "schema": {"type": "integer"}},
+                           *(f for f in _FILTERS if f["name"] not in ("since", "from", "to"))],
             "responses": {"200": {"description": "[{time, timeEnd, isRegion, title, text, id, tags}]; "
                                                   "tags comma-separated"},
                           "400": _ERR}}},

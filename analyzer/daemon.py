@@ -43,6 +43,8 @@ from analyzer.frame import SeriesFrame
 from analyzer.incident_store import IncidentStore
 from analyzer.incidents import Change, Incident, IncidentSettings, IncidentTracker, findings
 from analyzer.kube_changes import KubeChangePoller
+from analyzer.maintenance import MaintenanceStore, MaintenanceWindow
+from analyzer.oncall import OnCall
 from analyzer.pipeline import CyclePipeline, Pipeline, topology_from_frames
 from analyzer.settings import AnalyzerSettings, InputProfile
 from analyzer.signals import SignalSpec
@@ -139,7 +141,8 @@ class Analyzer:
                  metrics: DaemonMetrics | None = None,
                  catalogue: Mapping[str, SignalSpec] = CATALOGUE,
                  change_feed: Callable[[datetime], object] | None = None,
-                 unreadable: frozenset[str] = frozenset(), not_judged: Sequence[str] = ()) -> None:
+                 unreadable: frozenset[str] = frozenset(), not_judged: Sequence[str] = (),
+                 maintenance: Sequence[MaintenanceWindow] = ()) -> None:
         self.pipeline, self.store, self.settings, self.catalogue = pipeline, store, settings, catalogue
         self.unreadable = unreadable  # context the inputs cannot feed (AnalyzerSettings.unreadable_context)
         # Records changes found in the telemetry itself (Kubernetes restarts and rollouts).
@@ -147,6 +150,9 @@ class Analyzer:
         self.topology, self.notifier, self.clock = topology, notifier, clock
         self.metrics = metrics or DaemonMetrics()
         self.tracker = IncidentTracker(settings, store.tracked(clock(), settings.reopen_window_s), not_judged)
+        self.oncall = OnCall(store.conn)
+        # The config's windows; those added at run time are read from the store every cycle.
+        self.maintenance, self.maintenance_store = tuple(maintenance), MaintenanceStore(store.conn)
         self.source_down_since: datetime | None = None
         self.failures = 0
         self.blind_watch = BlindWatch()
@@ -171,19 +177,38 @@ class Analyzer:
         found = findings(events, topology, now=now, snapshot=self.pipeline.snapshot(frames, now),
                          settings=self.settings, catalogue=self.catalogue, unreadable=self.unreadable)
         lookback = timedelta(seconds=self.settings.lookback_s + self.settings.reopen_window_s)
-        changes, touched = self.tracker.step(found, now, self.store.change_events(now - lookback, now))
+        windows = self.windows(now - lookback, now)
+        # A declared change under a maintenance window is the planned work: expected, not evidence.
+        declared = [c for c in self.store.change_events(now - lookback, now)
+                    if not any(w.active(c.at) and w.covers_labels(dict(c.labels)) for w in windows)]
+        # Resolved by hand first: the fault's detections this cycle then find it resolved, not open.
+        by_hand, told = self.oncall.apply_resolves(self.tracker, now)
+        changes, touched = self.tracker.step(found, now, declared)
         self.pipeline.remember(e for i in self.tracker.incidents if i.state == "open" for e in i.evidence)
-        if self.unsaved.save(self.store, touched, changes, now, self.notifier.notify, self.notifier.notice):
-            self.flush(now)
+        if self.unsaved.save(self.store, [*by_hand, *touched], [*told, *changes], now,
+                             self.notifier.notify, self.notifier.notice):
+            self.flush(now, windows)
         self.metrics.update(self.tracker.incidents, events)
         self.metrics.cycle.observe(time.monotonic() - started)
         return True
 
-    def flush(self, now: datetime) -> None:
-        """Hand change records not yet emitted to the notifier (after a crash too), then mark them."""
+    def windows(self, start: datetime, end: datetime) -> list[MaintenanceWindow]:
+        """The maintenance windows overlapping ``[start, end]``, the config's and the store's."""
+        return [*(w for w in self.maintenance if w.end > start and w.start <= end),
+                *self.maintenance_store.overlapping(start, end)]
+
+    def flush(self, now: datetime, windows: Sequence[MaintenanceWindow] | None = None) -> None:
+        """Hand change records not yet emitted to the notifier (after a crash too), then mark them;
+        first tell the incidents opened during maintenance that outlived their window."""
+        windows = self.windows(now, now) if windows is None else windows
+        for opening, incident in self.oncall.outlived(self.store, windows, now):
+            self.notifier.notify(opening, incident)
         for change in self.store.pending_changes():
-            if not self.store.silenced(change.incident_id, now):
-                self.notifier.notify(change, self.store.get(change.incident_id))
+            held = self.oncall.hold_for(change, now, self.store.get(change.incident_id), windows)
+            if held is None:
+                self.notifier.notify(change, self.oncall.as_told(self.store, change.incident_id))
+            else:
+                self.oncall.hold(change, held, now)
             self.store.mark_emitted([change.key], now)
 
     def _blindness(self, now: datetime, frames: Mapping[str, SeriesFrame]) -> None:
@@ -390,7 +415,8 @@ def _run(args: argparse.Namespace, config: AnalyzeConfig, store: IncidentStore) 
                         clock=source.now, metrics=metrics, catalogue=pipeline.catalogue,
                         change_feed=kube.poll if kube is not None else None,
                         unreadable=config.analyzer.unreadable_context(),
-                        not_judged=config.analyzer.not_judged())
+                        not_judged=config.analyzer.not_judged(),
+                        maintenance=[m.window() for m in settings.maintenance])
     # A restart into an ongoing fault: its evidence stays out of the first cycle's baselines.
     pipeline.remember(e for inc in analyzer.tracker.incidents if inc.state == "open" for e in inc.evidence)
     if args.once:

@@ -10,16 +10,17 @@ from __future__ import annotations
 
 import json
 import sqlite3
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from analyzer.diagnosis import RULE_IDS
+from analyzer.events import iso_utc
 from analyzer.incidents import Change, ChangeEvent, Incident
-from oximeter.inputs import InputValueError, parse_duration_s, parse_int, parse_label_value
+from oximeter.inputs import InputValueError, parse_duration_s, parse_int, parse_label_value, parse_moment
 from oximeter.store import lock_for, migrate, transaction
-from oximeter.vocabulary import LAYERS
+from oximeter.vocabulary import LAYERS, SEVERITIES
 
 COMPONENT = "analyzer"
 MIGRATIONS = [
@@ -81,7 +82,12 @@ def _dt(seconds: float | None) -> datetime | None:
 
 @dataclass(frozen=True)
 class IncidentQuery:
-    """Filters of ``incidents list`` and ``GET /api/incidents`` (validated on construction)."""
+    """Filters of ``incidents list`` and ``GET /api/incidents`` (validated on construction).
+
+    ``since``, ``start`` and ``end`` keep the incidents active at some time in the range; ``gpu``
+    matches an incident with evidence on that GPU index, on ``node`` when both are given (GPU 3
+    of n2, not any GPU 3 of an incident that also touches n2).
+    """
 
     since: timedelta | None = None
     layer: str | None = None
@@ -90,6 +96,10 @@ class IncidentQuery:
     node: str | None = None
     rule: str | None = None
     limit: int = 500
+    severity: str | None = None
+    gpu: str | None = None
+    start: datetime | None = None
+    end: datetime | None = None
 
     def __post_init__(self) -> None:
         if self.layer is not None and self.layer not in LAYERS:
@@ -98,26 +108,53 @@ class IncidentQuery:
             raise QueryError(f"state: expected open or resolved, got {self.state!r}")
         if self.rule is not None and self.rule not in RULE_IDS:
             raise QueryError(f"rule: unknown rule {self.rule!r}")
+        if self.severity is not None and self.severity not in SEVERITIES:
+            raise QueryError(f"severity: expected one of {', '.join(SEVERITIES)}, got {self.severity!r}")
         if not 1 <= self.limit <= 10_000:
             raise QueryError(f"limit: expected 1..10000, got {self.limit}")
+        if self.start is not None and self.end is not None and self.start > self.end:
+            raise QueryError(f"from: {iso_utc(self.start)} is after to: {iso_utc(self.end)}")
 
     @classmethod
-    def from_params(cls, params: dict[str, str]) -> IncidentQuery:
-        """From CLI options or URL query parameters (strings); unknown names are refused."""
-        known = {"since", "layer", "state", "service", "node", "rule", "limit"}
-        unknown = sorted(set(params) - known)
+    def from_params(cls, params: Mapping[str, str], now: datetime | None = None) -> IncidentQuery:
+        """From CLI options or URL query parameters (strings); unknown names are refused.
+
+        ``from`` and ``to`` take an ISO-8601 time or a duration before ``now`` (default: the
+        wall clock), see :func:`oximeter.inputs.parse_moment`.
+        """
+        unknown = sorted(set(params) - set(QUERY_PARAMS))
         if unknown:
             raise QueryError(f"unknown parameter(s): {', '.join(unknown)}")
+        now = now or datetime.now(UTC)
         try:
             limit = parse_int(params.get("limit", "500"), "limit", 1, 10_000)
-            service, node = (None if (v := params.get(k)) is None else parse_label_value(v, k)
-                             for k in ("service", "node"))
+            service, node, gpu = (None if (v := params.get(k)) is None else parse_label_value(v, k)
+                                  for k in ("service", "node", "gpu"))
+            start, end = (None if (v := params.get(k)) is None else parse_moment(v, k, now)
+                          for k in ("from", "to"))
         except InputValueError as exc:
             raise QueryError(str(exc)) from None
         since = params.get("since")
         return cls(since=parse_duration(since) if since else None, layer=params.get("layer"),
                    state=params.get("state"), service=service, node=node,
-                   rule=params.get("rule"), limit=limit)
+                   rule=params.get("rule"), limit=limit, severity=params.get("severity"), gpu=gpu,
+                   start=start, end=end)
+
+
+# The names :meth:`IncidentQuery.from_params` reads, with what each takes (CLI help, OpenAPI).
+QUERY_PARAMS: dict[str, str] = {
+    "since": "active at any time in this last duration, e.g. 24h",
+    "from": "active at or after this time: ISO-8601 (2026-11-01) or a duration ago (7d)",
+    "to": "active at or before this time: ISO-8601 or a duration ago",
+    "severity": "one of " + ", ".join(SEVERITIES),
+    "layer": "one of the six layers",
+    "state": "open or resolved",
+    "rule": "diagnosis rule id",
+    "service": "service name",
+    "node": "node name",
+    "gpu": "GPU index (with node: that node's GPU)",
+    "limit": "1..10000",
+}
 
 
 class IncidentStore:
@@ -201,7 +238,14 @@ class IncidentStore:
         if q.since is not None:
             where.append("(resolved_at IS NULL OR resolved_at >= ?)")
             args.append((now - q.since).timestamp())
-        for column, value in (("layer", q.layer), ("state", q.state), ("rule", q.rule)):
+        if q.start is not None:
+            where.append("(resolved_at IS NULL OR resolved_at >= ?)")
+            args.append(q.start.timestamp())
+        if q.end is not None:
+            where.append("first_onset <= ?")
+            args.append(q.end.timestamp())
+        for column, value in (("layer", q.layer), ("state", q.state), ("rule", q.rule),
+                              ("severity", q.severity)):
             if value is not None:
                 where.append(f"{column} = ?")
                 args.append(value)
@@ -209,6 +253,11 @@ class IncidentStore:
             if value is not None:
                 where.append(f"EXISTS (SELECT 1 FROM json_each(incidents.{column}) WHERE value = ?)")
                 args.append(value)
+        if q.gpu is not None:
+            same_node = "" if q.node is None else " AND json_extract(value, '$.labels.node') = ?"
+            where.append("EXISTS (SELECT 1 FROM json_each(incidents.data, '$.evidence')"
+                         f" WHERE json_extract(value, '$.labels.gpu') = ?{same_node})")
+            args += [q.gpu] if q.node is None else [q.gpu, q.node]
         sql = f"SELECT data FROM incidents WHERE {' AND '.join(where)} ORDER BY first_onset DESC, id LIMIT ?"
         with lock_for(self.conn):
             rows = self.conn.execute(sql, (*args, q.limit)).fetchall()

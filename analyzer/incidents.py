@@ -346,11 +346,16 @@ class IncidentTracker:
         quiet_s = (now - incident.last_active_at).total_seconds()
         if quiet_s < self._quiet_needed_s(incident):
             return None
-        self._pending.pop(incident.id, None)
-        resolved = replace(incident, state="resolved", resolved_at=now, updated_at=now)
-        rec, changes = self._record(resolved, now, "resolved",
-                                    f"resolved: every member normal for {quiet_s:.0f} s", notify="resolved")
+        rec, changes = self.resolve(incident.id, now, f"resolved: every member normal for {quiet_s:.0f} s")
         return rec, changes[0]
+
+    def resolve(self, incident_id: str, now: datetime, text: str) -> tuple[Incident, list[Change]]:
+        """Resolve the open incident ``incident_id`` now (quiet long enough, or an operator said so)."""
+        self._pending.pop(incident_id, None)
+        resolved = replace(self._incidents[incident_id], state="resolved", resolved_at=now, updated_at=now)
+        rec, changes = self._record(resolved, now, "resolved", text, notify="resolved")
+        self._incidents[incident_id] = rec
+        return rec, changes
 
     def _quiet_needed_s(self, incident: Incident) -> float:
         """How long every member must be normal before ``incident`` resolves: ``resolve_after_s``,

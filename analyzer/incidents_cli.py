@@ -3,38 +3,62 @@
 from __future__ import annotations
 
 import argparse
+import getpass
 import json
 import sys
-from datetime import UTC, datetime
-from typing import Any
+from collections.abc import Sequence
+from datetime import UTC, datetime, timedelta
 
 from analyzer.diagnosis import RULE_IDS
-from analyzer.incident_store import IncidentQuery, IncidentStore, QueryError, parse_duration
-from analyzer.incidents import Incident
+from analyzer.events import iso_utc
+from analyzer.incident_store import QUERY_PARAMS, IncidentQuery, IncidentStore, QueryError, parse_duration
+from analyzer.incidents import Incident, TimelineEntry
+from analyzer.oncall import DEFAULT_SILENCE_S, MAX_SILENCE_S, OnCall
 from analyzer.settings import IncidentSettings
 from oximeter.config import load_section
 from oximeter.errors import OximeterError
+from oximeter.inputs import InputValueError, format_duration, parse_duration_s, parse_label_value
 from oximeter.store import connect
-from oximeter.vocabulary import LAYERS
+from oximeter.vocabulary import LAYERS, SEVERITIES
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
     """Add ``list``, ``show`` and ``stats``."""
     parser.add_argument("--store", default=None, help="store file (default: incidents.store_path)")
     sub = parser.add_subparsers(dest="incidents_command", metavar="SUBCOMMAND")
-    listing = sub.add_parser("list", help="incidents, newest first")
-    listing.add_argument("--since", default="24h", help="active at any time in this window (default 24h)")
+    listing = sub.add_parser("list", help="incidents, newest first (filters combine)")
+    listing.add_argument("--since", default=None,
+                         help="active at any time in this last duration (default 24h, unless --from/--to)")
+    listing.add_argument("--from", dest="from_", metavar="TIME", help=QUERY_PARAMS["from"])
+    listing.add_argument("--to", metavar="TIME", help=QUERY_PARAMS["to"])
+    listing.add_argument("--severity", choices=SEVERITIES)
     listing.add_argument("--layer", choices=LAYERS)
     listing.add_argument("--state", choices=("open", "resolved"))
+    listing.add_argument("--rule", choices=RULE_IDS)
     listing.add_argument("--service")
     listing.add_argument("--node")
-    listing.add_argument("--rule", choices=RULE_IDS)
-    listing.add_argument("--json", action="store_true", help="one JSON array")
+    listing.add_argument("--gpu", help=QUERY_PARAMS["gpu"])
+    listing.add_argument("--limit", help=QUERY_PARAMS["limit"] + " (default 500)")
+    listing.add_argument("--format", choices=("table", "json"), default="table")
+    listing.add_argument("--json", action="store_true", help="the same as --format json")
     listing.set_defaults(func=run_list)
     show = sub.add_parser("show", help="one incident: diagnosis, evidence, impact, timeline")
     show.add_argument("id")
     show.add_argument("--json", action="store_true")
     show.set_defaults(func=run_show)
+    for name, text in (("ack", "acknowledge: chat hears only a severity rise and the resolve from now on"),
+                       ("silence", "send nothing to chat about this incident for a while"),
+                       ("resolve", "resolve by hand (the analyzer applies it on its next cycle)")):
+        action = sub.add_parser(name, help=text)
+        action.add_argument("id")
+        action.add_argument("--note", default="", help="why, for the timeline")
+        action.add_argument("--by", default=None, help="who (default: your login name)")
+        if name == "silence":
+            default = format_duration(DEFAULT_SILENCE_S)
+            longest = format_duration(MAX_SILENCE_S)
+            action.add_argument("--for", dest="for_", default=default, metavar="DURATION",
+                                help=f"how long (default {default}, at most {longest})")
+        action.set_defaults(func=run_action)
     stats = sub.add_parser("stats", help="counts by layer and rule, MTTD and MTTR")
     stats.add_argument("--since", default="7d")
     stats.add_argument("--json", action="store_true")
@@ -51,16 +75,26 @@ def _fail(message: str) -> int:
     return 2
 
 
+def list_params(args: argparse.Namespace) -> dict[str, str]:
+    """The query parameters of ``list``'s options (the API's names); 24 h unless a range is given."""
+    names = {"since": "since", "from_": "from", "to": "to", "severity": "severity", "layer": "layer",
+             "state": "state", "rule": "rule", "service": "service", "node": "node", "gpu": "gpu",
+             "limit": "limit"}
+    params = {name: v for attr, name in names.items() if (v := getattr(args, attr)) is not None}
+    if not {"since", "from", "to"} & params.keys():
+        params["since"] = "24h"
+    return params
+
+
 def run_list(args: argparse.Namespace) -> int:
     """Print matching incidents."""
+    now = datetime.now(UTC)
     try:
-        params = {k: v for k in ("since", "layer", "state", "service", "node", "rule")
-                  if (v := getattr(args, k)) is not None}
-        query = IncidentQuery.from_params(params)
-        found = _store(args).query(query, datetime.now(UTC))
+        query = IncidentQuery.from_params(list_params(args), now)
+        found = _store(args).query(query, now)
     except (QueryError, OximeterError) as exc:
         return _fail(str(exc))
-    if args.json:
+    if args.json or args.format == "json":
         print(json.dumps([i.to_dict() for i in found], indent=2, sort_keys=True))
         return 0
     if not found:
@@ -79,8 +113,9 @@ def _hm(moment: datetime | None) -> str:
     return "-" if moment is None else moment.strftime("%Y-%m-%d %H:%M:%SZ")
 
 
-def render(inc: Incident, extra: dict[str, Any]) -> str:
-    """The human form of ``show``."""
+def render(inc: Incident, timeline: Sequence[TimelineEntry] | None = None) -> str:
+    """The human form of ``show``; ``timeline``: the incident's with what on-call did
+    (:meth:`analyzer.oncall.OnCall.timeline`), else its own."""
     lines = [f"{inc.id}  {inc.title}",
              f"state {inc.state} · severity {inc.severity} · layer {inc.layer} · rule {inc.rule}",
              f"root cause: {inc.root_cause.signal} on {inc.root_cause.entity}",
@@ -101,11 +136,7 @@ def render(inc: Incident, extra: dict[str, Any]) -> str:
         lines.append("not judged on these inputs:")
         lines += [f"  {line}" for line in inc.not_judged]
     lines.append("timeline:")
-    lines += [f"  {_hm(t.at)} {t.kind}: {t.text}" for t in inc.timeline]
-    for ack in extra["acks"]:
-        lines.append(f"acked {ack['at']} by {ack['by']}: {ack['note']}")
-    for sil in extra["silences"]:
-        lines.append(f"silenced until {sil['until']} by {sil['by']}: {sil['note']}")
+    lines += [f"  {_hm(t.at)} {t.kind}: {t.text}" for t in (inc.timeline if timeline is None else timeline)]
     return "\n".join(lines)
 
 
@@ -118,12 +149,50 @@ def run_show(args: argparse.Namespace) -> int:
         return _fail(str(exc))
     if inc is None:
         return _fail(f"no incident {args.id!r}")
-    extra = store.annotations_of(inc.id)
+    oncall = OnCall(store.conn)
     if args.json:
-        print(json.dumps({**inc.to_dict(), **extra, "notifications": store.changes_of(inc.id)},
-                         indent=2, sort_keys=True))
+        print(json.dumps(oncall.document(store, inc), indent=2, sort_keys=True))
     else:
-        print(render(inc, extra))
+        print(render(inc, oncall.timeline(inc)))
+    return 0
+
+
+def who(args: argparse.Namespace) -> str:
+    """``--by``, else the login name: who did it, for the timeline."""
+    if args.by is not None:
+        return str(args.by)
+    try:
+        return getpass.getuser()
+    except (OSError, KeyError):  # no login name in this environment (a bare container)
+        return "oximeter-cli"
+
+
+def run_action(args: argparse.Namespace) -> int:
+    """``ack``, ``silence`` or ``resolve`` one incident."""
+    now, verb = datetime.now(UTC), args.incidents_command
+    try:
+        by = parse_label_value(who(args), "by")
+        note = parse_label_value(args.note, "note", max_len=500)
+        store = _store(args)
+        if verb == "ack":
+            done = store.ack(args.id, by, note, now)
+            said = f"acknowledged {args.id}: chat hears only a severity rise and the resolve from now on"
+        elif verb == "silence":
+            until = now + timedelta(seconds=parse_duration_s(args.for_, "for", maximum_s=MAX_SILENCE_S,
+                                                             allow_number=False))
+            done = store.silence(args.id, until, by, note, now)
+            said = f"silenced {args.id} until {iso_utc(until)}: nothing goes to chat about it until then"
+        else:
+            outcome = OnCall(store.conn).request_resolve(args.id, by, note, now)
+            if outcome == "resolved":
+                return _fail(f"{args.id} is resolved already")
+            done = outcome == "requested"
+            said = f"resolve of {args.id} requested: the analyzer resolves it on its next cycle"
+    except (InputValueError, OximeterError) as exc:
+        return _fail(str(exc))
+    if not done:
+        return _fail(f"no incident {args.id!r}")
+    print(said)
     return 0
 
 

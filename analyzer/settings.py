@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from analyzer.maintenance import MaintenanceWindow
 from oximeter.errors import ConfigError
 
 if TYPE_CHECKING:
@@ -161,6 +163,40 @@ class AnalyzerSettings(BaseModel):
         return tuple(describe(gateway_only(self.stock_inputs().missing(self._configured()))))
 
 
+class MaintenanceSettings(BaseModel):
+    """One planned maintenance window (``incidents.maintenance``): detection goes on, and chat hears
+    nothing of the incidents whose root cause lies under it until it ends."""
+
+    model_config = ConfigDict(extra="forbid", populate_by_name=True)
+
+    node: str | None = Field(None, description="the node under maintenance")
+    gpu: str | None = Field(None, description="one GPU index of the node (default: the whole node)")
+    service: str | None = Field(None, description="the service under maintenance (alone, or on the node)")
+    start: datetime = Field(alias="from", description="ISO-8601 start (no offset: UTC)")
+    end: datetime = Field(alias="to", description="ISO-8601 end (no offset: UTC)")
+    reason: str = ""
+
+    @field_validator("gpu", mode="before")
+    @classmethod
+    def _gpu(cls, value: Any) -> Any:
+        return str(value) if isinstance(value, int) and not isinstance(value, bool) else value
+
+    @field_validator("start", "end")
+    @classmethod
+    def _utc(cls, value: datetime) -> datetime:
+        return value if value.tzinfo is not None else value.replace(tzinfo=UTC)
+
+    @model_validator(mode="after")
+    def _valid(self) -> MaintenanceSettings:
+        self.window()
+        return self
+
+    def window(self) -> MaintenanceWindow:
+        """The window these settings declare."""
+        return MaintenanceWindow(self.start, self.end, self.node, self.gpu, self.service, self.reason,
+                                 "config")
+
+
 class IncidentSettings(BaseModel):
     """The ``incidents:`` section: correlation window, lifecycle timings, store and API."""
 
@@ -183,6 +219,8 @@ class IncidentSettings(BaseModel):
     # queue (a scheduling bottleneck), above gpu_util_high the fleet is full (capacity exhausted).
     gpu_util_low: float = Field(0.5, ge=0, le=1)
     gpu_util_high: float = Field(0.85, ge=0, le=1)
+    maintenance: list[MaintenanceSettings] = Field(
+        default_factory=list, description="planned maintenance windows (more: `oximeter maintenance add`)")
 
     def thresholds(self) -> Thresholds:
         """The diagnosis rules' own limits (the others are signal thresholds: ``analyzer.signals``)."""

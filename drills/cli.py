@@ -18,7 +18,6 @@ import argparse
 import json
 import sys
 from collections.abc import Sequence
-from dataclasses import asdict
 from pathlib import Path
 
 from drills.live import LiveTarget, history_only_kinds, live_drill
@@ -121,7 +120,7 @@ def run(args: argparse.Namespace) -> int:
     unjudged = [s for s in scores if s.cannot_judge]
     failed = len(scores) - passed - len(unjudged)
     if args.json:
-        print(json.dumps({"drills": [asdict(s) for s in scores], "passed": passed, "failed": failed,
+        print(json.dumps({"drills": [s.to_dict() for s in scores], "passed": passed, "failed": failed,
                           "cannot_judge": len(unjudged), "skipped": skipped}, indent=2))
     else:
         print_table(scores)

@@ -22,9 +22,11 @@ import tempfile
 from collections.abc import Sequence
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from pathlib import Path
 
 from analyzer.baselines import BaselinePolicy
+from analyzer.maintenance import MaintenanceWindow
 from simulator.history import HISTORY_VERSION
 from simulator.scenario import Scenario, ScenarioFault
 
@@ -55,6 +57,26 @@ def _end(fault: ScenarioFault, end_s: float, origin_s: float) -> float:
     return min(end_s, start + OPEN_ENDED_S) if fault.duration is None else start + fault.duration
 
 
+def _origin_s(sc: Scenario, end_s: float) -> float:
+    """Where positive fault starts count from: a history just long enough to hold them plus a day."""
+    later = [f for f in sc.faults if f.start >= 0]
+    horizon_s = max((f.start + (f.duration or 0.0) for f in later), default=0.0)
+    days_full = math.ceil(horizon_s / DAY_S) + 1 if later else 1
+    return end_s - days_full * DAY_S
+
+
+def maintenance_windows(sc: Scenario, end_s: float = DRILL_END_S) -> list[MaintenanceWindow]:
+    """The scenario's maintenance windows in absolute time, their starts counted as its faults' are."""
+    origin_s = _origin_s(sc, end_s)
+    out = []
+    for m in sc.maintenance:
+        start_s = end_s + m.start if m.start < 0 else origin_s + m.start
+        out.append(MaintenanceWindow(datetime.fromtimestamp(start_s, UTC),
+                                     datetime.fromtimestamp(start_s + m.duration, UTC), m.node,
+                                     None if m.gpu is None else str(m.gpu), m.service, m.reason, "scenario"))
+    return out
+
+
 def drill_windows(sc: Scenario, *, end_s: float = DRILL_END_S, step_s: float = 60.0,
                   warmup_s: float = WARMUP_S, tail_s: float = TAIL_S) -> list[HistoryWindow]:
     """The windows that cover every fault of ``sc`` with ``warmup_s`` before it.
@@ -63,10 +85,7 @@ def drill_windows(sc: Scenario, *, end_s: float = DRILL_END_S, step_s: float = 6
     at ``end_s``. Positive starts count from the start of a history just long enough to hold
     them plus a day (a week-long scenario's nuisance on its day and hour), each windowed alone.
     """
-    later = [f for f in sc.faults if f.start >= 0]
-    horizon_s = max((f.start + (f.duration or 0.0) for f in later), default=0.0)
-    days_full = math.ceil(horizon_s / DAY_S) + 1 if later else 1
-    origin_s = end_s - days_full * DAY_S
+    origin_s = _origin_s(sc, end_s)
     spans: list[tuple[float, float, list[ScenarioFault]]] = []
     for fault in sc.faults:
         start = end_s + fault.start if fault.start < 0 else origin_s + fault.start
@@ -101,12 +120,13 @@ def same_time_window(window: HistoryWindow, lag_s: float = DAY_S,
 
 
 def cache_key(window: HistoryWindow, step_s: float) -> str:
-    """What a history depends on: the fleet, traffic and faults (not the truth), the window, the
-    step, the trace file's content and the generator's version."""
+    """What a history depends on: the fleet, traffic and faults (not the truth nor the maintenance
+    the analyzer is told of), the window, the step, the trace file's content and the generator's
+    version."""
     from simulator.trace import file_digest
 
     sc = window.scenario
-    model = sc.model_dump(mode="json", exclude={"name", "description", "truth", "also"})
+    model = sc.model_dump(mode="json", exclude={"name", "description", "truth", "also", "maintenance"})
     trace = None if sc.trace is None else file_digest(sc.trace.file)
     key = json.dumps({"scenario": model, "days": window.days, "step_s": step_s, "end_s": window.end_s,
                       "generator": HISTORY_VERSION, "trace": trace}, sort_keys=True)

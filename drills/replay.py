@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -28,6 +28,7 @@ from analyzer.events import AnomalyEvent
 from analyzer.frame import SeriesFrame
 from analyzer.incident_store import IncidentQuery, IncidentStore
 from analyzer.incidents import Change, Incident, IncidentSettings
+from analyzer.maintenance import MaintenanceWindow
 from analyzer.pipeline import CONTEXT, topology_from_frames
 from analyzer.settings import AnalyzerSettings
 from analyzer.signals import SignalSpec
@@ -36,7 +37,7 @@ from analyzer.sources.frames import FrameSource
 from analyzer.sources.raw import RawStore
 from analyzer.sources.stock import with_stock_translated
 from analyzer.topology import Topology
-from drills.history import DAY_S, drill_windows, history_dir, prepare, same_time_window
+from drills.history import DAY_S, drill_windows, history_dir, maintenance_windows, prepare, same_time_window
 from drills.score import DrillScore, expected_truths, score
 from drills.stock import why_stock_cannot_judge
 from oximeter.store import connect
@@ -124,6 +125,8 @@ class ReplayOutcome:
 
     incidents: tuple[Incident, ...]
     changes: tuple[Change, ...]
+    # Incidents opened during a maintenance window (their opening not told then), by id.
+    suppressed: tuple[str, ...] = ()
 
 
 class DetectedPipeline:
@@ -163,11 +166,13 @@ def replay_cycles(frames: Mapping[str, SeriesFrame], events: Sequence[AnomalyEve
                   settings: IncidentSettings | None = None,
                   topology: Topology | None = None,
                   catalogue: Mapping[str, SignalSpec] = CATALOGUE,
-                  unreadable: frozenset[str] = frozenset(), not_judged: Sequence[str] = ()) -> ReplayOutcome:
+                  unreadable: frozenset[str] = frozenset(), not_judged: Sequence[str] = (),
+                  maintenance: Sequence[MaintenanceWindow] = ()) -> ReplayOutcome:
     """The daemon's own cycle (:class:`analyzer.daemon.Analyzer`: findings, tracker, store,
     notifier) every ``interval_s`` of replayed time over the whole history, on an in-memory store
     (``catalogue``: the one the events were detected with, which also says which signals open
-    incidents; ``unreadable`` and ``not_judged``: what the inputs cannot feed, as the daemon is told)."""
+    incidents; ``unreadable`` and ``not_judged``: what the inputs cannot feed, as the daemon is told;
+    ``maintenance``: the windows the daemon is told of, as its config's)."""
     settings = settings or IncidentSettings()
     indexes = [f.values.index for f in frames.values() if len(f.values.index)]
     if not indexes:
@@ -181,28 +186,33 @@ def replay_cycles(frames: Mapping[str, SeriesFrame], events: Sequence[AnomalyEve
     told, store = Told(), IncidentStore(connect(":memory:"))
     try:
         analyzer = Analyzer(DetectedPipeline(frames, events), store, settings, joined, told, clock.now,
-                            catalogue=catalogue, unreadable=unreadable, not_judged=not_judged)
+                            catalogue=catalogue, unreadable=unreadable, not_judged=not_judged,
+                            maintenance=maintenance)
         while clock.now() + timedelta(seconds=interval_s) <= end:
             elapsed[0] += interval_s
             analyzer.cycle()
         incidents = store.query(IncidentQuery(limit=10_000), clock.now())
+        suppressed = tuple(analyzer.oncall.opened_suppressed())
     finally:
         store.conn.close()
-    return ReplayOutcome(tuple(sorted(incidents, key=lambda i: (i.first_onset, i.id))), tuple(told.changes))
+    return ReplayOutcome(tuple(sorted(incidents, key=lambda i: (i.first_onset, i.id))), tuple(told.changes),
+                         suppressed)
 
 
 def replay_history(directory: Path, interval_s: float, settings: IncidentSettings | None = None,
                    catalogue: Mapping[str, SignalSpec] = CATALOGUE, policy: BaselinePolicy | None = None,
-                   same_time: Mapping[float, Path] | None = None, *, stock: bool = False) -> ReplayOutcome:
+                   same_time: Mapping[float, Path] | None = None, *, stock: bool = False,
+                   maintenance: Sequence[MaintenanceWindow] = ()) -> ReplayOutcome:
     """One history directory, end to end (``same_time``: lag_s → the history that long before;
-    ``stock``: a stock fleet's history, see :func:`signal_frames`)."""
+    ``stock``: a stock fleet's history, see :func:`signal_frames`; ``maintenance``: the windows
+    the analyzer is told of)."""
     frames, step_s = signal_frames(directory, catalogue, stock=stock)
     lagged = {lag: signal_frames(d, catalogue, stock=stock)[0] for lag, d in (same_time or {}).items()}
     hold_s = (settings or IncidentSettings()).resolve_after_s
     inputs = AnalyzerSettings(inputs="stock" if stock else "oximeter")
     return replay_cycles(frames, detect(frames, step_s, catalogue, policy, lagged, hold_s), interval_s,
                          settings, catalogue=catalogue, unreadable=inputs.unreadable_context(),
-                         not_judged=inputs.not_judged())
+                         not_judged=inputs.not_judged(), maintenance=maintenance)
 
 
 # -- drills ----------------------------------------------------------------------------------------
@@ -214,6 +224,7 @@ class Replayed:
     told: list[Any]  # the notify-worthy changes (analyzer.incidents.Change), in order
     faults: list[dict[str, Any]]  # truth.json's faults, with absolute start/end epochs
     days: float  # simulated time replayed, all windows together
+    suppressed: list[str] = field(default_factory=list)  # incidents opened during maintenance
 
 
 def replay_windows(sc: Any, cache_dir: Path, step_s: float, interval_s: float) -> Replayed:
@@ -226,18 +237,21 @@ def replay_windows(sc: Any, cache_dir: Path, step_s: float, interval_s: float) -
     incidents: list[dict[str, Any]] = []
     told: list[Any] = []
     faults: list[dict[str, Any]] = []
+    suppressed: list[str] = []
     days = 0.0
+    maintenance = maintenance_windows(sc)
     for window in drill_windows(sc, step_s=step_s):
         directory = history_dir(window, cache_dir, step_s)
         yesterday = history_dir(same_time_window(window), cache_dir, step_s)
         faults += json.loads((directory / "truth.json").read_text(encoding="utf-8"))["faults"]
         outcome = replay_history(directory, interval_s, catalogue=catalogue, same_time={DAY_S: yesterday},
-                                 stock=stock)
+                                 stock=stock, maintenance=maintenance)
+        suppressed += outcome.suppressed
         incidents += [i.to_dict() for i in outcome.incidents]
         # Replay has no Alertmanager: chat's messages are the incidents' told changes.
         told += [c for c in outcome.changes if c.kind in NOTIFY_KINDS]
         days += window.days
-    return Replayed(incidents, told, faults, days)
+    return Replayed(incidents, told, faults, days, suppressed)
 
 
 def load_drill_scenario(path: Path, trace: tuple[str, float] | None = None, inputs: str = "oximeter") -> Any:
@@ -265,6 +279,8 @@ def replay_drill(path: Path, cache_dir: Path, step_s: float, interval_s: float,
     # The fleet's telemetry: --inputs, or what the scenario itself says (``telemetry: stock``).
     mode = "replay" if sc.telemetry == "oximeter" else f"replay/{sc.telemetry}"
     verdict = score(sc.name, mode, expected, run.incidents, start, len(run.told), budget)
+    if sc.maintenance:
+        verdict = replace(verdict, suppressed=len(run.suppressed))
     if verdict.passed or sc.telemetry == "oximeter":
         return verdict
     # Replayed again on Oximeter's telemetry (whatever the scenario file says the fleet runs): which

@@ -9,7 +9,7 @@ resolved). Replay and live drills are scored alike.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from datetime import datetime
 from typing import Any
 
@@ -46,6 +46,15 @@ class DrillScore:
     # Why the inputs replayed cannot show this fault (stock telemetry lacks what names it); such a
     # drill is listed, not counted as passed or failed.
     cannot_judge: str | None = None
+    # Incidents opened during the drill's maintenance windows; None: the drill declares none.
+    suppressed: int | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready (``--json``); ``suppressed`` only where the drill declares maintenance."""
+        out = asdict(self)
+        if self.suppressed is None:
+            del out["suppressed"]
+        return out
 
     @property
     def truth_text(self) -> str:

@@ -13,7 +13,7 @@ import json
 import math
 import re
 from collections.abc import Callable
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any, TypeVar
 
 from oximeter.errors import OximeterError
@@ -201,6 +201,23 @@ def parse_json(body: bytes | str, name: str = "body", *, max_depth: int = MAX_JS
             items = [*value.keys(), *value.values()] if isinstance(value, dict) else value
             stack.extend((item, depth + 1) for item in items)
     return data
+
+
+def parse_moment(value: Any, name: str, now: datetime) -> datetime:
+    """A point in time: ISO-8601/RFC 3339 (``2026-11-01``, ``2026-11-01T08:00:00Z``), ``now``, or
+    a duration that far before ``now`` (``7d``: a week ago), the way on-call asks "since when"."""
+    if isinstance(value, str) and value.strip() == "now":
+        return now
+    try:
+        return now - timedelta(seconds=parse_duration_s(value, name, allow_number=False))
+    except InputValueError:
+        pass
+    try:
+        return parse_timestamp(value, name)
+    except InputValueError:
+        shown = value[:MAX_TEXT] if isinstance(value, str) else value
+        raise InputValueError(f"{name}: expected an ISO-8601 time (2026-11-01, 2026-11-01T08:00:00Z), "
+                              f"now, or a duration ago (7d), got {shown!r}") from None
 
 
 def parse_label_value(value: Any, name: str, *, max_len: int = MAX_LABEL_VALUE) -> str:

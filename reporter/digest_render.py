@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 from datetime import datetime, tzinfo
+from urllib.parse import urlencode
 
+from analyzer.events import iso_utc
 from oximeter.vocabulary import Severity
 from reporter.chart_link import chart_url
 from reporter.digest import Digest, zone
@@ -109,11 +111,14 @@ def to_message(d: Digest, settings: ReporterSettings, png: bytes | None) -> Mess
                or any(not n.holds for n in d.n_minus_one))
     worst: Severity = "warning" if at_risk else "info"
     link = overview_link(d, settings)
+    # The day's incidents on the analyzer's page (its filter form takes the same range).
+    day = urlencode({"from": iso_utc(d.start), "to": iso_utc(d.end)})
+    incidents = Link("Incidents", f"{settings.api_url.rstrip('/')}/incidents?{day}")
     tz = zone(settings.digest.timezone)
     start, end = d.start.astimezone(tz), d.end.astimezone(tz)
     return Message(f"Daily health digest {d.day.isoformat()}", worst, sections(d, settings),
                    (("Day", f"{start:%Y-%m-%d %H:%M} – {end:%Y-%m-%d %H:%M} {start:%Z}"),),
-                   (link,) if link else (), image_png=png,
+                   (*((link,) if link else ()), incidents), image_png=png,
                    image_url=chart_url(settings.api_url, png) if png else None,
                    simulation=settings.simulated or bool(d.simulated_nodes),
                    idempotency_key=f"digest:{d.day.isoformat()}")

@@ -35,6 +35,16 @@ class Link:
 
 
 @dataclass(frozen=True)
+class Action:
+    """A button that acts on the incident a message is about (``verb``: ``ack`` or ``silence``),
+    where the channel can take the press back (``reporter/callbacks.py``)."""
+
+    label: str
+    verb: str
+    incident_id: str
+
+
+@dataclass(frozen=True)
 class Message:
     """A channel-neutral notification.
 
@@ -52,6 +62,7 @@ class Message:
     image_url: str | None = None
     simulation: bool = False
     idempotency_key: str = ""
+    actions: tuple[Action, ...] = ()
 
     def __post_init__(self) -> None:
         if not self.title.strip():
@@ -85,6 +96,9 @@ class Message:
             "image_url": self.image_url,
             "simulation": self.simulation,
             "idempotency_key": self.idempotency_key,
+            # Only where there are some: a message without buttons reads as it always has.
+            **({"actions": [{"label": a.label, "verb": a.verb, "incident_id": a.incident_id}
+                            for a in self.actions]} if self.actions else {}),
         }
 
     def to_json(self) -> str:
@@ -108,6 +122,8 @@ class Message:
             image_url=data.get("image_url"),
             simulation=bool(data.get("simulation", False)),
             idempotency_key=data.get("idempotency_key", ""),
+            actions=tuple(Action(str(a["label"]), str(a["verb"]), str(a["incident_id"]))
+                          for a in data.get("actions", ())),
         )
 
     @classmethod

@@ -23,7 +23,7 @@ from analyzer.incidents import NOT_DECLARED, Change, Incident, TimelineEntry
 from oximeter.runbook import runbook_link, runbook_ref
 from oximeter.vocabulary import priority
 from reporter.held import HeldMessages
-from reporter.message import Link, Message, Section
+from reporter.message import Action, Link, Message, Section
 from reporter.outbox import Outbox
 from reporter.routing import Router
 from reporter.settings import ReporterSettings
@@ -157,11 +157,14 @@ def render_change(change: Change, incident: Incident, settings: ReporterSettings
         links.append(Link("Dashboard", dashboard_url(settings.grafana_url, uid, incident.first_onset - MARGIN,
                                                       end + MARGIN, nodes=incident.nodes,
                                                       services=incident.services)))
-    links.append(Link("Incident", f"{settings.api_url.rstrip('/')}/api/incidents/{incident.id}"))
+    links.append(Link("Incident", f"{settings.api_url.rstrip('/')}/incidents/{incident.id}"))
+    # Buttons while there is something to acknowledge; chats that take callbacks show them.
+    actions = () if change.kind == "resolved" else (
+        Action("Acknowledge", "ack", incident.id), Action("Silence 1 h", "silence", incident.id))
     return Message(
         title=f"{_VERB[change.kind]}: {incident.title}", severity=change.severity,
         sections=tuple(sections), fields=tuple(fields), links=tuple(links),
-        simulation=is_simulated(incident, settings.simulated), idempotency_key=change.key)
+        simulation=is_simulated(incident, settings.simulated), idempotency_key=change.key, actions=actions)
 
 
 class OutboxNotifier:

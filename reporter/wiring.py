@@ -21,9 +21,11 @@ from loguru import logger
 from prometheus_client import CollectorRegistry
 from pydantic import SecretStr
 
+from analyzer.api import CLOCK
 from analyzer.incident_store import IncidentStore
 from oximeter.errors import OximeterError
-from reporter import chart_link, digest_schedule
+from oximeter.secrets import read_secret
+from reporter import callbacks, chart_link, digest_schedule
 from reporter.channels import build_channels
 from reporter.outbox import Outbox, OutboxPolicy
 from reporter.prom import digest_client
@@ -43,10 +45,15 @@ class Reporting:
     notifier: OutboxNotifier
     relay: Relay
     scheduler: digest_schedule.DigestScheduler
+    # Chat platforms' secrets for verifying button callbacks (None: that platform's route refuses).
+    slack_signing_secret: SecretStr | None = None
+    feishu_verification_token: SecretStr | None = None
 
     def mount(self, app: web.Application) -> None:
-        """Add the relay's route and the digest's charts to the analyzer API."""
+        """Add the relay's route, the chat button callbacks and the digest's charts to the analyzer API."""
         mount(app, self.relay)
+        callbacks.mount(app, callbacks.ChatCallbacks(self.relay.store, self.slack_signing_secret,
+                                                     self.feishu_verification_token, clock=app[CLOCK]))
         chart_link.mount(app, self.outbox.conn)
 
     async def run(self, stop: asyncio.Event) -> None:
@@ -81,4 +88,6 @@ def build_reporting(store: IncidentStore, settings: ReporterSettings, token: Sec
     scheduler = digest_schedule.DigestScheduler(
         settings, send_day, sent=lambda day: digest_schedule.already_queued(outbox, day))
     return Reporting(settings, outbox, OutboxNotifier(outbox, settings, router),
-                     Relay(store, outbox, settings, token, router, registry=registry), scheduler)
+                     Relay(store, outbox, settings, token, router, registry=registry), scheduler,
+                     read_secret("OXIMETER_SLACK_SIGNING_SECRET"),
+                     read_secret("OXIMETER_FEISHU_VERIFICATION_TOKEN"))

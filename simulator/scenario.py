@@ -89,6 +89,25 @@ class ScenarioFault(BaseModel):
         return None if value is None else parse_duration_s(value)
 
 
+class ScenarioMaintenance(BaseModel):
+    """A maintenance window a drill declares (times as durations, counted like a fault's): the
+    analyzer replaying the drill is told of it, the simulated fleet is not."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    node: str | None = None
+    gpu: int | None = None
+    service: str | None = None
+    start: float
+    duration: float
+    reason: str = "planned maintenance"
+
+    @field_validator("start", "duration", mode="before")
+    @classmethod
+    def _duration(cls, value: Any) -> float:
+        return parse_duration_s(value)
+
+
 class GatewayLimits(BaseModel):
     """The gateway in front of each engine (same knobs as ``oximeter gateway``)."""
 
@@ -158,6 +177,8 @@ class Scenario(BaseModel):
     truth: Truth
     # Further independent root causes in the same scenario (confounders), ranked after ``truth``.
     also: list[Truth] = Field(default_factory=list)
+    # Planned work the analyzer is told of; the history does not depend on it.
+    maintenance: list[ScenarioMaintenance] = Field(default_factory=list)
 
 
 def load_scenario(path: str | Path) -> Scenario:

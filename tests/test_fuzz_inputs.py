@@ -46,7 +46,8 @@ JSON = st.recursive(st.none() | st.booleans() | st.integers() | FINITE | TEXT | 
                     max_leaves=8)
 
 
-KEY = st.sampled_from(["since", "from", "to", "limit", "layer", "state", "service", "node", "rule"])
+KEY = st.sampled_from(["since", "from", "to", "limit", "layer", "state", "service", "node", "rule",
+                       "severity", "gpu"])
 
 
 @pytest.fixture(scope="module")

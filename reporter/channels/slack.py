@@ -78,10 +78,15 @@ class SlackChannel(Channel):
         if links:
             text = " · ".join(self.link(link.label, link.url) for link in links)
             blocks.append(self._section(split_text(text, self.content_limit, "chars", 1)[0]))
-        room = self.max_blocks - len(image)
+        # Buttons post back to the app's interactivity URL (the analyzer's /api/chat/slack/actions).
+        buttons = [{"type": "actions", "elements": [
+            {"type": "button", "text": {"type": "plain_text", "text": a.label},
+             "action_id": f"oximeter_{a.verb}", "value": a.incident_id} for a in message.actions]}
+        ] if message.actions else []
+        room = self.max_blocks - len(image) - len(buttons)
         if len(blocks) > room:
             blocks = [*blocks[: room - 1], self._section(TRUNCATED)]
-        blocks += image
+        blocks += buttons + image
         # ``text`` is what notifications and screen readers show when blocks are present.
         return [{"text": message.heading[: self.content_limit], "blocks": blocks}]
 

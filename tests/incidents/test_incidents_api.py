@@ -222,4 +222,5 @@ def test_openapi(api: ApiServer) -> None:
     assert doc["openapi"] == "3.0.3"
     assert sorted(doc["paths"]) == [
         "/api/annotations", "/api/changes", "/api/incidents", "/api/incidents/{id}",
-        "/api/incidents/{id}/ack", "/api/incidents/{id}/silence", "/openapi.json"]
+        "/api/incidents/{id}/ack", "/api/incidents/{id}/resolve", "/api/incidents/{id}/silence",
+        "/api/maintenance", "/openapi.json"]

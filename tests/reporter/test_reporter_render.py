@@ -74,7 +74,7 @@ def test_incident_message_has_diagnosis_evidence_and_links(kind: str, prefix: st
         ("from", str(int((incident.first_onset - timedelta(minutes=15)).timestamp() * 1000))),
         ("to", str(int((NOW + timedelta(minutes=15)).timestamp() * 1000))),
         ("var-node", "n1"), ("var-service", "chat")]
-    assert api.url == f"http://analyzer:9471/api/incidents/{incident.id}"
+    assert api.url == f"http://analyzer:9471/incidents/{incident.id}"
 
 
 @pytest.mark.parametrize(("labelled", "configured", "marked"),
