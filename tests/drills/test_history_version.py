@@ -36,6 +36,7 @@ PINNED = {
     "453c013935fdd541": 2,  # stock fleets: dcgm-exporter's real Xid series, FB_RESERVED, replicas unavailable
     "80ff9a3ea01cd70f": 2,  # engine_oom and crash_loop faults; kube-state-metrics' last terminated reason
     "14c39d5c4c649aca": 2,  # the above with the wiring moved out and the input checks: same histories
+    "011a9189d91daec3": 2,  # maintenance windows a scenario may declare (none by default): same histories
     "be72d7642df1fb4b": 1,  # a scenario's maintenance windows, told to the analyzer, not simulated
 }
 
