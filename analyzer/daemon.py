@@ -27,21 +27,21 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import TYPE_CHECKING, Protocol, get_args
+from typing import TYPE_CHECKING, get_args
 
 import requests
 from aiohttp import web
 from loguru import logger
-from prometheus_client import CollectorRegistry, Gauge, Histogram, generate_latest
+from prometheus_client import generate_latest
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
 from analyzer.api import build_app, start_api
 from analyzer.blindness import BlindWatch
 from analyzer.catalogue import CATALOGUE
-from analyzer.events import AnomalyEvent
+from analyzer.daemon_metrics import DaemonMetrics, LogNotifier, Notifier
 from analyzer.frame import SeriesFrame
 from analyzer.incident_store import IncidentStore
-from analyzer.incidents import Change, Incident, IncidentSettings, IncidentTracker, findings
+from analyzer.incidents import IncidentSettings, IncidentTracker, findings
 from analyzer.kube_changes import KubeChangePoller
 from analyzer.maintenance import MaintenanceStore, MaintenanceWindow
 from analyzer.oncall import OnCall
@@ -58,75 +58,12 @@ from oximeter.ports import write_port_file
 from oximeter.secrets import read_secret
 from oximeter.store import connect
 from oximeter.store_lock import hold_store
-from oximeter.vocabulary import LAYERS, SEVERITIES
 from reporter.settings import ReporterSettings
 
 if TYPE_CHECKING:
     from reporter.wiring import Reporting
 
 SOURCE_ERRORS = (OximeterError, OSError, requests.RequestException)
-
-
-class Notifier(Protocol):
-    """Where change records go (the reporter's outbox in production)."""
-
-    def notify(self, change: Change, incident: Incident | None) -> None:
-        """Deliver (or queue) one incident change; idempotent on ``change.key``."""
-        ...
-
-    def notice(self, key: str, text: str) -> None:
-        """An operational notice, such as "analyzer cannot see"."""
-        ...
-
-
-class LogNotifier:
-    """The default notifier: one structured log line per change."""
-
-    def notify(self, change: Change, incident: Incident | None) -> None:
-        """Log the change."""
-        logger.info("incident {}: {} ({}) {}", change.incident_id, change.kind, change.severity, change.text)
-
-    def notice(self, key: str, text: str) -> None:
-        """Log the notice."""
-        logger.warning("analyzer notice {}: {}", key, text)
-
-
-class DaemonMetrics:
-    """The daemon's own metrics, on a registry of its own."""
-
-    def __init__(self) -> None:
-        self.registry = CollectorRegistry()
-        self.open = Gauge("oximeter_incidents_open", "Open incidents.", ("layer", "severity"),
-                          registry=self.registry)
-        self.cycle = Histogram("oximeter_analyzer_cycle_seconds", "Duration of one analyzer cycle.",
-                               buckets=(0.1, 0.25, 0.5, 1, 2, 5, 10, 30, 60), registry=self.registry)
-        self.source_up = Gauge("oximeter_analyzer_source_up", "1 when the last read of the source worked.",
-                               registry=self.registry)
-        self.anomalies = Gauge("oximeter_anomalies_active", "Active anomaly events.", ("signal", "layer"),
-                               registry=self.registry)
-        self.blind = Gauge("oximeter_analyzer_blind_signals",
-                           "Signals whose queries return no series where some are expected.",
-                           registry=self.registry)
-        # Every layer × severity the open-incidents gauge starts at 0 for (dashboards show 0, not "No data").
-        self._open_labels: set[tuple[str, str]] = {(layer, sev) for layer in LAYERS for sev in SEVERITIES}
-        for layer, sev in self._open_labels:
-            self.open.labels(layer, sev).set(0)
-
-    def update(self, incidents: list[Incident], events: list[AnomalyEvent]) -> None:
-        """Set the gauges from this cycle's state: every known layer × severity (and any other
-        pair ever seen) is set, to 0 when nothing is open there; anomaly series that went to zero
-        are removed."""
-        counts: dict[tuple[str, str], int] = {}
-        for inc in incidents:
-            if inc.state == "open":
-                counts[(inc.layer, inc.severity)] = counts.get((inc.layer, inc.severity), 0) + 1
-        self._open_labels |= counts.keys()
-        for layer, sev in self._open_labels:
-            self.open.labels(layer, sev).set(counts.get((layer, sev), 0))
-        self.anomalies.clear()
-        for event in events:
-            if event.active:
-                self.anomalies.labels(event.signal, event.layer).inc()
 
 
 class Analyzer:

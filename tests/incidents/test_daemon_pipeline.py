@@ -15,7 +15,7 @@ from incident_cases import at, ev
 
 from analyzer.catalogue import CATALOGUE
 from analyzer.cycle import SignalCycle
-from analyzer.daemon import DaemonMetrics
+from analyzer.daemon_metrics import DaemonMetrics
 from analyzer.evaluate import evaluate_signal
 from analyzer.events import AnomalyEvent
 from analyzer.frame import SeriesFrame

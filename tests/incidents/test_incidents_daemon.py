@@ -16,7 +16,8 @@ import requests
 from incident_cases import at, ev
 
 from analyzer.case import Snapshot
-from analyzer.daemon import Analyzer, DaemonMetrics
+from analyzer.daemon import Analyzer
+from analyzer.daemon_metrics import DaemonMetrics
 from analyzer.events import AnomalyEvent
 from analyzer.frame import SeriesFrame
 from analyzer.incident_store import IncidentStore
