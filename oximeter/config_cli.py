@@ -30,7 +30,7 @@ def check_command(args: argparse.Namespace) -> int:
 
     try:
         config = load_config(args.file)
-        problems = secret_problems(config)
+        problems = config.slos.threshold_problems(config.analyzer.inputs) + secret_problems(config)
         try:
             build_channels(config.reporter.channels)
         except ConfigError as exc:
