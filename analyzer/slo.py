@@ -126,6 +126,16 @@ class Objective(BaseModel):
     # Latency objectives, each on one indicator; none by default.
     latency: list[LatencyObjective] = Field(default_factory=list)
 
+    @field_validator("latency")
+    @classmethod
+    def _one_per_indicator(cls, latency: list[LatencyObjective]) -> list[LatencyObjective]:
+        indicators = [lat.indicator for lat in latency]
+        repeated = sorted({i for i in indicators if indicators.count(i) > 1})
+        if repeated:
+            raise ValueError(f"one objective per indicator (a second is another objective), repeated: "
+                             f"{', '.join(repeated)}")
+        return latency
+
     def targets(self) -> list[tuple[str, float]]:
         """``(key, target)`` of every objective it sets, availability first."""
         own = [("availability.target", self.availability.target)] if self.availability else []
