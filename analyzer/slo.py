@@ -188,6 +188,16 @@ class SloSettings(BaseModel):
         return self
 
 
+    def unread_on(self, inputs: str) -> list[str]:
+        """On stock inputs, one line per availability objective that nothing feeds: vLLM's only
+        bad outcome is an aborted request, counted when client cut-offs (499) are."""
+        if inputs != "stock":
+            return []
+        return [f"slos.objectives.{i}.availability: stock: vLLM reports no 5xx or 429, only aborted "
+                "requests, counted when bad_codes holds 499: this objective sees no bad answer"
+                for i, objective in enumerate(self.objectives)
+                if objective.availability is not None and not objective.availability.counts_client_cutoffs()]
+
     def threshold_problems(self, inputs: str) -> list[str]:
         """On stock or mixed inputs, one line per latency threshold that is not a bucket bound of
         vLLM's histogram too (the gateway's bounds are checked with the section)."""

@@ -79,3 +79,19 @@ def test_a_bound_of_both_histograms_is_ok_on_every_input(tmp_path: Path, capsys:
                     "      latency: [{indicator: ttft, threshold_s: 0.5, target: 0.95}]\n")
     assert main(["config", "check", str(path)]) == 0, capsys.readouterr().err
     assert f"{path}: ok" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize(("inputs", "bad_codes", "said"), [
+    ("stock", "[5xx, '429']", True), ("stock", "[5xx, '499']", False), ("stock", "[4xx]", False),
+    ("mixed", "[5xx]", False), ("oximeter", "[5xx]", False),
+])
+def test_stock_availability_that_nothing_feeds_is_named(tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                                         inputs: str, bad_codes: str, said: bool) -> None:
+    path = tmp_path / "oximeter.yaml"
+    path.write_text(f"analyzer: {{inputs: {inputs}}}\n" + OBJECTIVE
+                    + f"      availability: {{bad_codes: {bad_codes}}}\n")
+    assert main(["config", "check", str(path)]) == 0
+    out = capsys.readouterr().out
+    line = (f"{path}: slos.objectives.0.availability: stock: vLLM reports no 5xx or 429, only aborted "
+            "requests, counted when bad_codes holds 499: this objective sees no bad answer")
+    assert (line in out) is said, out
