@@ -24,6 +24,8 @@ DAY_S = 86400.0
 # A status class ("5xx") or one code ("504"): what the availability objective counts as bad.
 _CODE = re.compile(r"^[1-5](xx|\d\d)$")
 _NAME = re.compile(r"^[a-z0-9][a-z0-9_-]*$")
+# A label value the rules quote in PromQL as written: no quote, backslash or line break.
+_LABEL_VALUE = re.compile(r'^[^"\\\n]*$')
 
 
 @dataclass(frozen=True)
@@ -115,9 +117,9 @@ class Objective(BaseModel):
     # Names the objective in the rules' ``slo`` label and in messages.
     name: str = Field(pattern=_NAME.pattern)
     # The gateway's service label; unset: every service, each judged on its own.
-    service: str = ""
+    service: str = Field("", pattern=_LABEL_VALUE.pattern)
     # The model label; unset: all of the service's models together.
-    model: str = ""
+    model: str = Field("", pattern=_LABEL_VALUE.pattern)
     # The error budget is counted over this long (28 days: four whole weeks, so each weekday counts
     # the same); at least the 3-day window of the slowest alert.
     window_s: float = Field(28 * DAY_S, ge=3 * DAY_S)

@@ -50,6 +50,7 @@ OBJECTIVE = "slos:\n  objectives:\n    - name: chat\n"
     (OBJECTIVE + "      window_s: 86400\n",
      "slos.objectives.0.window_s: Input should be greater than or equal to"),
     (OBJECTIVE + "      servce: chat\n", "slos.objectives.0.servce: unknown key"),
+    (OBJECTIVE + "      service: 'chat\"}'\n", "slos.objectives.0.service: String should match pattern"),
     (OBJECTIVE + "    - name: chat\n",
      "slos.objectives: Value error, objective names must be unique, repeated: chat"),
     (OBJECTIVE + "      availability: {target: 0.9}\n",
