@@ -20,9 +20,14 @@ import yaml
 from alert_rules import ADAPTERS_DIR, RULES_DIR
 from analyzer.catalogue import CATALOGUE
 from analyzer.signals import SignalSpec
+from analyzer.slo import SloSettings
+from analyzer.slo_rules import render_slos
 from analyzer.sources.stock import render_dcgm, render_vllm, spliced
+from oximeter.config import load_section
+from oximeter.errors import ConfigError
 
 SIGNALS_RULES = RULES_DIR / "signals.rules.yml"
+SLO_RULES = RULES_DIR / "slo.rules.yml"
 # Adapter rule files whose marked part is rendered from the stock translation's tables.
 ADAPTER_PARTS = {ADAPTERS_DIR / "dcgm.rules.yml": render_dcgm, ADAPTERS_DIR / "vllm.rules.yml": render_vllm}
 GROUP = "oximeter-signals"
@@ -70,6 +75,9 @@ def configure(parser: argparse.ArgumentParser) -> None:
                                   "the adapters' plain translations from their tables")
     build.add_argument("--out", type=Path, default=SIGNALS_RULES,
                        help=f"output file (default: {SIGNALS_RULES})")
+    build.add_argument("--slo-out", type=Path, default=SLO_RULES,
+                       help="the SLOs' error ratios and burn-rate alerts, from the configuration's slos "
+                            f"section (default: {SLO_RULES})")
     build.add_argument("--check", action="store_true",
                        help="write nothing; exit 1 when the file differs from the catalogue")
     build.set_defaults(func=_build)
@@ -77,7 +85,11 @@ def configure(parser: argparse.ArgumentParser) -> None:
 
 def _build(args: argparse.Namespace) -> int:
     try:
-        wanted = {args.out: render(), **rendered_adapters()}
+        slos = load_section("slos", SloSettings, args.config)
+        wanted = {args.out: render(), args.slo_out: render_slos(slos), **rendered_adapters()}
+    except ConfigError as exc:
+        print(str(exc), file=sys.stderr)
+        return 2
     except ValueError as exc:
         print(f"oximeter rules build: {exc}", file=sys.stderr)
         return 2

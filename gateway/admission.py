@@ -17,6 +17,11 @@ Usage::
     for t in ctl.release(d.ticket):   # when the upstream request ends; returns tickets admitted now
         start(t)
     ctl.cancel(ticket)         # a queued client went away (counted as 499 by the caller)
+    ctl.first_byte(ticket)     # the engine's first byte for an admitted request arrived
+
+A stuck queue shows in the age of its oldest ticket, and a stuck engine in the age of the oldest
+admitted ticket without a first byte (``oldest_queued_s``, ``oldest_unanswered_s``), long before
+any request ends and is observed.
 """
 
 from __future__ import annotations
@@ -78,16 +83,19 @@ class AdmissionLimits:
 class Ticket:
     """One request known to the controller; identity is the ticket object itself."""
 
-    __slots__ = ("admitted_at", "offered_at", "state")
+    __slots__ = ("admitted_at", "left_at", "offered_at", "state")
 
     def __init__(self, offered_at: float) -> None:
         self.offered_at = offered_at
         self.admitted_at: float | None = None
+        self.left_at: float | None = None  # when it left the queue unserved
         self.state = TicketState.QUEUED
 
     def wait_s(self) -> float:
-        """Seconds spent queued (0 when admitted at once); only meaningful once admitted."""
-        return 0.0 if self.admitted_at is None else self.admitted_at - self.offered_at
+        """Seconds spent queued: until admitted (0 when admitted at once) or until it left the
+        queue unserved; 0 while still queued."""
+        end = self.admitted_at if self.admitted_at is not None else self.left_at
+        return 0.0 if end is None else end - self.offered_at
 
 
 @dataclass(frozen=True)
@@ -137,6 +145,7 @@ class AdmissionController:
         # dicts keep insertion order: the queue is FIFO, in-flight is in admission order.
         self._queue: dict[Ticket, None] = {}
         self._inflight: dict[Ticket, None] = {}
+        self._unanswered: dict[Ticket, None] = {}  # in flight with no first byte yet, admission order
         self._ewma_s: float | None = None
         self._admitted = 0
         self._completed = 0
@@ -153,6 +162,23 @@ class AdmissionController:
     def inflight(self) -> int:
         """Requests admitted upstream and not yet released."""
         return len(self._inflight)
+
+    def oldest_queued_s(self) -> float:
+        """Seconds the oldest queued request has waited (0 with none queued)."""
+        head = next(iter(self._queue), None)
+        return 0.0 if head is None else self._clock() - head.offered_at
+
+    def oldest_unanswered_s(self) -> float:
+        """Seconds since the oldest admitted request still without a first byte was admitted
+        (0 with none)."""
+        oldest = next(iter(self._unanswered), None)
+        if oldest is None or oldest.admitted_at is None:
+            return 0.0
+        return self._clock() - oldest.admitted_at
+
+    def first_byte(self, ticket: Ticket) -> None:
+        """The engine's first byte for admitted ``ticket`` arrived."""
+        self._unanswered.pop(ticket, None)
 
     def service_estimate_s(self) -> float:
         """Current service-time estimate S (0.0 when nothing is known yet)."""
@@ -196,6 +222,7 @@ class AdmissionController:
             raise ValueError(f"release() of a {ticket.state} ticket")
         now = self._clock()
         del self._inflight[ticket]
+        self._unanswered.pop(ticket, None)
         ticket.state = TicketState.DONE
         self._completed += 1
         if observe and ticket.admitted_at is not None:
@@ -217,6 +244,7 @@ class AdmissionController:
         if ticket.state is not TicketState.QUEUED or ticket not in self._queue:
             return False
         del self._queue[ticket]
+        ticket.left_at = self._clock()
         ticket.state = TicketState.DONE
         self._cancelled += 1
         return True
@@ -238,6 +266,7 @@ class AdmissionController:
         ticket.admitted_at = now
         ticket.state = TicketState.INFLIGHT
         self._inflight[ticket] = None
+        self._unanswered[ticket] = None
         self._admitted += 1
 
     def _reject(self, reason: RejectReason, queue_length: int) -> Decision:

@@ -8,6 +8,7 @@ timeouts, aborts) is ``gateway.forward``.
 from __future__ import annotations
 
 import asyncio
+import functools
 import itertools
 import os
 import time
@@ -291,8 +292,11 @@ class Gateway:
             try:
                 await self.admission.wait(ticket)
             except asyncio.CancelledError:
+                # A wait that ends unserved is a wait too: a stuck queue would otherwise observe none.
+                self.metrics.series(ctx.model).queue_wait.observe(ticket.wait_s())
                 self._finish(ctx, 499)
                 raise
+        ctx.first_byte = functools.partial(self.controller.first_byte, ticket)
         series = self.metrics.series(ctx.model)
         series.queue_length_at_enqueue.observe(decision.queue_position)
         series.queue_wait.observe(ticket.wait_s())

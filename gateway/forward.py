@@ -76,11 +76,15 @@ def forwarded_headers(
     return forwarded
 
 
+def _no_first_byte_hook() -> None:
+    """A request not admitted through the queue has no ticket to tell."""
+
+
 class RequestContext:
     """What the four log points and the metrics need about one request."""
 
-    __slots__ = ("arrived", "finish_reason", "max_tokens", "model", "model_name", "output_tokens",
-                 "prompt_tokens", "request_id", "route", "trace", "ttft_s", "upstream_s")
+    __slots__ = ("arrived", "finish_reason", "first_byte", "max_tokens", "model", "model_name",
+                 "output_tokens", "prompt_tokens", "request_id", "route", "trace", "ttft_s", "upstream_s")
 
     def __init__(self, request_id: str, route: str, arrived: float, trace: TraceContext) -> None:
         self.request_id = request_id
@@ -95,6 +99,8 @@ class RequestContext:
         self.prompt_tokens: int | None = None
         self.output_tokens: int | None = None
         self.finish_reason: str | None = None
+        # Called when the engine's first byte arrives (admission tracks the oldest still waiting).
+        self.first_byte: Callable[[], None] = _no_first_byte_hook
 
 
 Finish = Callable[[RequestContext, int], None]
@@ -218,6 +224,7 @@ class Forwarder:
                 return json_error(
                     502, "upstream_error", f"engine unavailable: {type(exc).__name__}", ctx.request_id
                 )
+            ctx.first_byte()
             if streaming:
                 # A non-streamed answer's "first token" is its whole generation, which grows with
                 # output length: it is measured by request_duration, not by the TTFT SLO.

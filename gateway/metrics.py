@@ -79,6 +79,18 @@ class _LevelsCollector(Collector):
                 "Most requests admitted upstream at once.",
                 limits.max_concurrency,
             ),
+            # A stuck queue or engine finishes no request, so no histogram sees it: these ages do.
+            (
+                "oximeter_queue_oldest_wait_seconds",
+                "How long the oldest request in the gateway queue has waited (0: none queued).",
+                self._controller.oldest_queued_s(),
+            ),
+            (
+                "oximeter_upstream_oldest_unanswered_seconds",
+                "How long ago the oldest admitted request still without the engine's first byte was "
+                "admitted (0: none).",
+                self._controller.oldest_unanswered_s(),
+            ),
         ):
             family = GaugeMetricFamily(name, doc, labels=BASE_LABELS)
             family.add_metric(labels, value)
@@ -113,7 +125,8 @@ class GatewayMetrics:
         )
         self.queue_wait = Histogram(
             "oximeter_queue_wait_seconds",
-            "Time from arrival to admission upstream.",
+            "Time from arrival to admission upstream, or to leaving the queue unserved (the client "
+            "went away).",
             BASE_LABELS,
             buckets=QUEUE_WAIT_BUCKETS_S,
             registry=r,

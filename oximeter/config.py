@@ -39,6 +39,7 @@ SECTIONS: dict[str, str] = {
     "topology": "analyzer.topology:TopologySettings",
     "exporter": "exporter.settings:ExporterSettings",
     "reporter": "reporter.settings:ReporterSettings",
+    "slos": "analyzer.slo:SloSettings",
 }
 
 M = TypeVar("M", bound="BaseModel")

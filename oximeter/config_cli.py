@@ -21,7 +21,8 @@ def configure(parser: argparse.ArgumentParser) -> None:
 
 def check_command(args: argparse.Namespace) -> int:
     """Print ``FILE: ok`` or one line per problem; exit 1 on any problem. A valid file on stock
-    inputs is followed by one line per input its exporters lack and the signals that disables.
+    inputs is followed by one line per input its exporters lack and the signals that disables,
+    and one per availability objective that vLLM's counters cannot feed.
 
     The secrets the file names (chat webhook URLs and signing secrets) must be set in this
     environment too: a file that validates but cannot start its channels is not ok.
@@ -30,7 +31,7 @@ def check_command(args: argparse.Namespace) -> int:
 
     try:
         config = load_config(args.file)
-        problems = secret_problems(config)
+        problems = config.slos.threshold_problems(config.analyzer.inputs) + secret_problems(config)
         try:
             build_channels(config.reporter.channels)
         except ConfigError as exc:
@@ -42,7 +43,7 @@ def check_command(args: argparse.Namespace) -> int:
         return 1
     print(f"{args.file}: ok")
     # Valid, but on stock inputs some signals may have nothing to read: named, not an error.
-    for line in config.analyzer.missing_inputs():
+    for line in [*config.analyzer.missing_inputs(), *config.slos.unread_on(config.analyzer.inputs)]:
         print(f"{args.file}: {line}")
     return 0
 

@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from pydantic import BaseModel
+from pydantic_core import to_jsonable_python
 
 ROOT = Path(__file__).resolve().parent.parent
 CONFIGURATION = ROOT / "docs" / "configuration.md"
@@ -151,11 +152,12 @@ def config_rows(model: str, schema: Mapping[str, Any], prefix: str,
         if "default" not in prop and field is not None and not field.is_required():
             # A default_factory is not in the schema: ask the field itself.
             value = field.get_default(call_default_factory=True)
-            dumped = value.model_dump(mode="json") if isinstance(value, BaseModel) else value
-            prop = {**prop, "default": dumped}
+            prop = {**prop, "default": to_jsonable_python(value)}  # models, and lists of them
         default = default_text(prop, name in node.get("required", ()))
         yield key, kind + (f" ({limits})" if limits else ""), default, description
-        if (ref := _ref(prop)) is not None:
+        # A nested section, or one that may be null (``Availability | None``: anyOf the two).
+        nested = [_ref(prop), *(_ref(option) for option in prop.get("anyOf", []))]
+        if (ref := next((r for r in nested if r is not None), None)) is not None:
             yield from config_rows(ref, schema, key, models)
         items = prop.get("items", {})
         if (ref := _ref(items)) is not None:

@@ -281,6 +281,8 @@ class NodeHistory:
                 if req.first_at is None:
                     req.first_at = seq.first_token_at if seq.first_token_at is not None else t
                     self._ttft.observe(req.first_at - req.arrival)
+                    if req.ticket is not None:
+                        self.ctl.first_byte(req.ticket)
                 elif req.last_chunk is not None:
                     self._itl.observe(t - req.last_chunk)
                 req.last_chunk = t
@@ -315,6 +317,7 @@ class NodeHistory:
             self._fail(req, t, "504", "first_byte_timeout")
         elif kind == "patience" and not req.done and req.ticket is not None and self.ctl.cancel(req.ticket):
             req.done = True
+            self._wait.observe(req.ticket.wait_s())  # as the gateway does: an unserved wait is a wait
             self._code["499"].inc()
             self._duration.observe(t - req.arrival)
 

@@ -19,75 +19,12 @@ from prometheus_client import Counter as PromCounter
 from prometheus_client import Histogram as PromHistogram
 from prometheus_client.core import Metric
 
-# vLLM v1 buckets (vllm/v1/metrics/loggers.py), so quantiles match a real engine's resolution.
-TTFT_BUCKETS = (
-    0.001,
-    0.005,
-    0.01,
-    0.02,
-    0.04,
-    0.06,
-    0.08,
-    0.1,
-    0.25,
-    0.5,
-    0.75,
-    1.0,
-    2.5,
-    5.0,
-    7.5,
-    10.0,
-    20.0,
-    40.0,
-    80.0,
-    160.0,
-    640.0,
-    2560.0,
-)
-ITL_BUCKETS = (
-    0.01,
-    0.025,
-    0.05,
-    0.075,
-    0.1,
-    0.15,
-    0.2,
-    0.3,
-    0.4,
-    0.5,
-    0.75,
-    1.0,
-    2.5,
-    5.0,
-    7.5,
-    10.0,
-    20.0,
-    40.0,
-    80.0,
-)
-REQUEST_LATENCY_BUCKETS = (
-    0.3,
-    0.5,
-    0.8,
-    1.0,
-    1.5,
-    2.0,
-    2.5,
-    5.0,
-    10.0,
-    15.0,
-    20.0,
-    30.0,
-    40.0,
-    50.0,
-    60.0,
-    120.0,
-    240.0,
-    480.0,
-    960.0,
-    1920.0,
-    7680.0,
-)
+from oximeter.buckets import VLLM_ITL_BUCKETS_S, VLLM_REQUEST_LATENCY_BUCKETS_S, VLLM_TTFT_BUCKETS_S
+
+# vLLM v1 buckets, so quantiles match a real engine's resolution.
+TTFT_BUCKETS = VLLM_TTFT_BUCKETS_S
+ITL_BUCKETS = VLLM_ITL_BUCKETS_S
+REQUEST_LATENCY_BUCKETS = VLLM_REQUEST_LATENCY_BUCKETS_S
 # Dependency calls (vector DB) are milliseconds, not seconds.
 DEPENDENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
 

@@ -38,6 +38,8 @@ PINNED = {
     "14c39d5c4c649aca": 2,  # the above with the wiring moved out and the input checks: same histories
     "011a9189d91daec3": 2,  # maintenance windows a scenario may declare (none by default): same histories
     "be72d7642df1fb4b": 1,  # a scenario's maintenance windows, told to the analyzer, not simulated
+    "5d1aaad9dcca8408": 3,  # the gateway's oldest-wait gauges; unserved queue waits observed
+    "569c090ff1fbe6cf": 3,  # the above merged with the on-call side and the faster analyzer: same histories
 }
 
 

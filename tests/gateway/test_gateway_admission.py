@@ -172,3 +172,30 @@ def test_async_adapter_wakes_fifo_and_cancelled_waiter_leaves_queue() -> None:
         return order
 
     assert asyncio.run(scenario()) == ["a", "c"]
+
+
+def test_ages_of_the_oldest_queued_and_unanswered_requests() -> None:
+    """A stuck queue or engine shows at once in the ages it holds, before any request ends."""
+    ctl, clock = make(2, 10, 1000.0)
+    assert (ctl.oldest_queued_s(), ctl.oldest_unanswered_s()) == (0.0, 0.0)
+    a, b = ctl.offer().ticket, ctl.offer().ticket  # admitted at 100
+    clock.now = 101.0
+    c = ctl.offer().ticket  # queued at 101
+    clock.now = 102.0
+    d = ctl.offer().ticket  # queued at 102
+    assert a is not None and b is not None and c is not None and d is not None
+    clock.now = 104.5
+    assert (ctl.oldest_queued_s(), ctl.oldest_unanswered_s()) == (3.5, 4.5)
+    ctl.first_byte(a)
+    assert ctl.oldest_unanswered_s() == 4.5  # b, admitted with a, still has nothing
+    ctl.first_byte(b)
+    assert ctl.oldest_unanswered_s() == 0.0
+    assert ctl.cancel(c)  # the head leaves unserved at 104.5 after 3.5 s
+    assert (c.wait_s(), ctl.oldest_queued_s()) == (3.5, 2.5)
+    clock.now = 106.0
+    assert ctl.release(a) == [d]  # d admitted at 106 after 4 s; nothing from the engine yet
+    assert (d.wait_s(), ctl.oldest_queued_s(), ctl.oldest_unanswered_s()) == (4.0, 0.0, 0.0)
+    clock.now = 107.25
+    assert ctl.oldest_unanswered_s() == 1.25
+    ctl.release(d, observe=False)  # released without a first byte (a timeout): no longer waited on
+    assert ctl.oldest_unanswered_s() == 0.0

@@ -162,16 +162,26 @@ def test_client_disconnect_while_queued_leaves_queue_as_499(
     ).encode()
     first = _raw_post(port, held)
     wait_until(lambda: read_metric(gw, "oximeter_inflight_requests") == 1, 30, what="first admitted")
+    assert read_metric(gw, "oximeter_queue_wait_seconds_count") == 1  # admitted at once
     second = _raw_post(
         port, json.dumps({"model": MODEL, "messages": [{"role": "user", "content": "y"}]}).encode()
     )
     wait_until(lambda: read_metric(gw, "oximeter_queue_length") == 1, 30, what="second queued")
+    # The engine holds the first request's head and the second waits: both ages grow at once.
+    wait_until(lambda: read_metric(gw, "oximeter_queue_oldest_wait_seconds") > 0, 30, what="queue age")
+    assert read_metric(gw, "oximeter_upstream_oldest_unanswered_seconds") > 0
     second.close()
     wait_until(lambda: read_metric(gw, "oximeter_queue_length") == 0, 30, what="queue left")
     assert read_metric(gw, "oximeter_requests_total", code="499") == 1
+    # The wait that ended unserved is observed, as long as it lasted.
+    assert read_metric(gw, "oximeter_queue_wait_seconds_count") == 2
+    assert read_metric(gw, "oximeter_queue_wait_seconds_sum") > 0
+    assert read_metric(gw, "oximeter_queue_oldest_wait_seconds") == 0
     upstream.release("slot")
     assert first.recv(12) == b"HTTP/1.1 200"
     first.close()
+    wait_until(lambda: read_metric(gw, "oximeter_upstream_oldest_unanswered_seconds") == 0, 30,
+               what="first byte")
     assert [b["messages"][0]["content"] for b in upstream.completions()] == ["x"]
 
 

@@ -77,15 +77,16 @@ def test_recording_rule_shape(rule: dict[str, Any]) -> None:
         assert "without (instance, job" in rule["expr"] or " by (" in rule["expr"], rule["record"]
 
 
-def test_recording_rule_names_are_unique() -> None:
-    names = [r["record"] for r in RECORDS]
-    assert len(names) == len(set(names))
+def test_recording_rules_are_unique() -> None:
+    """One rule per record, or per record and labels: every SLO's error ratio is one record name."""
+    keys = [(r["record"], tuple(sorted(r.get("labels", {}).items()))) for r in RECORDS]
+    assert len(keys) == len(set(keys))
 
 
 def test_rule_files_are_one_per_area() -> None:
     assert [p.name for p in rule_files()] == [
         "dependency.rules.yml", "engine.rules.yml", "gpu.rules.yml", "platform.rules.yml",
-        "scheduling.rules.yml", "signals.rules.yml",
+        "scheduling.rules.yml", "signals.rules.yml", "slo.rules.yml",
     ]
 
 
