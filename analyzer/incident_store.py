@@ -9,7 +9,6 @@ that restarts rebuilds its tracker from the open incidents, so it never produces
 from __future__ import annotations
 
 import json
-import sqlite3
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
@@ -18,7 +17,7 @@ from typing import Any
 from analyzer.diagnosis import RULE_IDS
 from analyzer.incidents import Change, ChangeEvent, Incident
 from oximeter.inputs import InputValueError, parse_duration_s, parse_int, parse_label_value
-from oximeter.store import lock_for, migrate, transaction
+from oximeter.store import Connection, lock_for, migrate, transaction
 from oximeter.vocabulary import LAYERS
 
 COMPONENT = "analyzer"
@@ -123,7 +122,7 @@ class IncidentQuery:
 class IncidentStore:
     """Reads and writes incidents; every method takes the connection's lock (the API shares it)."""
 
-    def __init__(self, conn: sqlite3.Connection) -> None:
+    def __init__(self, conn: Connection) -> None:
         self.conn = conn
         with lock_for(conn):
             migrate(conn, COMPONENT, MIGRATIONS)
