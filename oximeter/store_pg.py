@@ -42,11 +42,24 @@ _JSON_EACH = re.compile(r"\bjson_each\(([\w.]+)\)")
 _BY_COLUMN = re.compile(r'(?<![\w"])by(?![\w"])')
 
 
+def lock_key(purpose: str) -> str:
+    """An advisory-lock key (SQL) for ``purpose`` in this store: keyed by the schema the URL's
+    search_path names, so stores in one database's schemas are apart."""
+    return f"hashtext('oximeter store {purpose} ' || current_schema())"
+
+
+# SQLite's BEGIN IMMEDIATE takes the database's one write lock: write transactions run one at a
+# time (the outbox's claim relies on it). A transaction-level advisory lock is the same here,
+# released by COMMIT or ROLLBACK.
+_WRITE_LOCK = f"SELECT pg_advisory_xact_lock({lock_key('write')})"
+
+
 @lru_cache(maxsize=512)
 def translate(sql: str) -> str:
-    """One statement of the stores' SQL in PostgreSQL's dialect."""
+    """One statement of the stores' SQL in PostgreSQL's dialect (``BEGIN IMMEDIATE`` becomes
+    ``BEGIN``; ``PgConnection`` then takes the store's write lock)."""
     text = sql.strip().rstrip(";")
-    if text == "BEGIN IMMEDIATE":  # PostgreSQL's row locks serialise writers; BEGIN is enough
+    if text == "BEGIN IMMEDIATE":
         return "BEGIN"
     if re.match(r"^\s*(CREATE|ALTER)\b", text):
         for pattern, replacement in _DDL_TYPES:
@@ -126,6 +139,8 @@ class PgConnection:
         query = translate(sql)
         try:
             cursor = self._raw.execute(query, tuple(parameters))
+            if sql.strip() == "BEGIN IMMEDIATE":
+                self._raw.execute(_WRITE_LOCK)
         except psycopg.Error as exc:
             raise PgStoreError(f"{type(exc).__name__}: {str(exc).strip()}") from exc
         return PgCursor(self, cursor, query.startswith("INSERT"))
@@ -196,9 +211,7 @@ class AdvisoryLock:
 def hold_writer(url: str, command: str) -> AdvisoryLock:
     """The store's one-writer lock for ``command``, as the file lock is for a SQLite store."""
     raw = _connect_raw(url)
-    # Keyed by the schema the URL's search_path names: stores in one database's schemas are apart.
-    key = "hashtext('oximeter store writer ' || current_schema())"
-    (held,) = raw.execute(f"SELECT pg_try_advisory_lock({key})").fetchone()
+    (held,) = raw.execute(f"SELECT pg_try_advisory_lock({lock_key('writer')})").fetchone()
     if not held:
         raw.close()
         raise StoreError(f"{_shown(url)}: another process writes this store; {command} refuses to run "

@@ -7,11 +7,11 @@ import sqlite3
 from pathlib import Path
 
 import pytest
-from pg_server import StoreSpace
+from pg_server import PostgresServer, StoreSpace
 
-from oximeter.store import StoreError, connect, migrate, schema_version
+from oximeter.store import StoreError, connect, migrate, schema_version, transaction
 from oximeter.store_lock import hold_store
-from oximeter.store_pg import translate
+from oximeter.store_pg import lock_key, translate
 
 MIGRATIONS = [
     "CREATE TABLE a (id INTEGER PRIMARY KEY, v TEXT, at REAL, png BLOB);",
@@ -94,3 +94,18 @@ def test_one_writer_per_store_on_both_backends(stores: StoreSpace) -> None:
         hold_store(store, "oximeter analyze")
     first.release()
     hold_store(store, "oximeter analyze").release()
+
+
+def test_write_transactions_take_the_stores_one_write_lock(postgres: PostgresServer) -> None:
+    """As SQLite's BEGIN IMMEDIATE does: while one connection writes, no other may start to (the
+    outbox's claim of due rows relies on it), and COMMIT lets the next in."""
+    url = postgres.url(postgres.new_schema("write lock"))
+    first, second = connect(url), connect(url)
+    probe = f"SELECT pg_try_advisory_xact_lock({lock_key('write')})"
+    with transaction(first):
+        second.execute("BEGIN")
+        assert second.execute(probe).fetchone()[0] is False
+        second.execute("ROLLBACK")
+    second.execute("BEGIN")
+    assert second.execute(probe).fetchone()[0] is True
+    second.execute("ROLLBACK")
