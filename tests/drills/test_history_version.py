@@ -36,6 +36,7 @@ PINNED = {
     "453c013935fdd541": 2,  # stock fleets: dcgm-exporter's real Xid series, FB_RESERVED, replicas unavailable
     "80ff9a3ea01cd70f": 2,  # engine_oom and crash_loop faults; kube-state-metrics' last terminated reason
     "14c39d5c4c649aca": 2,  # the above with the wiring moved out and the input checks: same histories
+    "35e9dcc10186801b": 2,  # the store's error class moved to the shared errors module: same histories
 }
 
 
