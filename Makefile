@@ -16,7 +16,10 @@ export PYTHONPYCACHEPREFIX := $(abspath $(VENV))/pycache
 # binary -> Debian package; the demo and the tests run their own servers on free ports.
 SYSTEM_BINARIES := promtool:prometheus prometheus:prometheus prometheus-alertmanager:prometheus-alertmanager \
 	redis-server:redis-server victoria-metrics:victoria-metrics chromium:chromium
-SERVICES := prometheus prometheus-alertmanager prometheus-node-exporter redis-server victoria-metrics
+SERVICES := prometheus prometheus-alertmanager prometheus-node-exporter redis-server victoria-metrics postgresql
+# The store tests' PostgreSQL server (they start their own, on a socket): Debian keeps its binaries
+# outside PATH, one folder per major version.
+POSTGRES_BINDIRS := /usr/lib/postgresql/*/bin
 
 .PHONY: demo test fuzz-long bench lint doctor setup system-deps venv clean
 
@@ -28,6 +31,7 @@ system-deps:
 		command -v $$bin >/dev/null 2>&1 || missing="$$missing $$pkg"; \
 	done; \
 	if ! $(PYTHON) -c 'import venv, ensurepip' >/dev/null 2>&1; then missing="$$missing python3-venv python3-pip"; fi; \
+	ls $(POSTGRES_BINDIRS)/initdb >/dev/null 2>&1 || missing="$$missing postgresql"; \
 	if [ -n "$$missing" ]; then \
 		pkgs=$$(echo $$missing | tr ' ' '\n' | sort -u | tr '\n' ' '); \
 		echo "installing Debian packages:$$pkgs"; \
@@ -79,6 +83,8 @@ doctor:
 		if command -v $$bin >/dev/null 2>&1; then \
 			printf '%-24s %s\n' "$$bin:" "$$($$bin --version 2>&1 | head -n1)"; \
 		else printf '%-24s %s\n' "$$bin:" "MISSING (make setup installs it)"; fi; done
+	@pg=$$(ls $(POSTGRES_BINDIRS)/postgres 2>/dev/null | tail -n1); \
+		printf '%-24s %s\n' "postgres:" "$$( [ -n "$$pg" ] && $$pg --version || echo 'MISSING (make setup installs it)')"
 	@if [ -x $(BIN)/python ]; then $(BIN)/python -m pip list 2>/dev/null | grep -iE '^(aiohttp|prometheus.client|nvidia-ml-py|pandas|pydantic|grafanalib|scikit-learn|loguru|requests) ' ; \
 		else echo "$(VENV): not created (make setup)"; fi
 

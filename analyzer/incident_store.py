@@ -9,7 +9,6 @@ that restarts rebuilds its tracker from the open incidents, so it never produces
 from __future__ import annotations
 
 import json
-import sqlite3
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
@@ -19,7 +18,7 @@ from analyzer.diagnosis import RULE_IDS
 from analyzer.events import iso_utc
 from analyzer.incidents import Change, ChangeEvent, Incident
 from oximeter.inputs import InputValueError, parse_duration_s, parse_int, parse_label_value, parse_moment
-from oximeter.store import lock_for, migrate, transaction
+from oximeter.store import Connection, lock_for, migrate, transaction
 from oximeter.vocabulary import LAYERS, SEVERITIES
 
 COMPONENT = "analyzer"
@@ -160,7 +159,7 @@ QUERY_PARAMS: dict[str, str] = {
 class IncidentStore:
     """Reads and writes incidents; every method takes the connection's lock (the API shares it)."""
 
-    def __init__(self, conn: sqlite3.Connection) -> None:
+    def __init__(self, conn: Connection) -> None:
         self.conn = conn
         with lock_for(conn):
             migrate(conn, COMPONENT, MIGRATIONS)

@@ -4,8 +4,9 @@ A signal's query is written once, in ``analyzer/catalogue.py``; every signal tha
 rule (``record``) gets it here, in ``alert_rules/signals.rules.yml``, with the signal's own PromQL.
 Alerting rules in the other files read these records. Likewise the stock adapters' plain
 translations are written once, in ``analyzer/sources/stock.py``'s tables, and rendered into the
-marked part of ``alert_rules/adapters/dcgm.rules.yml`` and ``vllm.rules.yml``. ``tests/rules/``
-fails when a committed file differs from what is rendered.
+marked part of ``alert_rules/adapters/dcgm.rules.yml`` and ``vllm.rules.yml``. The rule files as
+Prometheus Operator objects (``deploy/kubernetes/*/prometheusrule.generated.yaml``) are written from
+the same text. ``tests/rules/`` fails when a committed file differs from what is rendered.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from pathlib import Path
 
 import yaml
 
-from alert_rules import ADAPTERS_DIR, RULES_DIR
+from alert_rules import ADAPTERS_DIR, RULES_DIR, kubernetes
 from analyzer.catalogue import CATALOGUE
 from analyzer.signals import SignalSpec
 from analyzer.slo import SloSettings
@@ -71,8 +72,9 @@ def rendered_adapters() -> dict[Path, str]:
 def configure(parser: argparse.ArgumentParser) -> None:
     """Add the ``build`` sub-command."""
     subparsers = parser.add_subparsers(dest="rules_command", metavar="SUBCOMMAND")
-    build = subparsers.add_parser("build", help="write the signal recording rules from the catalogue and "
-                                  "the adapters' plain translations from their tables")
+    build = subparsers.add_parser("build", help="write the signal recording rules from the catalogue, "
+                                  "the adapters' plain translations from their tables and the rules' "
+                                  "PrometheusRule objects for Kubernetes")
     build.add_argument("--out", type=Path, default=SIGNALS_RULES,
                        help=f"output file (default: {SIGNALS_RULES})")
     build.add_argument("--slo-out", type=Path, default=SLO_RULES,
@@ -86,7 +88,12 @@ def configure(parser: argparse.ArgumentParser) -> None:
 def _build(args: argparse.Namespace) -> int:
     try:
         slos = load_section("slos", SloSettings, args.config)
-        wanted = {args.out: render(), args.slo_out: render_slos(slos), **rendered_adapters()}
+        rules = {SIGNALS_RULES: render(), SLO_RULES: render_slos(slos), **rendered_adapters()}
+        wanted = {args.out: rules[SIGNALS_RULES], args.slo_out: rules[SLO_RULES], **rules,
+                  **kubernetes.rendered(rules)}
+        for default, chosen in ((SIGNALS_RULES, args.out), (SLO_RULES, args.slo_out)):
+            if chosen != default:
+                del wanted[default]
     except ConfigError as exc:
         print(str(exc), file=sys.stderr)
         return 2

@@ -202,7 +202,8 @@ class IncidentSettings(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    store_path: str = "oximeter.db"  # the shared store (the outbox lives in it too)
+    # the shared store (the outbox lives in it too): a SQLite file, or a postgresql:// URL
+    store_path: str = "oximeter.db"
     lookback_s: float = Field(900.0, gt=0)
     # How long every member of an incident must be normal before it resolves; doubled each time
     # the incident has re-opened (up to reopen_window_s): a fault that comes and goes is still on.

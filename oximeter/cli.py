@@ -24,7 +24,8 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "config": ("oximeter.config_cli", "check a configuration file"),
     "dashboards": ("dashboards.cli", "build the Grafana dashboards JSON from grafanalib sources"),
     "rules": ("analyzer.recording_rules",
-              "generate the signal recording rules and the adapters' plain translations"),
+              "generate the signal recording rules, the adapters' plain translations and the "
+              "Kubernetes rule objects"),
     "detect": ("analyzer.detect_cli", "detect anomalies in a CSV or Parquet series offline"),
     "exporter": ("exporter.cli", "export GPU (NVML or simulated) and external queue metrics"),
     "outbox": ("reporter.outbox_cli", "list pending or failed chat notifications"),

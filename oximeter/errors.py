@@ -23,3 +23,7 @@ class SecretMissingError(ConfigError):
 
 class DependencyError(OximeterError):
     """A dependency (Prometheus, Redis, a chat service) failed after retries."""
+
+
+class StoreError(OximeterError):
+    """The store could not be opened or migrated."""

@@ -1,8 +1,10 @@
-"""The embedded SQLite store shared by the analyzer (incidents) and the reporter (outbox).
+"""The store shared by the analyzer (incidents) and the reporter (outbox): an embedded SQLite file
+by default, or a PostgreSQL database when ``store_path`` is a ``postgresql://`` URL.
 
-One file, WAL mode (readers never block the daemon's writer), and a schema versioned per
-component: each component declares an ordered list of migrations, applied once, in order,
-inside a transaction, and recorded in ``schema_migrations``.
+SQLite: one file, WAL mode (readers never block the daemon's writer). On both, a schema versioned
+per component: each component declares an ordered list of migrations, applied once, in order,
+inside a transaction, and recorded in ``schema_migrations`` (``oximeter.store_pg`` runs the same
+list on PostgreSQL).
 """
 
 from __future__ import annotations
@@ -13,19 +15,65 @@ import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any, Protocol
 
 from loguru import logger
 
-from oximeter.errors import OximeterError
+from oximeter.errors import StoreError
 
 Migration = str  # one SQL script; its 1-based position in the component's list is its version
 
 
-class StoreError(OximeterError):
-    """The store could not be opened or migrated."""
+class Row(Protocol):
+    """A row read by column name or position (``sqlite3.Row`` and PostgreSQL's rows alike)."""
+
+    def __getitem__(self, key: Any, /) -> Any: ...
+
+    def keys(self) -> list[str]: ...
 
 
-def connect(path: str | Path) -> sqlite3.Connection:
+class Cursor(Protocol):
+    """What a statement returns."""
+
+    @property
+    def rowcount(self) -> int: ...
+
+    @property
+    def lastrowid(self) -> int | None: ...
+
+    def fetchone(self) -> Any: ...
+
+    def fetchall(self) -> list[Any]: ...
+
+
+class Connection(Protocol):
+    """The part of ``sqlite3.Connection`` the stores use, which ``oximeter.store_pg`` also offers."""
+
+    @property
+    def in_transaction(self) -> bool: ...
+
+    def execute(self, sql: str, parameters: Any = ..., /) -> Any: ...
+
+    def executemany(self, sql: str, parameters: Any, /) -> Any: ...
+
+    def close(self) -> None: ...
+
+
+def is_postgres_url(store: object) -> bool:
+    """Whether a ``store_path`` names a PostgreSQL database rather than a SQLite file."""
+    return str(store).startswith(("postgresql://", "postgres://"))
+
+
+def connect(path: str | Path) -> Connection:
+    """Open the store: a ``postgresql://`` URL (``oximeter.store_pg``) or a SQLite file."""
+    if is_postgres_url(path):
+        from oximeter.store_pg import connect_postgres
+
+        return connect_postgres(str(path))
+    return connect_sqlite(path)
+
+
+def connect_sqlite(path: str | Path) -> sqlite3.Connection:
     """Open the store at ``path`` in WAL mode, after an integrity check; create it where none exists.
 
     A file that is there but is not a sound store (empty, truncated, overwritten in part) is
@@ -86,13 +134,13 @@ def integrity_problems(conn: sqlite3.Connection, *, quick: bool = False) -> list
 _LOCKS: dict[int, threading.Lock] = {}
 
 
-def lock_for(conn: sqlite3.Connection) -> threading.Lock:
+def lock_for(conn: Connection) -> threading.Lock:
     """The lock that serialises use of ``conn`` across threads."""
     return _LOCKS.setdefault(id(conn), threading.Lock())
 
 
 @contextmanager
-def transaction(conn: sqlite3.Connection) -> Iterator[sqlite3.Connection]:
+def transaction(conn: Connection) -> Iterator[Connection]:
     """One write transaction on ``conn`` under its lock: taken at once (``BEGIN IMMEDIATE``, so two
     writers never deadlock upgrading a read), committed on success, rolled back on any exception."""
     with lock_for(conn):
@@ -113,7 +161,7 @@ def transaction(conn: sqlite3.Connection) -> Iterator[sqlite3.Connection]:
             raise
 
 
-def schema_version(conn: sqlite3.Connection, component: str) -> int:
+def schema_version(conn: Connection, component: str) -> int:
     """The highest migration applied for ``component`` (0 when none)."""
     row = conn.execute(
         "SELECT COALESCE(MAX(version), 0) FROM schema_migrations WHERE component = ?", (component,)
@@ -121,7 +169,7 @@ def schema_version(conn: sqlite3.Connection, component: str) -> int:
     return int(row[0])
 
 
-def migrate(conn: sqlite3.Connection, component: str, migrations: Sequence[Migration]) -> int:
+def migrate(conn: Connection, component: str, migrations: Sequence[Migration]) -> int:
     """Apply ``component``'s migrations not applied yet; returns the resulting version.
 
     A store written by a newer Oximeter (more migrations than this code knows) is refused rather

@@ -15,7 +15,7 @@ from pathlib import Path
 
 from oximeter.config import load_config
 from oximeter.errors import OximeterError
-from oximeter.store import integrity_problems
+from oximeter.store import integrity_problems, is_postgres_url
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
@@ -30,7 +30,11 @@ def configure(parser: argparse.ArgumentParser) -> None:
 
 
 def _path(args: argparse.Namespace) -> Path:
-    path = Path(args.store or load_config(args.config).incidents.store_path)
+    store = args.store or load_config(args.config).incidents.store_path
+    if is_postgres_url(store):
+        raise OximeterError("the store is a PostgreSQL database: check and back it up with PostgreSQL's "
+                            "own tools (pg_amcheck, pg_dump)")
+    path = Path(store)
     if not path.is_file():
         raise OximeterError(f"{path}: no store there")
     if path.stat().st_size == 0:

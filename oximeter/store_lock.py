@@ -13,9 +13,9 @@ import os
 import socket
 import time
 from pathlib import Path
-from typing import IO
+from typing import IO, Protocol
 
-from oximeter.store import StoreError
+from oximeter.store import StoreError, is_postgres_url
 
 
 class StoreLock:
@@ -36,8 +36,17 @@ def lock_path(store: str | Path) -> Path:
     return Path(f"{store}.lock")
 
 
-def hold_store(store: str | Path, command: str) -> StoreLock:
-    """Take the store's writer lock for ``command`` or raise ``StoreError`` naming the holder."""
+class _Releasable(Protocol):
+    def release(self) -> None: ...
+
+
+def hold_store(store: str | Path, command: str) -> _Releasable:
+    """Take the store's writer lock for ``command`` or raise ``StoreError`` naming the holder (on
+    PostgreSQL an advisory lock, which the server drops with its holder's connection)."""
+    if is_postgres_url(store):
+        from oximeter.store_pg import hold_writer
+
+        return hold_writer(str(store), command)
     path = lock_path(store)
     path.parent.mkdir(parents=True, exist_ok=True)
     handle = open(path, "a+", encoding="utf-8")  # noqa: SIM115 - held open for the process's life

@@ -15,16 +15,15 @@ from __future__ import annotations
 
 import hashlib
 import re
-import sqlite3
 import time
 
 from aiohttp import web
 
-from oximeter.store import lock_for
+from oximeter.store import Connection, lock_for
 
 ROUTE = "/api/charts/{name}"
 _NAME = re.compile(r"^[0-9a-f]{64}\.png$")
-CONN: web.AppKey[sqlite3.Connection] = web.AppKey("chart_conn", sqlite3.Connection)
+CONN: web.AppKey[Connection] = web.AppKey("chart_conn")
 
 
 def chart_name(png: bytes) -> str:
@@ -37,7 +36,7 @@ def chart_url(api_url: str, png: bytes) -> str:
     return f"{api_url.rstrip('/')}{ROUTE.format(name=chart_name(png))}"
 
 
-def save_chart(conn: sqlite3.Connection, png: bytes, day: str, *, keep: int,
+def save_chart(conn: Connection, png: bytes, day: str, *, keep: int,
                now: float | None = None) -> str:
     """Keep ``png`` (the digest of ``day``) for the API and forget all but the newest ``keep``
     charts; returns its name. Saving it again is a no-op."""
@@ -53,7 +52,7 @@ def save_chart(conn: sqlite3.Connection, png: bytes, day: str, *, keep: int,
     return name
 
 
-def load_chart(conn: sqlite3.Connection, name: str) -> bytes | None:
+def load_chart(conn: Connection, name: str) -> bytes | None:
     """The PNG called ``name``, or None."""
     with lock_for(conn):
         row = conn.execute("SELECT png FROM digest_charts WHERE name = ?", (name,)).fetchone()
@@ -73,7 +72,7 @@ async def get_chart(request: web.Request) -> web.Response:
                         headers={"Cache-Control": "public, max-age=31536000, immutable"})
 
 
-def mount(app: web.Application, conn: sqlite3.Connection) -> None:
+def mount(app: web.Application, conn: Connection) -> None:
     """Serve the store's charts on the analyzer API."""
     app[CONN] = conn
     app.router.add_get(ROUTE, get_chart)

@@ -13,7 +13,7 @@ from typing import Any
 
 from oximeter.config import read_config, section
 from oximeter.errors import ConfigError, OximeterError
-from oximeter.store import StoreError, connect
+from oximeter.store import StoreError, connect, is_postgres_url
 from reporter.settings import ReporterSettings
 
 
@@ -63,9 +63,10 @@ def run(args: argparse.Namespace) -> int:
         settings = section(sections, "reporter", ReporterSettings, where)
         day = _day(args.date, settings.digest.timezone)
         prom = digest_client(settings.digest, args.prometheus)
-        store_path = Path(args.store or section(sections, "incidents", IncidentSettings, where).store_path)
+        store_path = args.store or section(sections, "incidents", IncidentSettings, where).store_path
         # A preview must not create an empty store as a side effect.
-        store = IncidentStore(connect(store_path)) if store_path.exists() or not args.dry_run else None
+        there = is_postgres_url(store_path) or Path(store_path).exists()
+        store = IncidentStore(connect(store_path)) if there or not args.dry_run else None
         if args.dry_run:
             return _preview(build(prom, store, day, settings), Path(args.out))
         return _send(prom, store, day, settings, args.channel, send)

@@ -18,7 +18,6 @@ from __future__ import annotations
 import math
 import os
 import socket
-import sqlite3
 import uuid
 from collections.abc import Iterable, Mapping
 from dataclasses import asdict, dataclass
@@ -28,7 +27,7 @@ from typing import Any
 from loguru import logger
 from prometheus_client import CollectorRegistry, Counter, Gauge
 
-from oximeter.store import lock_for, migrate, transaction
+from oximeter.store import Connection, Row, lock_for, migrate, transaction
 from oximeter.vocabulary import SEVERITY_RANK, as_severity, priority
 from reporter.channels.base import Channel, DeliveryResult, Outcome
 from reporter.message import Message, Section
@@ -151,7 +150,7 @@ def _process_gone(owner: str) -> bool:
 class Outbox:
     """The outbox table plus the channels it delivers to."""
 
-    def __init__(self, conn: sqlite3.Connection, channels: Mapping[str, Channel] | None = None,
+    def __init__(self, conn: Connection, channels: Mapping[str, Channel] | None = None,
                  policy: OutboxPolicy | None = None, *, registry: CollectorRegistry | None = None) -> None:
         self.conn = conn
         self.channels = dict(channels or {})
@@ -238,7 +237,7 @@ class Outbox:
                                  " AND state = 'delivering'", (row["id"],))
                     logger.warning("outbox: re-queued row {} claimed by a stopped deliverer", row["id"])
 
-    def _claim(self, now: float, limit: int) -> list[sqlite3.Row]:
+    def _claim(self, now: float, limit: int) -> list[Row]:
         due = self.next_due_at()
         if due is None or due > now:
             return []
@@ -252,7 +251,7 @@ class Outbox:
                     (self.worker_id, now, row["id"]))
         return rows
 
-    def _summary(self, row: sqlite3.Row) -> Message:
+    def _summary(self, row: Row) -> Message:
         window = self.policy.storm_window_s
         start = row["next_attempt_at"] - window
         with self._lock:
@@ -296,7 +295,7 @@ class Outbox:
         self._refresh_pending()
         return len(rows)
 
-    def _finish(self, row: sqlite3.Row, result: DeliveryResult, now: float) -> None:
+    def _finish(self, row: Row, result: DeliveryResult, now: float) -> None:
         attempts = row["attempts"] + (0 if result.outcome is Outcome.THROTTLED else 1)
         state, next_at, error = State.PENDING, now, result.error or None
         if result.outcome is Outcome.SENT:

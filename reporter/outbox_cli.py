@@ -13,7 +13,7 @@ from types import FrameType
 
 from oximeter.config import load_section
 from oximeter.errors import ConfigError
-from oximeter.store import StoreError, connect
+from oximeter.store import StoreError, connect, is_postgres_url
 from reporter.outbox import Outbox, OutboxPolicy, OutboxRow, State
 from reporter.settings import ReporterSettings
 
@@ -55,8 +55,8 @@ def list_command(args: argparse.Namespace) -> int:
     """Print the outbox rows (no payloads and no webhook URLs: rows name their channel only)."""
     try:
         settings = load_section("reporter", ReporterSettings, args.config)
-        store = Path(args.store or settings.store_path)
-        if not store.exists():  # listing must not create an empty store as a side effect
+        store = args.store or settings.store_path
+        if not is_postgres_url(store) and not Path(store).exists():  # listing must not create a store
             print(f"outbox: no store at {store}")
             return 0
         outbox = Outbox(connect(store))

@@ -84,7 +84,8 @@ class ReporterSettings(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    store_path: str = "oximeter.db"  # the shared SQLite store (outbox lives under component "reporter")
+    # the shared store (outbox lives under component "reporter"): a SQLite file, or a postgresql:// URL
+    store_path: str = "oximeter.db"
     channels: dict[str, ChannelSettings] = Field(default_factory=dict)
     # Storm control: at most storm_cap messages per channel per window, then one summary.
     storm_cap: int = Field(10, ge=1)

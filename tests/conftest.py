@@ -7,6 +7,7 @@ from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 
 import pytest
+from pg_server import PostgresServer, StoreSpace
 from shared_stack import BACKFILL, STARTED, setup_summary, shared_options
 from xdist.remote import Producer
 from xdist.scheduler import LoadScopeScheduling
@@ -83,10 +84,17 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     items.sort(key=rank)
 
 
+# The store test suites: each runs on SQLite and on PostgreSQL (the ``stores`` fixture).
+STORE_SUITES = ("tests/test_store.py", "tests/incidents/test_incidents_store.py",
+                "tests/reporter/test_reporter_outbox.py", "tests/reporter/test_reporter_relay.py")
+
+
 # Tests that must share one pytest-xdist worker (``make test`` runs several): every user of the
 # session's live stack (a session fixture is per worker, and the stack is costly), and the drill
 # replays (they fill one history cache; apart they would generate the same windows twice).
-XDIST_GROUPS = {"live_stack": ("tests/live/", "tests/e2e/"), "drill_cache": ("tests/drills/test_drill.py",)}
+# The store suites on both backends share one worker too: one PostgreSQL server for all of them.
+XDIST_GROUPS = {"live_stack": ("tests/live/", "tests/e2e/"), "drill_cache": ("tests/drills/test_drill.py",),
+                "postgres": STORE_SUITES}
 # Modules under those paths that do not use the shared stack: on its worker they would run in
 # series with it; elsewhere their module-scoped fixtures still keep each one unit. The stock e2e
 # starts its own stack; the configuration and chat-sink tests start none.
@@ -189,3 +197,17 @@ def logs_to_stderr() -> Iterator[None]:
     logger.remove()
     logger.add(_stderr_now, level="INFO", format="{message}")
     yield
+
+
+@pytest.fixture(scope="session")
+def postgres() -> Iterator[PostgresServer]:
+    """The session's PostgreSQL server (tests/pg_server.py), started on first use, always stopped."""
+    with PostgresServer() as server:
+        yield server
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def stores(request: pytest.FixtureRequest, tmp_path: Path) -> StoreSpace:
+    """The test's stores, once on an SQLite file and once on the session's PostgreSQL server."""
+    server = request.getfixturevalue("postgres") if request.param == "postgresql" else None
+    return StoreSpace(request.param, tmp_path, server)

@@ -4,7 +4,6 @@ no second "opened"), SIGTERM, its metrics; and the cycle's source-down back-off 
 from __future__ import annotations
 
 import signal
-import sqlite3
 from collections.abc import Callable, Iterable, Mapping
 from datetime import datetime
 from pathlib import Path
@@ -14,6 +13,7 @@ import pandas as pd
 import pytest
 import requests
 from incident_cases import at, ev
+from pg_server import StoreSpace
 
 from analyzer.case import Snapshot
 from analyzer.daemon import Analyzer
@@ -54,19 +54,23 @@ def _cycles(port: int) -> float:
     return float(lines[0].split()[-1]) if lines else 0.0
 
 
-def test_kill_mid_incident_and_restart(tmp_path: Path,
+def test_kill_mid_incident_and_restart(tmp_path: Path, stores: StoreSpace,
                                        start_process: Callable[..., ManagedProcess]) -> None:
-    data, store_path = signal_file(tmp_path / "signals.parquet"), tmp_path / "oximeter.db"
+    """On either store: the killed daemon's writer lock goes with it, and its successor resumes the
+    open incident without announcing it again."""
+    data, store_path = signal_file(tmp_path / "signals.parquet"), stores / "oximeter.db"
 
     def argv(port_file: Path) -> list[str]:
         return oximeter_argv("analyze", "--signals", str(data), "--replay-start", START, "--speed", "1",
                              "--store", str(store_path), "--port", "0", "--port-file", str(port_file))
     first = start_process("analyze-1", argv(tmp_path / "api-1.port"))
     port = wait_port(first, tmp_path / "api-1.port")
-    first.wait_ready(lambda: http_ok(f"http://127.0.0.1:{port}/openapi.json") and _open_ids(port), 60)
+    opened = 'oximeter_incidents_open{layer="infrastructure",severity="critical"} 1.0'
+    # The cycle saves the incident (the API sees it), hands it to the outbox, then updates its gauges.
+    first.wait_ready(lambda: http_ok(f"http://127.0.0.1:{port}/openapi.json") and _open_ids(port)
+                     and opened in requests.get(f"http://127.0.0.1:{port}/metrics", timeout=5).text, 60)
     (incident_id,) = _open_ids(port)
     metrics = requests.get(f"http://127.0.0.1:{port}/metrics", timeout=5).text
-    assert 'oximeter_incidents_open{layer="infrastructure",severity="critical"} 1.0' in metrics
     assert 'oximeter_anomalies_active{layer="infrastructure",signal="xid_paging"} 1.0' in metrics
     assert "oximeter_analyzer_source_up 1.0" in metrics
     first.signal(signal.SIGKILL)
@@ -79,10 +83,11 @@ def test_kill_mid_incident_and_restart(tmp_path: Path,
     assert second.stop() == 0  # SIGTERM: clean shutdown
     assert "analyzer stopped" in second.log_tail(50)
     assert "opened" not in second.log_tail(200)
-    conn = sqlite3.connect(store_path)
-    rows = conn.execute("SELECT key, emitted_at IS NOT NULL FROM incident_changes").fetchall()
+    conn = connect(store_path)
+    found = conn.execute("SELECT key, emitted_at IS NOT NULL FROM incident_changes").fetchall()
+    rows = [(r[0], bool(r[1])) for r in found]
     conn.close()
-    assert rows == [(f"{incident_id}:opened:1", 1)]
+    assert rows == [(f"{incident_id}:opened:1", True)]
 
 
 class Recorder:

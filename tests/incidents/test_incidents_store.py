@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from dataclasses import replace
 from datetime import timedelta
-from pathlib import Path
 
 import pytest
 from incident_cases import at, ev, gpu
+from pg_server import StoreSpace
 
 from analyzer.events import AnomalyEvent
 from analyzer.incident_store import IncidentQuery, IncidentStore, QueryError, parse_duration
@@ -30,8 +30,8 @@ def cycle(store: IncidentStore, tracker: IncidentTracker, events: list[AnomalyEv
     return [c.key for c in changes]
 
 
-def test_restart_resumes_open_incidents_without_a_second_opened(tmp_path: Path) -> None:
-    path = tmp_path / "oximeter.db"
+def test_restart_resumes_open_incidents_without_a_second_opened(stores: StoreSpace) -> None:
+    path = stores / "oximeter.db"
     store = IncidentStore(connect(path))
     first = IncidentTracker(SETTINGS)
     keys = cycle(store, first, [Q], 2)
@@ -52,21 +52,21 @@ def test_restart_resumes_open_incidents_without_a_second_opened(tmp_path: Path) 
     assert [c["emitted_at"] is not None for c in store.changes_of(inc.id)] == [True, False]
 
 
-def test_unemitted_change_survives_a_crash_and_saving_twice_keeps_one(tmp_path: Path) -> None:
-    store = IncidentStore(connect(tmp_path / "s.db"))
+def test_unemitted_change_survives_a_crash_and_saving_twice_keeps_one(stores: StoreSpace) -> None:
+    store = IncidentStore(connect(stores / "s.db"))
     tracker = IncidentTracker(SETTINGS)
     now = at(2)
     changes, touched = tracker.step(findings([XID], TOPO, now=now, settings=SETTINGS), now)
     store.save(touched, changes)
     store.save(touched, changes)
     store.conn.close()
-    store = IncidentStore(connect(tmp_path / "s.db"))
+    store = IncidentStore(connect(stores / "s.db"))
     assert [c.key for c in store.pending_changes()] == [c.key for c in changes]
 
 
 @pytest.fixture
-def filled(tmp_path: Path) -> IncidentStore:
-    store = IncidentStore(connect(tmp_path / "q.db"))
+def filled(stores: StoreSpace) -> IncidentStore:
+    store = IncidentStore(connect(stores / "q.db"))
     tracker = IncidentTracker(SETTINGS)
     cycle(store, tracker, [Q, XID], 3)
     cycle(store, tracker, [replace(Q, cleared_at=at(4)), XID], 10)

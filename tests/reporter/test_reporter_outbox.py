@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 from chat_receiver import ChatReceiver
 from conftest import MakeChannel
+from pg_server import StoreSpace
 from prometheus_client import CollectorRegistry
 from sample_messages import alert
 
@@ -20,11 +20,11 @@ from reporter.outbox import Outbox, OutboxPolicy
 T0 = 1_000_020.0  # a window boundary for 60 s windows (1_000_020 = 16_667 × 60)
 
 
-def _outbox(tmp_path: Path, channels: dict[str, Channel],
+def _outbox(stores: StoreSpace, channels: dict[str, Channel],
             **policy: float) -> tuple[Outbox, CollectorRegistry]:
     registry = CollectorRegistry()
     settings = {"retry_base_s": 2.0, "retry_max_s": 10.0, "max_attempts": 5, "storm_window_s": 60.0, **policy}
-    outbox = Outbox(connect(tmp_path / "oximeter.db"), channels, OutboxPolicy(**settings),  # type: ignore[arg-type]
+    outbox = Outbox(connect(stores / "oximeter.db"), channels, OutboxPolicy(**settings),  # type: ignore[arg-type]
                     registry=registry)
     return outbox, registry
 
@@ -37,9 +37,9 @@ def _states(outbox: Outbox) -> list[tuple[str, str, int]]:
     return [(r.idempotency_key, r.state, r.attempts) for r in outbox.rows()]
 
 
-def test_enqueue_is_idempotent_per_channel_and_delivers_once(tmp_path: Path, receiver: ChatReceiver,
+def test_enqueue_is_idempotent_per_channel_and_delivers_once(stores: StoreSpace, receiver: ChatReceiver,
                                                              make_channel: MakeChannel) -> None:
-    outbox, registry = _outbox(tmp_path, {"ops": make_channel("webhook"), "team": make_channel("wecom")})
+    outbox, registry = _outbox(stores, {"ops": make_channel("webhook"), "team": make_channel("wecom")})
     assert registry.get_sample_value("oximeter_outbox_pending") == 0
     assert len(outbox.enqueue(alert("incident-1:opened:1"), now=T0)) == 2
     assert outbox.enqueue(alert("incident-1:opened:1"), now=T0 + 1) == []
@@ -56,9 +56,9 @@ def test_enqueue_is_idempotent_per_channel_and_delivers_once(tmp_path: Path, rec
     assert counts == [2.0, 1.0, 0.0]
 
 
-def test_exponential_backoff_then_give_up(tmp_path: Path, receiver: ChatReceiver,
+def test_exponential_backoff_then_give_up(stores: StoreSpace, receiver: ChatReceiver,
                                           make_channel: MakeChannel) -> None:
-    outbox, registry = _outbox(tmp_path, {"ops": make_channel("webhook")})
+    outbox, registry = _outbox(stores, {"ops": make_channel("webhook")})
     receiver.script("webhook", *["http_503"] * 5)
     outbox.enqueue(alert("k"), now=T0)
     schedule = []
@@ -75,9 +75,9 @@ def test_exponential_backoff_then_give_up(tmp_path: Path, receiver: ChatReceiver
     assert outbox.rows()[0].last_error == "http 503: service unavailable"
 
 
-def test_retry_after_is_honoured_and_permanent_errors_fail_at_once(tmp_path: Path, receiver: ChatReceiver,
+def test_retry_after_is_honoured_and_permanent_errors_fail_at_once(stores: StoreSpace, receiver: ChatReceiver,
                                                                   make_channel: MakeChannel) -> None:
-    outbox, _ = _outbox(tmp_path, {"slack": make_channel("slack"), "wecom": make_channel("wecom")})
+    outbox, _ = _outbox(stores, {"slack": make_channel("slack"), "wecom": make_channel("wecom")})
     receiver.script("slack", "throttled")
     receiver.script("wecom", "permanent")
     outbox.enqueue(alert("k"), now=T0)
@@ -89,9 +89,9 @@ def test_retry_after_is_honoured_and_permanent_errors_fail_at_once(tmp_path: Pat
     assert by_channel["wecom"].last_error == "93000: invalid webhook url"
 
 
-def test_storm_control_caps_then_sends_one_summary(tmp_path: Path, receiver: ChatReceiver,
+def test_storm_control_caps_then_sends_one_summary(stores: StoreSpace, receiver: ChatReceiver,
                                                    make_channel: MakeChannel) -> None:
-    outbox, registry = _outbox(tmp_path, {"ops": make_channel("webhook")}, storm_cap=2)
+    outbox, registry = _outbox(stores, {"ops": make_channel("webhook")}, storm_cap=2)
     severities = ["info", "warning", "critical", "info", "warning"]
     for i, severity in enumerate(severities):
         outbox.enqueue(alert(f"k{i}", severity=severity, title=f"alert {i}"), now=T0 + i)
@@ -112,9 +112,9 @@ def test_storm_control_caps_then_sends_one_summary(tmp_path: Path, receiver: Cha
 
 
 def test_local_rate_limit_leaves_messages_queued_without_counting_attempts(
-        tmp_path: Path, receiver: ChatReceiver, make_channel: MakeChannel) -> None:
+        stores: StoreSpace, receiver: ChatReceiver, make_channel: MakeChannel) -> None:
     now = [0.0]
-    outbox, _ = _outbox(tmp_path, {"team": make_channel("wecom", clock=lambda: now[0])}, storm_cap=100)
+    outbox, _ = _outbox(stores, {"team": make_channel("wecom", clock=lambda: now[0])}, storm_cap=100)
     for i in range(22):
         outbox.enqueue(alert(f"k{i}"), now=T0)
     assert outbox.deliver_due(T0) == 22
@@ -126,9 +126,9 @@ def test_local_rate_limit_leaves_messages_queued_without_counting_attempts(
     assert len(receiver.accepted("wecom")) == 22
 
 
-def test_a_rate_limited_retry_keeps_the_last_error(tmp_path: Path, receiver: ChatReceiver,
+def test_a_rate_limited_retry_keeps_the_last_error(stores: StoreSpace, receiver: ChatReceiver,
                                                   make_channel: MakeChannel) -> None:
-    outbox, _ = _outbox(tmp_path, {"team": make_channel("wecom", clock=lambda: 0.0)}, storm_cap=100)
+    outbox, _ = _outbox(stores, {"team": make_channel("wecom", clock=lambda: 0.0)}, storm_cap=100)
     receiver.script("wecom", *["http_503"] * 20)
     for i in range(21):
         outbox.enqueue(alert(f"k{i}"), now=T0)
@@ -139,9 +139,9 @@ def test_a_rate_limited_retry_keeps_the_last_error(tmp_path: Path, receiver: Cha
         [("pending", 1, "http 503: service unavailable")] * 20 + [("pending", 0, None)])
 
 
-def test_rows_claimed_by_a_dead_process_are_delivered_again(tmp_path: Path, receiver: ChatReceiver,
+def test_rows_claimed_by_a_dead_process_are_delivered_again(stores: StoreSpace, receiver: ChatReceiver,
                                                             make_channel: MakeChannel) -> None:
-    outbox, _ = _outbox(tmp_path, {"ops": make_channel("webhook")}, claim_lease_s=100.0)
+    outbox, _ = _outbox(stores, {"ops": make_channel("webhook")}, claim_lease_s=100.0)
     outbox.enqueue(alert("dead"), now=T0)
     outbox.enqueue(alert("alive"), now=T0)
     outbox.enqueue(alert("expired"), now=T0)
@@ -158,9 +158,9 @@ def test_rows_claimed_by_a_dead_process_are_delivered_again(tmp_path: Path, rece
                                                                    "expired": "sent"}
 
 
-def test_purge_keeps_what_is_not_done(tmp_path: Path, receiver: ChatReceiver,
+def test_purge_keeps_what_is_not_done(stores: StoreSpace, receiver: ChatReceiver,
                                       make_channel: MakeChannel) -> None:
-    outbox, _ = _outbox(tmp_path, {"ops": make_channel("webhook")}, storm_cap=1)
+    outbox, _ = _outbox(stores, {"ops": make_channel("webhook")}, storm_cap=1)
     outbox.enqueue(alert("sent"), now=T0)
     outbox.deliver_due(T0)
     outbox.enqueue(alert("suppressed"), now=T0)
@@ -172,8 +172,8 @@ def test_purge_keeps_what_is_not_done(tmp_path: Path, receiver: ChatReceiver,
         ("storm-summary:1000020", "pending"), ("failed", "failed"), ("pending", "pending")]
 
 
-def test_unknown_channel_fails_and_message_round_trips(tmp_path: Path) -> None:
-    outbox, _ = _outbox(tmp_path, {})
+def test_unknown_channel_fails_and_message_round_trips(stores: StoreSpace) -> None:
+    outbox, _ = _outbox(stores, {})
     message = alert("k", image_png=b"\x89PNG\r\n\x1a\nxx")
     assert Message.from_json(message.to_json()) == message
     outbox.enqueue(message, ["gone"], now=T0)
@@ -184,9 +184,9 @@ def test_unknown_channel_fails_and_message_round_trips(tmp_path: Path) -> None:
         outbox.enqueue(alert(""), now=T0)
 
 
-def test_a_malformed_row_fails_alone(tmp_path: Path, receiver: ChatReceiver,
+def test_a_malformed_row_fails_alone(stores: StoreSpace, receiver: ChatReceiver,
                                      make_channel: MakeChannel) -> None:
-    outbox, _ = _outbox(tmp_path, {"ops": make_channel("webhook")})
+    outbox, _ = _outbox(stores, {"ops": make_channel("webhook")})
     outbox.enqueue(alert("bad"), now=T0)
     outbox.enqueue(alert("good"), now=T0)
     outbox.conn.execute("UPDATE outbox SET payload = '{\"no\": \"title\"}' WHERE idempotency_key = 'bad'")

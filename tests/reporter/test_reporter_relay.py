@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 import requests
 from chat_receiver import ChatReceiver
+from pg_server import StoreSpace
 from prometheus_client import CollectorRegistry
 from pydantic import SecretStr
 from relay_harness import ThreadedApp, sample_incident
@@ -45,8 +46,8 @@ class Stack:
 
 
 @pytest.fixture
-def stack(tmp_path: Path, receiver: ChatReceiver) -> Iterator[Stack]:
-    conn = connect(tmp_path / "oximeter.db")
+def stack(stores: StoreSpace, receiver: ChatReceiver) -> Iterator[Stack]:
+    conn = connect(stores / "oximeter.db")
     store = IncidentStore(conn)
     channel = CHANNELS["webhook"]("chat", SecretStr(receiver.url("webhook")),
                                   SecretStr(receiver.secrets["webhook"] or ""))
@@ -128,10 +129,10 @@ def test_a_large_group_passes_the_api_body_limit(stack: Stack) -> None:
     assert _post(stack, huge).status_code == 413
 
 
-def test_store_failure_is_503_so_alertmanager_retries(stack: Stack, tmp_path: Path) -> None:
-    broken = connect(tmp_path / "other.db")
+def test_store_failure_is_503_so_alertmanager_retries(stack: Stack, stores: StoreSpace) -> None:
+    broken = connect(stores / "other.db")
     relay = Relay(IncidentStore(broken), stack.outbox, ReporterSettings(), SecretStr(TOKEN))
-    broken.close()  # every statement now raises sqlite3.ProgrammingError
+    broken.close()  # every statement now raises a sqlite3.Error (PostgreSQL's too, as the store's)
     app = build_app(stack.store, SecretStr(TOKEN))
     mount(app, relay)
     api = ThreadedApp(app).start()
