@@ -11,7 +11,6 @@ not evidence, so they are not attached to incidents. Windows come from the confi
 
 from __future__ import annotations
 
-import sqlite3
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
@@ -19,19 +18,20 @@ from typing import TYPE_CHECKING, Any
 
 from analyzer.events import iso_utc
 from oximeter.inputs import InputValueError, parse_label_value
-from oximeter.store import lock_for, migrate, transaction
+from oximeter.store import Connection, lock_for, migrate, transaction
 
 if TYPE_CHECKING:  # the config's settings read this module; the tracker's data stack stays out of it
     from analyzer.incidents import Incident
 
 COMPONENT = "maintenance"
+# Column names that are keywords in neither store (PostgreSQL reserves END and BY).
 MIGRATIONS = [
     """
     CREATE TABLE maintenance_windows (
-        id INTEGER PRIMARY KEY, start REAL NOT NULL, end REAL NOT NULL, node TEXT, gpu TEXT, service TEXT,
-        reason TEXT NOT NULL, by TEXT NOT NULL, created_at REAL NOT NULL
+        id INTEGER PRIMARY KEY, starts_at REAL NOT NULL, ends_at REAL NOT NULL, node TEXT, gpu TEXT,
+        service TEXT, reason TEXT NOT NULL, declared_by TEXT NOT NULL, created_at REAL NOT NULL
     );
-    CREATE INDEX maintenance_windows_end ON maintenance_windows (end, start);
+    CREATE INDEX maintenance_windows_end ON maintenance_windows (ends_at, starts_at);
     """,
 ]
 
@@ -109,7 +109,7 @@ def _at(seconds: float) -> datetime:
 class MaintenanceStore:
     """Windows added at run time (the CLI and the API), in the shared store."""
 
-    def __init__(self, conn: sqlite3.Connection) -> None:
+    def __init__(self, conn: Connection) -> None:
         self.conn = conn
         with lock_for(conn):
             migrate(conn, COMPONENT, MIGRATIONS)
@@ -117,8 +117,8 @@ class MaintenanceStore:
     def add(self, window: MaintenanceWindow, now: datetime) -> MaintenanceWindow:
         """Store ``window``; returns it with its id."""
         with transaction(self.conn) as db:
-            cur = db.execute("INSERT INTO maintenance_windows (start, end, node, gpu, service, reason, by,"
-                             " created_at) VALUES (?,?,?,?,?,?,?,?)",
+            cur = db.execute("INSERT INTO maintenance_windows (starts_at, ends_at, node, gpu, service, reason,"
+                             " declared_by, created_at) VALUES (?,?,?,?,?,?,?,?)",
                              (window.start.timestamp(), window.end.timestamp(), window.node, window.gpu,
                               window.service, window.reason, window.by, now.timestamp()))
             return replace(window, id=int(cur.lastrowid or 0))
@@ -126,20 +126,20 @@ class MaintenanceStore:
     def overlapping(self, start: datetime, end: datetime) -> list[MaintenanceWindow]:
         """Windows that overlap ``[start, end]``, by start."""
         with lock_for(self.conn):
-            rows = self.conn.execute("SELECT * FROM maintenance_windows WHERE end > ? AND start <= ?"
-                                     " ORDER BY start, id", (start.timestamp(), end.timestamp())).fetchall()
-        return [MaintenanceWindow(_at(r["start"]), _at(r["end"]), r["node"], r["gpu"], r["service"],
-                                  r["reason"], r["by"], r["id"]) for r in rows]
+            rows = self.conn.execute("SELECT * FROM maintenance_windows WHERE ends_at > ? AND starts_at <= ?"
+                                     " ORDER BY starts_at, id", (start.timestamp(), end.timestamp())).fetchall()
+        return [MaintenanceWindow(_at(r["starts_at"]), _at(r["ends_at"]), r["node"], r["gpu"], r["service"],
+                                  r["reason"], r["declared_by"], r["id"]) for r in rows]
 
     def end_now(self, window_id: int, now: datetime) -> bool:
         """End a window early (or drop one not begun); False when there is none still to come or on."""
         with transaction(self.conn) as db:
-            row = db.execute("SELECT start FROM maintenance_windows WHERE id = ? AND end > ?",
+            row = db.execute("SELECT starts_at FROM maintenance_windows WHERE id = ? AND ends_at > ?",
                              (window_id, now.timestamp())).fetchone()
             if row is None:
                 return False
-            db.execute("UPDATE maintenance_windows SET end = ? WHERE id = ?",
-                       (max(now.timestamp(), row["start"]), window_id))
-            if row["start"] >= now.timestamp():
+            db.execute("UPDATE maintenance_windows SET ends_at = ? WHERE id = ?",
+                       (max(now.timestamp(), row["starts_at"]), window_id))
+            if row["starts_at"] >= now.timestamp():
                 db.execute("DELETE FROM maintenance_windows WHERE id = ?", (window_id,))
             return True

@@ -13,7 +13,6 @@ incidents, so a resolve written beside it never races its tracker.
 
 from __future__ import annotations
 
-import sqlite3
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
@@ -23,7 +22,7 @@ from analyzer.events import iso_utc
 from analyzer.incident_store import IncidentStore
 from analyzer.incidents import Change, Incident, IncidentTracker, TimelineEntry
 from analyzer.maintenance import MaintenanceWindow
-from oximeter.store import lock_for, migrate, transaction
+from oximeter.store import Connection, lock_for, migrate, transaction
 
 COMPONENT = "oncall"
 MIGRATIONS = [
@@ -64,7 +63,7 @@ def _at(seconds: float) -> datetime:
 class OnCall:
     """Resolve requests and held notifications, beside the incident store on the same connection."""
 
-    def __init__(self, conn: sqlite3.Connection) -> None:
+    def __init__(self, conn: Connection) -> None:
         self.conn = conn
         with lock_for(conn):
             migrate(conn, COMPONENT, MIGRATIONS)

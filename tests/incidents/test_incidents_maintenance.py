@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 import requests
 from api_server import ApiServer
+from conftest import StoreSpace
 from incident_cases import ev
 from inprocess import run_main
 from pydantic import SecretStr
@@ -41,7 +42,7 @@ def window(minutes: float = 30, **scope: str) -> MaintenanceWindow:
 class Cycles:
     """The daemon's cycle on one paging Xid (on n1, GPU 2), its clock moved by hand."""
 
-    def __init__(self, path: Path, windows: tuple[MaintenanceWindow, ...] = ()) -> None:
+    def __init__(self, path: Path | str, windows: tuple[MaintenanceWindow, ...] = ()) -> None:
         self.clock = [NOW]
         self.pipeline, self.notifier = Flaky([XID]), Recorder()
         self.store = IncidentStore(connect(path))
@@ -100,8 +101,8 @@ def test_a_declared_change_is_part_of_the_work_on_its_entity(scope: dict[str, st
 
 
 def test_an_incident_opened_during_maintenance_is_suppressed_then_told_when_the_fault_outlives_it(
-        tmp_path: Path) -> None:
-    cycles = Cycles(tmp_path / "s.db", (window(10, node="n1"),))
+        stores: StoreSpace) -> None:
+    cycles = Cycles(stores / "s.db", (window(10, node="n1"),))
     assert cycles.at(0) == []
     inc, oncall = cycles.incident_id, OnCall(cycles.store.conn)
     incident = cycles.store.get(inc)
@@ -116,8 +117,8 @@ def test_an_incident_opened_during_maintenance_is_suppressed_then_told_when_the_
     assert [t.kind for t in oncall.timeline(incident) if t.kind == "not_sent"] == ["not_sent"]
 
 
-def test_a_fault_over_inside_its_window_is_never_told(tmp_path: Path) -> None:
-    cycles = Cycles(tmp_path / "s.db", (window(30, node="n1", gpu="2"),))
+def test_a_fault_over_inside_its_window_is_never_told(stores: StoreSpace) -> None:
+    cycles = Cycles(stores / "s.db", (window(30, node="n1", gpu="2"),))
     assert cycles.at(0) == []
     cycles.pipeline.events = [replace(XID, cleared_at=NOW + timedelta(minutes=1))]
     told = [cycles.at(m) for m in (2, 5, 10, 31, 40)]

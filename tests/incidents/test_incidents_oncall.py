@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 import requests
 from api_server import ApiServer
+from conftest import StoreSpace
 from incident_cases import ev
 from inprocess import run_main
 from pydantic import SecretStr
@@ -32,7 +33,7 @@ class Daemon:
     """An analyzer with one open paging Xid incident (announced), on the wall clock: the commands
     under test stamp their acks and silences with it."""
 
-    path: Path
+    path: Path | str
     analyzer: Analyzer
     notifier: Recorder
     pipeline: Flaky
@@ -69,11 +70,11 @@ class Daemon:
 
 
 @pytest.fixture
-def daemon(tmp_path: Path) -> Daemon:
+def daemon(stores: StoreSpace) -> Daemon:
     now = datetime.now(UTC).replace(microsecond=0) - timedelta(minutes=1)
     xid = ev("xid_paging", 1, 0, node="n1", gpu="2", xid="79")
     pipeline = Flaky([replace(xid, onset=now - timedelta(minutes=2), detected_at=now - timedelta(minutes=1))])
-    notifier, path, clock = Recorder(), tmp_path / "oximeter.db", [now]
+    notifier, path, clock = Recorder(), stores / "oximeter.db", [now]
     analyzer = Analyzer(pipeline, IncidentStore(connect(path)), IncidentSettings(), Topology(), notifier,
                         clock=lambda: clock[0])
     daemon = Daemon(path, analyzer, notifier, pipeline, "", clock)
