@@ -88,12 +88,11 @@ def configure(parser: argparse.ArgumentParser) -> None:
 def _build(args: argparse.Namespace) -> int:
     try:
         slos = load_section("slos", SloSettings, args.config)
-        rules = {SIGNALS_RULES: render(), SLO_RULES: render_slos(slos), **rendered_adapters()}
-        wanted = {args.out: rules[SIGNALS_RULES], args.slo_out: rules[SLO_RULES], **rules,
-                  **kubernetes.rendered(rules)}
-        for default, chosen in ((SIGNALS_RULES, args.out), (SLO_RULES, args.slo_out)):
-            if chosen != default:
-                del wanted[default]
+        shipped = (SIGNALS_RULES, SLO_RULES, *ADAPTER_PARTS)
+        wanted = {args.out: render(), args.slo_out: render_slos(slos), **rendered_adapters()}
+        # The PrometheusRule objects hold the rule files at their shipped paths: what this build
+        # writes there, else what is there (a build written elsewhere leaves them as they are).
+        wanted.update(kubernetes.rendered({p: t for p, t in wanted.items() if p in shipped}))
     except ConfigError as exc:
         print(str(exc), file=sys.stderr)
         return 2

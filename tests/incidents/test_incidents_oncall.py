@@ -11,9 +11,9 @@ from pathlib import Path
 import pytest
 import requests
 from api_server import ApiServer
-from conftest import StoreSpace
 from incident_cases import ev
 from inprocess import run_main
+from pg_server import StoreSpace
 from pydantic import SecretStr
 from test_incidents_daemon import Flaky, Recorder
 

@@ -10,7 +10,7 @@ from pathlib import Path
 import yaml
 from inprocess import run_main
 
-from alert_rules import ADAPTERS_DIR
+from alert_rules import ADAPTERS_DIR, kubernetes
 from analyzer.recording_rules import SLO_RULES
 from analyzer.slo import SloSettings
 from analyzer.slo_rules import render_slos
@@ -39,6 +39,13 @@ def _build(tmp_path: Path, config: str) -> tuple[subprocess.CompletedProcess[str
     done = run_main("--config", str(tmp_path / "oximeter.yaml"), "rules", "build", "--out",
                     str(tmp_path / "signals.rules.yml"), "--slo-out", str(out))
     return done, out
+
+
+def test_a_build_written_elsewhere_leaves_the_shipped_objects_as_they_are(tmp_path: Path) -> None:
+    manifests = {path: path.read_text(encoding="utf-8") for path in kubernetes.rendered()}
+    done, _ = _build(tmp_path, STOCK)
+    assert done.returncode == 0, done.stderr
+    assert {path: path.read_text(encoding="utf-8") for path in manifests} == manifests
 
 
 def test_rules_follow_the_configured_objectives_and_burn_rates(tmp_path: Path) -> None:
