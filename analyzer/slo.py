@@ -11,6 +11,8 @@ config check`` refuses a threshold the histogram cannot count against (``thresho
 from __future__ import annotations
 
 import re
+from collections import Counter
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Literal
 
@@ -131,9 +133,7 @@ class Objective(BaseModel):
     @field_validator("latency")
     @classmethod
     def _one_per_indicator(cls, latency: list[LatencyObjective]) -> list[LatencyObjective]:
-        indicators = [lat.indicator for lat in latency]
-        repeated = sorted({i for i in indicators if indicators.count(i) > 1})
-        if repeated:
+        if repeated := _repeated(lat.indicator for lat in latency):
             raise ValueError(f"one objective per indicator (a second is another objective), repeated: "
                              f"{', '.join(repeated)}")
         return latency
@@ -142,6 +142,12 @@ class Objective(BaseModel):
         """``(key, target)`` of every objective it sets, availability first."""
         own = [("availability.target", self.availability.target)] if self.availability else []
         return own + [(f"latency.{j}.target", latency.target) for j, latency in enumerate(self.latency)]
+
+
+def _repeated(values: Iterable[str]) -> list[str]:
+    """The values that occur more than once, sorted."""
+    seen = Counter(values)
+    return sorted(v for v, n in seen.items() if n > 1)
 
 
 def _default_objectives() -> list[Objective]:
@@ -171,9 +177,7 @@ class SloSettings(BaseModel):
     @field_validator("objectives")
     @classmethod
     def _unique(cls, objectives: list[Objective]) -> list[Objective]:
-        names = [o.name for o in objectives]
-        repeated = sorted({n for n in names if names.count(n) > 1})
-        if repeated:
+        if repeated := _repeated(o.name for o in objectives):
             raise ValueError(f"objective names must be unique, repeated: {', '.join(repeated)}")
         return objectives
 
