@@ -117,8 +117,8 @@ class MaintenanceStore:
     def add(self, window: MaintenanceWindow, now: datetime) -> MaintenanceWindow:
         """Store ``window``; returns it with its id."""
         with transaction(self.conn) as db:
-            cur = db.execute("INSERT INTO maintenance_windows (starts_at, ends_at, node, gpu, service, reason,"
-                             " declared_by, created_at) VALUES (?,?,?,?,?,?,?,?)",
+            cur = db.execute("INSERT INTO maintenance_windows (starts_at, ends_at, node, gpu, service,"
+                             " reason, declared_by, created_at) VALUES (?,?,?,?,?,?,?,?)",
                              (window.start.timestamp(), window.end.timestamp(), window.node, window.gpu,
                               window.service, window.reason, window.by, now.timestamp()))
             return replace(window, id=int(cur.lastrowid or 0))
@@ -126,8 +126,9 @@ class MaintenanceStore:
     def overlapping(self, start: datetime, end: datetime) -> list[MaintenanceWindow]:
         """Windows that overlap ``[start, end]``, by start."""
         with lock_for(self.conn):
-            rows = self.conn.execute("SELECT * FROM maintenance_windows WHERE ends_at > ? AND starts_at <= ?"
-                                     " ORDER BY starts_at, id", (start.timestamp(), end.timestamp())).fetchall()
+            rows = self.conn.execute("SELECT * FROM maintenance_windows WHERE ends_at > ?"
+                                     " AND starts_at <= ? ORDER BY starts_at, id",
+                                     (start.timestamp(), end.timestamp())).fetchall()
         return [MaintenanceWindow(_at(r["starts_at"]), _at(r["ends_at"]), r["node"], r["gpu"], r["service"],
                                   r["reason"], r["declared_by"], r["id"]) for r in rows]
 
