@@ -28,11 +28,20 @@ class BaselineSettings(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
+    # Seconds back to compare with the same time of day: 1 d and 7 d, so daily and weekly rhythms
+    # are not anomalies.
     lags_s: list[float] = Field(default_factory=lambda: [86400.0, 7 * 86400.0])
+    # Seconds either side of the same time of day that a seasonal baseline takes its median over.
     seasonal_half_window_s: float = Field(1800.0, gt=0)
+    # Seconds of recent past, before each sample, that the trailing median and IQR baseline covers.
     recent_window_s: float = Field(3600.0, gt=0)
+    # Seconds of history before seasonal baselines apply; until then the recent baseline stands
+    # alone and the events it raises say they are provisional.
     min_history_s: float = Field(86400.0, ge=0)
+    # Smallest baseline scale, in the signal's unit, so a flat history does not make tiny wiggles
+    # anomalous (0: none).
     margin_abs: float = Field(0.0, ge=0)
+    # Smallest baseline scale as a fraction of the baseline's centre (0.05: 5 %), for the same reason.
     margin_rel: float = Field(0.05, ge=0)
 
     @field_validator("lags_s")
@@ -58,13 +67,18 @@ class PrometheusSettings(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
+    # Base URL of the store the analyzer queries.
     url: str = "http://127.0.0.1:9090"
+    # Seconds one HTTP request to the store may take.
     timeout_s: float = Field(30.0, gt=0)
+    # Times a request that failed transiently is tried again (with backoff) before the read fails.
     retries: int = Field(3, ge=0)
     # Name of the env var (or ``<NAME>_FILE``) holding a bearer token; never the token itself.
     bearer_token_env: str | None = None
     # True, False, or a CA bundle path.
     tls_verify: bool | str = True
+    # Read a signal's recording rule where the store evaluates it (cheaper), else its raw PromQL;
+    # false: always the PromQL.
     use_recording_rules: bool = True
 
 
@@ -73,15 +87,21 @@ class AnalyzerSettings(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
+    # The store the signals are read from.
     prometheus: PrometheusSettings = PrometheusSettings()
+    # Seconds between the samples every signal is read at (the query step).
     step_s: float = Field(15.0, ge=1)
+    # Seconds between the daemon's detection cycles; doubled per consecutive store failure, up to 5 minutes.
     interval_s: float = Field(30.0, gt=0)
+    # Seconds of recent samples each cycle evaluates; older samples count as settled in the store.
     live_window_s: float = Field(3600.0, gt=0)
+    # How the baselines that signals are judged against are formed.
     baseline: BaselineSettings = BaselineSettings()
     # name -> fields: overrides a catalogue signal, or defines a new one (layer, kind, promql). A
     # signal given a new promql reads it as written, not the shipped recording rule (which computes
     # the shipped query); set its record too to read a rule of your own.
     signals: dict[str, dict[str, Any]] = Field(default_factory=dict)
+    # Names of catalogue signals to switch off: they are neither read nor evaluated.
     disabled_signals: list[str] = Field(default_factory=list)
     # Whose telemetry the signals read: Oximeter's exporter and gateway ("oximeter"), stock
     # dcgm-exporter, vLLM and kube-state-metrics through the recording rules in
@@ -174,6 +194,7 @@ class MaintenanceSettings(BaseModel):
     service: str | None = Field(None, description="the service under maintenance (alone, or on the node)")
     start: datetime = Field(alias="from", description="ISO-8601 start (no offset: UTC)")
     end: datetime = Field(alias="to", description="ISO-8601 end (no offset: UTC)")
+    # Why the work happens, in free text; shown with the window.
     reason: str = ""
 
     @field_validator("gpu", mode="before")
@@ -204,6 +225,8 @@ class IncidentSettings(BaseModel):
 
     # the shared store (the outbox lives in it too): a SQLite file, or a postgresql:// URL
     store_path: str = "oximeter.db"
+    # Seconds: events that share a node, GPU or service and whose spans come this close are
+    # grouped into one incident.
     lookback_s: float = Field(900.0, gt=0)
     # How long every member of an incident must be normal before it resolves; doubled each time
     # the incident has re-opened (up to reopen_window_s): a fault that comes and goes is still on.
@@ -214,11 +237,14 @@ class IncidentSettings(BaseModel):
     reopen_window_s: float = Field(14400.0, ge=0)
     # How long a stronger root-cause candidate must hold before it replaces the incumbent.
     root_cause_dwell_s: float = Field(300.0, ge=0)
+    # Address the incidents API listens on; loopback by default, so nothing outside the host reaches it.
     api_host: str = "127.0.0.1"
+    # Port of the incidents API (oximeter analyze --port PORT overrides it).
     api_port: int = Field(9471, ge=0, le=65535)
     # The diagnosis rules' GPU-utilisation limits: below gpu_util_low the GPUs idle while requests
     # queue (a scheduling bottleneck), above gpu_util_high the fleet is full (capacity exhausted).
     gpu_util_low: float = Field(0.5, ge=0, le=1)
+    # GPU utilisation (0 to 1) above which the fleet counts as full when requests queue.
     gpu_util_high: float = Field(0.85, ge=0, le=1)
     maintenance: list[MaintenanceSettings] = Field(
         default_factory=list, description="planned maintenance windows (more: `oximeter maintenance add`)")

@@ -21,7 +21,9 @@ class TopologySettings(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
+    # service -> the nodes it runs on, added to what the gateways report (oximeter_target_info).
     services: dict[str, list[str]] = Field(default_factory=dict)
+    # scrape instance (host:port) -> its node, for series that carry no node label.
     instances: dict[str, str] = Field(default_factory=dict)
 
 

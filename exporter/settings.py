@@ -26,8 +26,11 @@ class QueueSpec:
 
     __pydantic_config__: ClassVar[dict[str, Any]] = {"extra": "forbid"}
 
+    # Value of the ``queue`` label on oximeter_external_queue_length.
     name: str
+    # The Redis key holding the list or stream.
     key: str
+    # "list" (length by LLEN) or "stream" (length by XLEN).
     kind: str = "list"
 
     def __post_init__(self) -> None:
@@ -44,20 +47,29 @@ class ExporterSettings:
 
     __pydantic_config__: ClassVar[dict[str, Any]] = {"extra": "forbid"}
 
+    # Where GPU readings come from: "nvml" (real GPUs) or "sim" (the simulator's engines).
     backend: str = "nvml"
     node: str = ""                       # "" = this host's name, resolved at start-up
+    # Address /metrics listens on; loopback by default, so nothing outside the host reaches it.
     host: str = "127.0.0.1"
+    # Port of /metrics (0: the kernel picks one); 9400 is dcgm-exporter's port, which it stands in for.
     port: int = 9400
     # "oximeter": our own metric names; "dcgm": also dcgm-exporter 4.x names; "dcgm-exporter": only
     # those, and only its default counters (as a stock fleet exports them: no ECC fields)
     naming: str = "oximeter"
+    # The simulated engine the "sim" backend reads its GPUs from.
     sim_url: str = "http://127.0.0.1:8100"
+    # Seconds the "sim" backend waits for the simulator per scrape.
     sim_timeout_s: float = 2.0
     gpu_timeout_s: float = 2.0           # a GPU that has not answered by then is reported down
+    # Process names whose resident memory is exported per host (empty: none).
     process_names: tuple[str, ...] = ("vllm",)
     redis_url: str = ""                  # "" = no external queues; password from redis_password_env
+    # Name of the env var (or ``<NAME>_FILE``) holding Redis's password; never the password itself.
     redis_password_env: str = "OXIMETER_REDIS_PASSWORD"
+    # Seconds one Redis call may take per scrape; short, so a slow Redis does not stall the scrape.
     redis_timeout_s: float = 0.5
+    # External Redis queues whose lengths are exported (need redis_url).
     queues: tuple[QueueSpec, ...] = ()
 
     def __post_init__(self) -> None:

@@ -24,6 +24,7 @@ class ChannelSettings(BaseModel):
     type: str  # a registered channel (reporter/channels/__init__.py): wecom, feishu, dingtalk, slack, webhook
     url_env: EnvName = Field(pattern=_ENV_PATTERN)  # env var holding the webhook URL
     secret_env: EnvName | None = Field(None, pattern=_ENV_PATTERN)  # env var holding the signing secret
+    # Seconds one HTTP post to the chat service may take.
     timeout_s: float = Field(10.0, gt=0)
 
     @field_validator("type")
@@ -44,6 +45,7 @@ class RouteSettings(BaseModel):
 
     # Keys severity, layer, service; a value may be one string or a list of alternatives.
     match: dict[Literal["severity", "layer", "service"], str | list[str]] = Field(default_factory=dict)
+    # Names of the channels (keys of reporter.channels) that matching messages go to.
     channels: list[str] = Field(min_length=1)
 
 
@@ -52,6 +54,7 @@ class DigestSettings(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
+    # Base URL of the store the digest queries for yesterday's numbers.
     prometheus_url: str = "http://127.0.0.1:9090"
     # Name of the env var (or ``<NAME>_FILE``) holding Prometheus's bearer token; never the token itself.
     prometheus_bearer_token_env: str | None = None
@@ -61,9 +64,13 @@ class DigestSettings(BaseModel):
     channels: list[str] | None = None  # None = every channel
     queue_length_red: float = Field(50.0, ge=0)  # yesterday's max queue length above this is red
     gpu_spread_yellow: float = Field(0.30, ge=0)  # fleet GPU-utilisation stddev above this is yellow
+    # Seconds: the time-to-first-token objective (p99) the digest's SLO table measures each service against.
     slo_ttft_p99_s: float = Field(1.0, gt=0)
+    # Availability objective (share of non-4xx requests answered 2xx) the digest's SLO table uses.
     slo_availability: float = Field(0.999, gt=0, lt=1)
+    # Seconds one of the digest's queries may take.
     query_timeout_s: float = Field(30.0, gt=0)
+    # How many of the noisiest signals (most anomalous minutes yesterday) the digest lists.
     top_signals: int = Field(5, ge=1)
     # Charts kept for the links in sent digests (the newest ones; older links then answer 404).
     keep_charts: int = Field(90, ge=1)
@@ -86,14 +93,19 @@ class ReporterSettings(BaseModel):
 
     # the shared store (outbox lives under component "reporter"): a SQLite file, or a postgresql:// URL
     store_path: str = "oximeter.db"
+    # Chat destinations by name; routes and digest.channels refer to these names.
     channels: dict[str, ChannelSettings] = Field(default_factory=dict)
     # Storm control: at most storm_cap messages per channel per window, then one summary.
     storm_cap: int = Field(10, ge=1)
+    # Seconds of the storm-control window (see storm_cap).
     storm_window_s: float = Field(300.0, gt=0)
     # Delivery: exponential back-off from retry_base_s, doubling up to retry_max_s.
     retry_base_s: float = Field(5.0, gt=0)
+    # Seconds: the longest back-off between two delivery attempts (a rate limit may ask for longer).
     retry_max_s: float = Field(600.0, gt=0)
+    # Delivery attempts before a message is marked failed (rate-limit waits do not count).
     max_attempts: int = Field(12, ge=1)
+    # Seconds between the delivery worker's looks at the outbox for messages due.
     deliver_interval_s: float = Field(1.0, gt=0)
     # A row claimed by a process that is gone (same host) is retried at once; otherwise after this.
     claim_lease_s: float = Field(120.0, gt=0)
@@ -107,6 +119,7 @@ class ReporterSettings(BaseModel):
     simulated: bool = False  # the whole source is the simulator: mark every message SIMULATION
     # Tell chat when Alertmanager's Watchdog has not arrived for this long (0 disables).
     watchdog_timeout_s: float = Field(600.0, ge=0)
+    # The daily health digest.
     digest: DigestSettings = Field(default_factory=DigestSettings)
 
     @model_validator(mode="after")
