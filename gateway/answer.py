@@ -27,6 +27,8 @@ _ERROR_EVENT = b'data: {"error"'
 _ERROR_OBJECT, _ERROR_OBJECT_SPACED = b'"object":"error"', b'"object": "error"'
 USAGE_KEY = b'"completion_tokens"'
 SSE_EVENT = b"data: {"
+# The event that ends an OpenAI-compatible stream: a client that has it has the whole answer.
+DONE_EVENT = b"data: [DONE]"
 
 
 def output_tokens(data: bytes, events: int) -> int:

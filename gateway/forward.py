@@ -276,6 +276,10 @@ class Forwarder:
         finish = answer.finish_reason(first)
         texted = answer.has_text(first)
         engine_error = answer.has_error_event(first)
+        # Whether the client has been sent the stream's closing [DONE] (``tail``: a marker split
+        # across two reads is still found).
+        done, tail = answer.DONE_EVENT in first, first[-len(answer.DONE_EVENT):]
+        hung_up = False
         last = time.monotonic()
         code = upstream.status
         watchdog = _IdleWatchdog(idle_s, content)
@@ -284,6 +288,13 @@ class Forwarder:
                 watchdog.waiting_since = last
                 try:
                     chunk = await content.readany()
+                except asyncio.CancelledError:
+                    # The client hung up. After its [DONE] it has the whole answer: clients close
+                    # then (the OpenAI Python SDK does), before the engine's body ends.
+                    if not done:
+                        raise
+                    hung_up = True
+                    break
                 except (_StreamIdleError, aiohttp.ClientPayloadError, aiohttp.ClientConnectionError) as exc:
                     # Headers are gone already: the client learns of it from an SSE error event.
                     idle = isinstance(exc, _StreamIdleError)
@@ -309,6 +320,8 @@ class Forwarder:
                 finish = answer.finish_reason(chunk) or finish
                 texted = texted or answer.has_text(chunk)
                 engine_error = engine_error or answer.has_error_event(chunk)
+                done = done or answer.DONE_EVENT in tail + chunk
+                tail = chunk[-len(answer.DONE_EVENT):]
         finally:
             watchdog.cancel()
         ctx.upstream_s = time.monotonic() - started
@@ -322,7 +335,12 @@ class Forwarder:
                 series.stream_failed("engine_error")
             else:
                 ctx.finish_reason = series.completed(finish, empty=not texted)
-        await response.write_eof()
+        if not hung_up:
+            try:
+                await response.write_eof()
+            except ConnectionResetError:
+                if not done:
+                    raise
         self._finish(ctx, code)
         return response
 

@@ -41,6 +41,7 @@ PINNED = {
     "5d1aaad9dcca8408": 3,  # the gateway's oldest-wait gauges; unserved queue waits observed
     "569c090ff1fbe6cf": 3,  # the above merged with the on-call side and the faster analyzer: same histories
     "70df6b062104c93b": 3,  # the store error moved to the core errors module: same histories
+    "63d4557371d8cde7": 3,  # the gateway tells a stream's closing [DONE] apart: same histories
     "35e9dcc10186801b": 2,  # the store's error class moved to the shared errors module: same histories
 }
 

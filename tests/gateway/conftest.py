@@ -107,6 +107,8 @@ async def _completion(state: Upstream, request: web.Request) -> web.StreamRespon
         if body.get("test_error_event"):
             await response.write(b'data: {"error": {"message": "engine failed", "code": 500}}\n\n')
         await response.write(b"data: [DONE]\n\n")
+        if body.get("test_hold_after_done"):
+            await state._event(key).wait()
         await response.write_eof()
         return response
     except (asyncio.CancelledError, ConnectionResetError):

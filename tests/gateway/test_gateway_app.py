@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import json
 import socket
+import struct
 import threading
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 import openai
 import pytest
@@ -145,6 +147,31 @@ def _raw_post(port: int, body: bytes) -> socket.socket:
     ).encode()
     sock.sendall(head + body)
     return sock
+
+
+def test_a_client_that_hangs_up_after_done_has_its_whole_answer(
+    upstream: Upstream, start_gateway: StartGateway, read_metric: ReadMetric
+) -> None:
+    """The OpenAI Python SDK closes a stream at [DONE], before the engine's body ends: that answer
+    is complete (200), not a client cut-off (499)."""
+    gw = start_gateway(upstream.url)
+    address = urlsplit(gw)
+    body = json.dumps({"model": MODEL, "messages": [{"role": "user", "content": "x"}], "stream": True,
+                       "test_chunks": 2, "test_hold_after_done": True, "test_hold_key": "done"}).encode()
+    with socket.create_connection((address.hostname, address.port), timeout=30) as sock:
+        sock.sendall(b"POST " + CHAT.encode() + b" HTTP/1.1\r\nHost: gateway\r\n"
+                     b"Content-Type: application/json\r\nContent-Length: %d\r\n\r\n" % len(body) + body)
+        got = b""
+        while b"data: [DONE]" not in got:
+            data = sock.recv(65536)
+            assert data, got
+            got += data
+        # Hung up at once, with a reset: the engine's body has not ended yet (it is held).
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+    upstream.release("done")
+    wait_until(lambda: read_metric(gw, "oximeter_requests_total", code="200") == 1, 30, what="200 counted")
+    assert read_metric(gw, "oximeter_requests_total", code="499") == 0
+    assert read_metric(gw, "oximeter_upstream_aborts_total") == 0
 
 
 def test_client_disconnect_while_queued_leaves_queue_as_499(
