@@ -19,6 +19,11 @@ def iso_utc(moment: datetime | None) -> str | None:
     return moment.astimezone(UTC).isoformat().replace("+00:00", "Z")
 
 
+def utc_at(seconds: float) -> datetime:
+    """Epoch seconds (as the stores keep times) as an aware UTC datetime."""
+    return datetime.fromtimestamp(seconds, UTC)
+
+
 def parse_iso(text: str | None) -> datetime | None:
     """Inverse of :func:`iso_utc`."""
     if text is None:

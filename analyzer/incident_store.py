@@ -342,5 +342,4 @@ class IncidentStore:
 
 
 def _iso(seconds: float | None) -> str | None:
-    moment = _dt(seconds)
-    return None if moment is None else moment.isoformat().replace("+00:00", "Z")
+    return iso_utc(_dt(seconds))

@@ -13,10 +13,10 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
-from analyzer.events import iso_utc
+from analyzer.events import iso_utc, utc_at
 from oximeter.inputs import InputValueError, parse_label_value
 from oximeter.store import Connection, lock_for, migrate, transaction
 
@@ -102,10 +102,6 @@ class MaintenanceWindow:
                 "gpu": self.gpu, "service": self.service, "reason": self.reason, "by": self.by}
 
 
-def _at(seconds: float) -> datetime:
-    return datetime.fromtimestamp(seconds, UTC)
-
-
 class MaintenanceStore:
     """Windows added at run time (the CLI and the API), in the shared store."""
 
@@ -129,8 +125,8 @@ class MaintenanceStore:
             rows = self.conn.execute("SELECT * FROM maintenance_windows WHERE ends_at > ?"
                                      " AND starts_at <= ? ORDER BY starts_at, id",
                                      (start.timestamp(), end.timestamp())).fetchall()
-        return [MaintenanceWindow(_at(r["starts_at"]), _at(r["ends_at"]), r["node"], r["gpu"], r["service"],
-                                  r["reason"], r["declared_by"], r["id"]) for r in rows]
+        return [MaintenanceWindow(utc_at(r["starts_at"]), utc_at(r["ends_at"]), r["node"], r["gpu"],
+                                  r["service"], r["reason"], r["declared_by"], r["id"]) for r in rows]
 
     def end_now(self, window_id: int, now: datetime) -> bool:
         """End a window early (or drop one not begun); False when there is none still to come or on."""

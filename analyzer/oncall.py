@@ -15,10 +15,10 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import Any, Literal
 
-from analyzer.events import iso_utc
+from analyzer.events import iso_utc, utc_at
 from analyzer.incident_store import IncidentStore
 from analyzer.incidents import Change, Incident, IncidentTracker, TimelineEntry
 from analyzer.maintenance import MaintenanceWindow
@@ -54,10 +54,6 @@ class Hold:
 
     cause: HoldCause
     reason: str
-
-
-def _at(seconds: float) -> datetime:
-    return datetime.fromtimestamp(seconds, UTC)
 
 
 class OnCall:
@@ -118,7 +114,7 @@ class OnCall:
             ack = self.conn.execute("SELECT by FROM incident_acks WHERE incident_id = ? AND at <= ?"
                                     " ORDER BY id LIMIT 1", (change.incident_id, t)).fetchone()
         if silence is not None:
-            return Hold("silence", f"silenced by {silence['by']} until {iso_utc(_at(silence['until']))}")
+            return Hold("silence", f"silenced by {silence['by']} until {iso_utc(utc_at(silence['until']))}")
         if (suppressed := self.suppressed_by(change.incident_id)) is not None:
             return Hold("maintenance", suppressed)
         if change.kind == "opened" and incident is not None:
@@ -191,9 +187,9 @@ class OnCall:
         with lock_for(self.conn):
             rows = self.conn.execute("SELECT * FROM notification_holds WHERE incident_id = ?"
                                      " ORDER BY at, key", (incident_id,)).fetchall()
-        return [{"key": r["key"], "kind": r["kind"], "at": iso_utc(_at(r["at"])), "cause": r["cause"],
+        return [{"key": r["key"], "kind": r["kind"], "at": iso_utc(utc_at(r["at"])), "cause": r["cause"],
                  "reason": r["reason"],
-                 "released_at": None if r["released_at"] is None else iso_utc(_at(r["released_at"]))}
+                 "released_at": None if r["released_at"] is None else iso_utc(utc_at(r["released_at"]))}
                 for r in rows]
 
     def timeline(self, incident: Incident) -> list[TimelineEntry]:
@@ -207,12 +203,14 @@ class OnCall:
         def said(note: str) -> str:
             return f": {note}" if note else ""
 
-        extra = [TimelineEntry(_at(r["at"]), "acknowledged", f"by {r['by']}{said(r['note'])}") for r in acks]
-        extra += [TimelineEntry(_at(r["at"]), "silenced", f"until {iso_utc(_at(r['until']))} by {r['by']}"
-                                f"{said(r['note'])}") for r in silences]
-        extra += [TimelineEntry(_at(r["at"]), "resolve_requested", f"by {r['by']}{said(r['note'])}")
+        extra = [TimelineEntry(utc_at(r["at"]), "acknowledged", f"by {r['by']}{said(r['note'])}")
+                 for r in acks]
+        extra += [TimelineEntry(utc_at(r["at"]), "silenced",
+                                f"until {iso_utc(utc_at(r['until']))} by {r['by']}{said(r['note'])}")
+                  for r in silences]
+        extra += [TimelineEntry(utc_at(r["at"]), "resolve_requested", f"by {r['by']}{said(r['note'])}")
                   for r in resolves]
-        extra += [TimelineEntry(_at(r["at"]), "not_sent", f"{r['kind']} not sent to chat: {r['reason']}")
+        extra += [TimelineEntry(utc_at(r["at"]), "not_sent", f"{r['kind']} not sent to chat: {r['reason']}")
                   for r in holds]
         return sorted((*incident.timeline, *extra), key=lambda t: t.at)
 
