@@ -13,7 +13,7 @@ from inprocess import run_main
 
 from alert_rules import alerting_rules, recording_rules
 from analyzer.catalogue import CATALOGUE, build_catalogue
-from analyzer.recording_rules import SIGNALS_RULES, render, rendered_adapters
+from analyzer.recording_rules import SIGNALS_RULES, TEMPLATES_DIR, render, render_alerts, rendered_adapters
 from analyzer.sources import stock
 from stack.procs import oximeter_argv
 
@@ -26,6 +26,12 @@ def test_committed_signal_rules_are_current() -> None:
 def test_committed_adapter_rules_are_current() -> None:
     """Fails when the stock translation's tables changed without `oximeter rules build`."""
     for path, text in rendered_adapters().items():
+        assert path.read_text(encoding="utf-8") == text, f"{path.name}: run `oximeter rules build`"
+
+
+def test_committed_alert_rules_are_current() -> None:
+    """Fails when a template or a catalogue limit changed without `oximeter rules build`."""
+    for path, text in render_alerts().items():
         assert path.read_text(encoding="utf-8") == text, f"{path.name}: run `oximeter rules build`"
 
 
@@ -91,7 +97,7 @@ def test_check_flags_a_stale_file(tmp_path: Path) -> None:
     assert again.returncode == 0, again.stderr
 
 
-# Hand-written alerts that judge a catalogue signal's own limit: (alert, signal, field, comparison).
+# Alerts that judge a catalogue signal's own limit: (alert, signal, field, comparison).
 ALERT_LIMITS = [
     ("GpuTemperatureHigh", "gpu_temperature", "threshold", ">"),
     ("GpuSaturated", "gpu_utilization_p95", "threshold", ">"),
@@ -114,8 +120,11 @@ ALERT_LIMITS = [
 
 @pytest.mark.parametrize(("alert", "signal", "field", "op"), ALERT_LIMITS, ids=[a[0] for a in ALERT_LIMITS])
 def test_alerts_compare_with_the_catalogues_limits(alert: str, signal: str, field: str, op: str) -> None:
-    """An alert and the analyzer judge a signal at the same limit: a catalogue default changed
-    without its alert (or the reverse) fails here."""
+    """An alert and the analyzer judge a signal at the same limit: the template names the
+    catalogue's limit (no number of its own), and the generated rule compares with its value."""
+    templates = alerting_rules(TEMPLATES_DIR)
+    template = " ".join(next(r for r in templates if r["alert"] == alert)["expr"].split())
+    assert f"{op} [[{signal}.{field}]]" in template, template
     expr = " ".join(next(r for r in alerting_rules() if r["alert"] == alert)["expr"].split())
     limit = getattr(CATALOGUE[signal], field)
     assert re.search(rf"{re.escape(op)} {limit:g}(?![\d.])", expr), (expr, limit)
