@@ -1,9 +1,15 @@
-"""Load the grafanalib sources (``<name>.dashboard.py``) and write Grafana JSON with sorted keys."""
+"""Load the grafanalib sources (``<name>.dashboard.py``) and write Grafana JSON with sorted keys.
+
+A threshold a source names as a catalogue limit (``panels.limit``) is written with the number the
+caller gives: the analyzer's catalogue with the configuration's overrides (``oximeter dashboards
+build``), so the shipped JSON and a deployment's own carry the limits the analyzer judges by.
+"""
 
 from __future__ import annotations
 
 import importlib.util
 import json
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -11,6 +17,7 @@ from grafanalib._gen import DashboardEncoder
 from grafanalib.core import Dashboard
 
 from oximeter.errors import OximeterError
+from oximeter.limits import fill_data
 
 SOURCE_DIR = Path(__file__).resolve().parent
 BUILD_DIR = SOURCE_DIR / "build"
@@ -45,27 +52,31 @@ def load_dashboard(source: Path) -> Dashboard:
     return dashboard
 
 
-def to_json_data(dashboard: Dashboard) -> dict[str, Any]:
-    """The dashboard as plain JSON data (what Grafana's provisioning reads)."""
-    data: dict[str, Any] = json.loads(json.dumps(dashboard.to_json_data(), cls=DashboardEncoder))
-    return data
+def to_json_data(dashboard: Dashboard, limits: Mapping[str, float]) -> dict[str, Any]:
+    """The dashboard as plain JSON data (what Grafana's provisioning reads), its catalogue limits
+    filled in from ``limits`` (``{"queue_wait_p99.threshold": 1.0, ...}``)."""
+    data = json.loads(json.dumps(dashboard.to_json_data(), cls=DashboardEncoder))
+    filled: dict[str, Any] = fill_data(data, limits, f"dashboard {dashboard.uid}")
+    return filled
 
 
-def render(dashboard: Dashboard) -> str:
+def render(dashboard: Dashboard, limits: Mapping[str, float]) -> str:
     """Grafana JSON text: sorted keys and two-space indent, so diffs of generated files read well."""
-    return json.dumps(to_json_data(dashboard), sort_keys=True, indent=2, ensure_ascii=False) + "\n"
+    return json.dumps(to_json_data(dashboard, limits), sort_keys=True, indent=2, ensure_ascii=False) + "\n"
 
 
-def build_all(out_dir: Path = BUILD_DIR, source_dir: Path = SOURCE_DIR) -> dict[Path, str]:
+def build_all(limits: Mapping[str, float], out_dir: Path = BUILD_DIR,
+              source_dir: Path = SOURCE_DIR) -> dict[Path, str]:
     """Render every source; returns {output path: JSON text} without writing."""
-    return {out_dir / output_name(src): render(load_dashboard(src)) for src in sources(source_dir)}
+    return {out_dir / output_name(src): render(load_dashboard(src), limits) for src in sources(source_dir)}
 
 
-def write_all(out_dir: Path = BUILD_DIR, source_dir: Path = SOURCE_DIR) -> list[Path]:
+def write_all(limits: Mapping[str, float], out_dir: Path = BUILD_DIR,
+              source_dir: Path = SOURCE_DIR) -> list[Path]:
     """Render every source into ``out_dir``; returns the files written."""
     out_dir.mkdir(parents=True, exist_ok=True)
     written = []
-    for path, text in build_all(out_dir, source_dir).items():
+    for path, text in build_all(limits, out_dir, source_dir).items():
         path.write_text(text, encoding="utf-8")
         written.append(path)
     return written

@@ -1,7 +1,7 @@
 # ruff: noqa: N999 - `<name>.dashboard.py` is grafanalib's naming; the builder loads these by path.
 """Overview: golden signals per service, SLO tiles (TTFT p99, availability), open incidents."""
 
-from dashboards.panels import GATEWAY, bargauge, make_dashboard, stat, timeseries, variables
+from dashboards.panels import GATEWAY, bargauge, limit, make_dashboard, stat, timeseries, variables
 
 # Availability = 2xx / all but 4xx client errors (a client's mistake is not downtime), over the range.
 _AVAILABILITY = (
@@ -22,7 +22,9 @@ dashboard = make_dashboard(
              thresholds=[(None, "red"), (0.99, "orange"), (0.999, "green")]),
         stat("Queue wait p99", [(f"max(service_node:oximeter_queue_wait_seconds:p99_5m{{{GATEWAY}}})",
                                  "p99")],
-             unit="s", thresholds=[(None, "green"), (0.2, "orange"), (1, "red")]),
+             # Orange past a healthy wait, red where the analyzer and GatewayQueueWaitHigh judge.
+             unit="s",
+             thresholds=[(None, "green"), (0.2, "orange"), (limit("queue_wait_p99.threshold"), "red")]),
         stat("Open incidents", [("sum(oximeter_incidents_open)", "open")],
              thresholds=[(None, "green"), (1, "red")]),
         timeseries("Requests by code",

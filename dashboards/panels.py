@@ -26,6 +26,8 @@ from grafanalib.core import (
     TimeSeries,
 )
 
+from oximeter.limits import ref
+
 # Panels name the datasource through the variable, so one dashboard serves any Prometheus.
 DATASOURCE = {"type": "prometheus", "uid": "${datasource}"}
 
@@ -94,9 +96,17 @@ def timeseries(title: str, queries: Sequence[Query], *, unit: str = "short", wid
     return _size(panel, width, height)
 
 
+def limit(name: str) -> str:
+    """A limit of the analyzer's signal catalogue (``signal.field``) as a threshold step's value:
+    the build writes the catalogue's number, or the configuration's, so the panel turns red where
+    the analyzer and the alert judge."""
+    return ref(name)
+
+
 def stat(title: str, queries: Sequence[Query], *, unit: str = "short", width: int = 6, height: int = 5,
-         description: str = "", thresholds: Sequence[tuple[float | None, str]] = ()) -> Panel:
-    """A single-value stat panel; ``thresholds`` are (from value, colour), the first from None."""
+         description: str = "", thresholds: Sequence[tuple[float | str | None, str]] = ()) -> Panel:
+    """A single-value stat panel; ``thresholds`` are (from value, colour), the first from None; a
+    value may be a catalogue ``limit``."""
     # Plain dicts: grafanalib's Threshold writes the base step's value as the string "null".
     steps = [{"color": color, "value": value} for value, color in thresholds] or [_BASE_STEP]
     panel = Stat(title=title, description=description, dataSource=DATASOURCE,

@@ -22,7 +22,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "sim": ("simulator.cli", "simulated vLLM engines and GPU fleet: serve, fault, history"),
     "traffic": ("simulator.traffic", "generate OpenAI-API traffic with a compressed daily shape"),
     "config": ("oximeter.config_cli", "check a configuration file"),
-    "dashboards": ("dashboards.cli", "build the Grafana dashboards JSON from grafanalib sources"),
+    "dashboards": ("stack.dashboards_cli", "build the Grafana dashboards JSON from grafanalib sources"),
     "rules": ("analyzer.recording_rules",
               "generate the signal recording rules, the adapters' plain translations and the "
               "Kubernetes rule objects"),

@@ -63,7 +63,10 @@ def fill_data(data: Any, limits: Mapping[str, float], where: str = "") -> Any:
     number (a threshold step's value), any other string has its placeholders replaced in the text."""
     if isinstance(data, str):
         whole = PLACEHOLDER.fullmatch(data)
-        return value(whole, limits, where) if whole else fill(data, limits, where)
+        if whole is None:
+            return fill(data, limits, where)
+        number = round(value(whole, limits, where), 9)
+        return int(number) if number.is_integer() else number  # 1, as a hand-written 1 reads
     if isinstance(data, Mapping):
         return {key: fill_data(item, limits, where) for key, item in data.items()}
     if isinstance(data, list):

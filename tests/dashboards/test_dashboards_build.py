@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 
+from analyzer.limits import limits
 from dashboards.build import BUILD_DIR, build_all, load_built, sources
 from dashboards.promql import panel_queries, variable_queries
 from stack.procs import oximeter_argv
@@ -35,7 +36,7 @@ def _panels(dashboard: dict[str, Any]) -> list[dict[str, Any]]:
 
 def test_committed_json_is_current() -> None:
     """Fails when a source changed without `oximeter dashboards build`."""
-    rendered = build_all()
+    rendered = build_all(limits())
     committed = {p: p.read_text(encoding="utf-8") for p in BUILD_DIR.glob("*.json")}
     stale = sorted(p.name for p in rendered if committed.get(p) != rendered[p])
     orphans = sorted(p.name for p in committed if p not in rendered)
