@@ -37,7 +37,7 @@ from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
 from analyzer.api import build_app, start_api
 from analyzer.blindness import BlindWatch
-from analyzer.catalogue import CATALOGUE
+from analyzer.catalogue import CATALOGUE, build_catalogue
 from analyzer.daemon_metrics import DaemonMetrics, LogNotifier, Notifier
 from analyzer.frame import SeriesFrame
 from analyzer.incident_store import IncidentStore
@@ -338,7 +338,7 @@ def _run(args: argparse.Namespace, config: AnalyzeConfig, store: IncidentStore) 
 
         # The outbox lives in this store; chat channels read their URLs from the environment.
         reporting = build_reporting(store, config.reporter, read_secret("OXIMETER_API_TOKEN"),
-                                    metrics.registry)
+                                    metrics.registry, build_catalogue(config.analyzer.signals))
     except OximeterError as exc:
         if isinstance(exc, ConfigError) and exc.path is None:  # a channel's secret: name the file too
             exc = ConfigError(exc.problems, str(args.config or DEFAULT_CONFIG_PATH))

@@ -1,4 +1,8 @@
-"""The digest's PNG: queue_wait p99, 504 ratio and GPU utilisation over the day (matplotlib, Agg)."""
+"""The digest's PNG: queue_wait p99, 504 ratio and GPU utilisation over the day (matplotlib, Agg).
+
+A panel of a catalogue signal draws that signal's limit (``signal.field``) as a dashed red line:
+the number the analyzer and the alert judge by, with the configuration's overrides.
+"""
 
 from __future__ import annotations
 
@@ -12,35 +16,45 @@ matplotlib.use("Agg")  # no display: render to bytes only (must precede pyplot's
 
 import matplotlib.dates as mdates
 import matplotlib.pyplot as plt
+from matplotlib.figure import Figure
 
+# (series key, axis label, the catalogue limit drawn across it or None).
 PANELS = (
-    ("queue_wait_p99_s", "queue wait p99 (s)", 1.0),
-    ("ratio_504", "504 ratio", 0.01),
+    ("queue_wait_p99_s", "queue wait p99 (s)", "queue_wait_p99.threshold"),
+    ("ratio_504", "504 ratio", "error_504_ratio.threshold"),
     ("gpu_utilization", "GPU utilisation (fleet mean)", None),
 )
 WIDTH_PX, HEIGHT_PX, DPI = 1000, 750, 100  # well under WeCom's 2 MB image limit
 
 
-def render_chart(series: Mapping[str, Sequence[tuple[float, float]]], title: str,
-                 tz: tzinfo = UTC) -> bytes:
-    """PNG bytes: one panel per series, with the digest's threshold drawn where it has one."""
+def figure(series: Mapping[str, Sequence[tuple[float, float]]], title: str, limits: Mapping[str, float],
+           tz: tzinfo = UTC) -> Figure:
+    """The chart: one panel per series, with its signal's limit (from ``limits``) where it has one.
+    The caller closes it (``plt.close``)."""
     fig, axes = plt.subplots(len(PANELS), 1, figsize=(WIDTH_PX / DPI, HEIGHT_PX / DPI), dpi=DPI,
                              sharex=True)
+    for ax, (key, label, limit) in zip(axes, PANELS, strict=True):
+        points = series.get(key, ())
+        if points:
+            ax.plot([datetime.fromtimestamp(t, tz) for t, _ in points], [v for _, v in points],
+                    linewidth=1.2)
+        else:
+            ax.text(0.5, 0.5, "no data", transform=ax.transAxes, ha="center", va="center")
+        if limit is not None:
+            ax.axhline(limits[limit], color="red", linestyle="--", linewidth=0.8)
+        ax.set_ylabel(label, fontsize=8)
+        ax.grid(True, alpha=0.3)
+    axes[-1].xaxis.set_major_formatter(mdates.DateFormatter("%H:%M", tz=tz))
+    fig.suptitle(title)
+    fig.tight_layout()
+    return fig
+
+
+def render_chart(series: Mapping[str, Sequence[tuple[float, float]]], title: str, limits: Mapping[str, float],
+                 tz: tzinfo = UTC) -> bytes:
+    """PNG bytes of ``figure``."""
+    fig = figure(series, title, limits, tz)
     try:
-        for ax, (key, label, threshold) in zip(axes, PANELS, strict=True):
-            points = series.get(key, ())
-            if points:
-                ax.plot([datetime.fromtimestamp(t, tz) for t, _ in points], [v for _, v in points],
-                        linewidth=1.2)
-            else:
-                ax.text(0.5, 0.5, "no data", transform=ax.transAxes, ha="center", va="center")
-            if threshold is not None:
-                ax.axhline(threshold, color="red", linestyle="--", linewidth=0.8)
-            ax.set_ylabel(label, fontsize=8)
-            ax.grid(True, alpha=0.3)
-        axes[-1].xaxis.set_major_formatter(mdates.DateFormatter("%H:%M", tz=tz))
-        fig.suptitle(title)
-        fig.tight_layout()
         buffer = io.BytesIO()
         fig.savefig(buffer, format="png", dpi=DPI)
         return buffer.getvalue()

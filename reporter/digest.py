@@ -17,16 +17,18 @@ from __future__ import annotations
 
 import math
 from collections import defaultdict
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, date, datetime, time, timedelta, tzinfo
 from zoneinfo import ZoneInfo
 
 import numpy as np
 
+from analyzer.catalogue import CATALOGUE
 from analyzer.detectors.counter import counter_steps
 from analyzer.incident_store import IncidentQuery, IncidentStore
 from analyzer.incidents import Incident
+from analyzer.signals import SignalSpec
 from oximeter.prometheus import Series
 from reporter.digest_capacity import Headroom, NMinusOne, headroom, n_minus_one, placement
 from reporter.prom import PromQuery
@@ -35,6 +37,8 @@ from reporter.settings import DigestSettings
 STEP_S = 60.0  # the contract's 1m resolution
 CHART_STEP_S = 300.0
 THROTTLE_REASONS = 'reason!="idle"'
+# The chart's panels of catalogue signals (reporter/chart.py draws each one's limit across it).
+CHART_SIGNALS = {"queue_wait_p99_s": "queue_wait_p99", "ratio_504": "error_504_ratio"}
 # The analyzer's own gauge (scraped from its /metrics): how many anomaly events each signal has open.
 ANOMALIES = "max by (signal, layer) (oximeter_anomalies_active)"
 
@@ -247,14 +251,19 @@ def _noisy(prom: PromQuery, start: datetime, end: datetime, incidents: list[Inci
     return tuple(rows[:top])
 
 
-def _chart(prom: PromQuery, start: datetime, end: datetime) -> dict[str, list[tuple[float, float]]]:
-    exprs = {
-        "queue_wait_p99_s": "histogram_quantile(0.99, sum by (le) "
-                            "(rate(oximeter_queue_wait_seconds_bucket[5m])))",
-        "ratio_504": 'sum(rate(oximeter_requests_total{code="504"}[5m]))'
-                     " / sum(rate(oximeter_requests_total[5m]))",
-        "gpu_utilization": "avg(oximeter_gpu_utilization_ratio)",
-    }
+def worst(spec: SignalSpec) -> str:
+    """The signal's largest value across its entities, where its traffic guard holds: one line to
+    draw against the limit it is judged by (the signal's own query, so per node and route)."""
+    query = spec.promql
+    if spec.min_traffic is not None:
+        query = f"({query}) and ({spec.min_traffic.promql}) >= {spec.min_traffic.minimum:g}"
+    return f"max({query})"
+
+
+def _chart(prom: PromQuery, start: datetime, end: datetime,
+           catalogue: Mapping[str, SignalSpec]) -> dict[str, list[tuple[float, float]]]:
+    exprs = {key: worst(catalogue[signal]) for key, signal in CHART_SIGNALS.items()}
+    exprs["gpu_utilization"] = "avg(oximeter_gpu_utilization_ratio)"
     out = {}
     for name, expr in exprs.items():
         result = prom.range(expr, start, end, CHART_STEP_S)
@@ -263,8 +272,9 @@ def _chart(prom: PromQuery, start: datetime, end: datetime) -> dict[str, list[tu
 
 
 def collect(prom: PromQuery, store: IncidentStore | None, day: date, settings: DigestSettings,
-            *, with_chart: bool = True) -> Digest:
-    """Query yesterday (``day``) from Prometheus and the store."""
+            *, with_chart: bool = True, catalogue: Mapping[str, SignalSpec] = CATALOGUE) -> Digest:
+    """Query yesterday (``day``) from Prometheus and the store (``catalogue``: the signals the chart
+    draws, with the configuration's overrides)."""
     start, end = day_bounds(day, zone(settings.timezone))
     span = f"{int((end - start).total_seconds())}s"
     queue = prom.instant(f"max by (service, node) (max_over_time(oximeter_queue_length[{span}]))", end)
@@ -298,4 +308,4 @@ def collect(prom: PromQuery, store: IncidentStore | None, day: date, settings: D
         noisy_signals=_noisy(prom, start, end, incidents, settings.top_signals),
         simulated_nodes=tuple(sorted({s.label("node") for s in prom.instant(
             f"max by (node) (max_over_time(oximeter_simulation_info[{span}]))", end) if s.last >= 1})),
-        chart=_chart(prom, start, end) if with_chart else {})
+        chart=_chart(prom, start, end, catalogue) if with_chart else {})

@@ -8,6 +8,7 @@ import sys
 import time
 from dataclasses import asdict
 from datetime import date, datetime, timedelta
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -54,6 +55,7 @@ def _jsonable(value: Any) -> Any:
 def run(args: argparse.Namespace) -> int:
     """Entry point of ``oximeter report``."""
     from analyzer.incident_store import IncidentStore
+    from analyzer.limits import configured_catalogue
     from analyzer.settings import IncidentSettings
     from reporter.digest_schedule import build, send
     from reporter.prom import digest_client
@@ -67,9 +69,10 @@ def run(args: argparse.Namespace) -> int:
         # A preview must not create an empty store as a side effect.
         there = is_postgres_url(store_path) or Path(store_path).exists()
         store = IncidentStore(connect(store_path)) if there or not args.dry_run else None
+        catalogue = configured_catalogue(args.config)
         if args.dry_run:
-            return _preview(build(prom, store, day, settings), Path(args.out))
-        return _send(prom, store, day, settings, args.channel, send)
+            return _preview(build(prom, store, day, settings, catalogue), Path(args.out))
+        return _send(prom, store, day, settings, args.channel, partial(send, catalogue=catalogue))
     except (OximeterError, StoreError) as exc:
         print(f"oximeter report: {exc}", file=sys.stderr)
         return 1

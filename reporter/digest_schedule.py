@@ -11,12 +11,15 @@ import asyncio
 import contextlib
 import sqlite3
 import time as _time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from datetime import UTC, date, datetime, time, timedelta
 
 from loguru import logger
 
+from analyzer.catalogue import CATALOGUE
 from analyzer.incident_store import IncidentStore
+from analyzer.limits import limits
+from analyzer.signals import SignalSpec
 from oximeter.errors import OximeterError
 from oximeter.store import lock_for
 from reporter.chart import render_chart
@@ -29,11 +32,13 @@ from reporter.prom import PromQuery
 from reporter.settings import ReporterSettings
 
 
-def build(prom: PromQuery, store: IncidentStore | None, day: date,
-          settings: ReporterSettings) -> tuple[Digest, Message]:
-    """Collect ``day`` and render the message with its chart."""
-    digest = collect(prom, store, day, settings.digest)
-    png = render_chart(digest.chart, f"Oximeter {day.isoformat()}", zone(settings.digest.timezone))
+def build(prom: PromQuery, store: IncidentStore | None, day: date, settings: ReporterSettings,
+          catalogue: Mapping[str, SignalSpec] = CATALOGUE) -> tuple[Digest, Message]:
+    """Collect ``day`` and render the message with its chart (``catalogue``: the signals it draws and
+    their limits, with the configuration's overrides)."""
+    digest = collect(prom, store, day, settings.digest, catalogue=catalogue)
+    png = render_chart(digest.chart, f"Oximeter {day.isoformat()}", limits(catalogue),
+                       zone(settings.digest.timezone))
     return digest, to_message(digest, settings, png)
 
 
@@ -46,9 +51,10 @@ def already_queued(outbox: Outbox, day: date) -> bool:
 
 
 def send(prom: PromQuery, store: IncidentStore | None, outbox: Outbox, day: date, settings: ReporterSettings,
-         channels: Iterable[str] | None = None, now: float | None = None) -> Message:
+         channels: Iterable[str] | None = None, now: float | None = None,
+         catalogue: Mapping[str, SignalSpec] = CATALOGUE) -> Message:
     """Queue ``day``'s digest on ``channels`` (default: ``digest.channels``, else every channel)."""
-    _, message = build(prom, store, day, settings)
+    _, message = build(prom, store, day, settings, catalogue)
     if message.image_png:  # before it is queued: the link in the message must already resolve
         save_chart(outbox.conn, message.image_png, day.isoformat(), keep=settings.digest.keep_charts)
     chosen = list(channels) if channels is not None else settings.digest.channels

@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import sqlite3
+from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import date
 
@@ -22,7 +23,9 @@ from prometheus_client import CollectorRegistry
 from pydantic import SecretStr
 
 from analyzer.api import CLOCK
+from analyzer.catalogue import CATALOGUE
 from analyzer.incident_store import IncidentStore
+from analyzer.signals import SignalSpec
 from oximeter.errors import OximeterError
 from oximeter.secrets import read_secret
 from reporter import callbacks, chart_link, digest_schedule
@@ -75,15 +78,17 @@ class Reporting:
 
 
 def build_reporting(store: IncidentStore, settings: ReporterSettings, token: SecretStr | None,
-                    registry: CollectorRegistry | None = None) -> Reporting:
-    """Build from the ``reporter:`` section; channels read their URLs and secrets from the environment."""
+                    registry: CollectorRegistry | None = None,
+                    catalogue: Mapping[str, SignalSpec] = CATALOGUE) -> Reporting:
+    """Build from the ``reporter:`` section; channels read their URLs and secrets from the environment.
+    ``catalogue``: the signals the digest's chart draws, with the configuration's overrides."""
     outbox = Outbox(store.conn, build_channels(settings.channels), OutboxPolicy.from_settings(settings),
                     registry=registry)
     router = Router.from_settings(settings.routes, outbox.channels)
     prom = digest_client(settings.digest)
 
     def send_day(day: date) -> None:
-        digest_schedule.send(prom, store, outbox, day, settings)
+        digest_schedule.send(prom, store, outbox, day, settings, catalogue=catalogue)
 
     scheduler = digest_schedule.DigestScheduler(
         settings, send_day, sent=lambda day: digest_schedule.already_queued(outbox, day))

@@ -38,9 +38,11 @@ T0 = datetime(2025, 11, 30, tzinfo=UTC).timestamp()
 def chart_png() -> bytes:
     """The chart every test delivers, rendered once per worker that runs one of them (not while
     every worker collects: rendering imports matplotlib)."""
+    from analyzer.limits import limits
     from reporter.chart import render_chart
 
-    return render_chart({"gpu_utilization": [(T0 + 300 * i, 0.4 + 0.01 * i) for i in range(12)]}, "test")
+    return render_chart({"gpu_utilization": [(T0 + 300 * i, 0.4 + 0.01 * i) for i in range(12)]}, "test",
+                        limits())
 
 
 @pytest.fixture
