@@ -1,0 +1,106 @@
+"""A limit set in the configuration reaches every place that shows it: the analyzer's detector, the
+generated alert (which then fires at the new line), the dashboard's threshold and the digest chart."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import matplotlib.pyplot as plt
+import yaml
+from inprocess import run_main
+
+from alert_rules import RULES_DIR, alerting_rules
+from analyzer.catalogue import CATALOGUE
+from analyzer.detectors.threshold import AbsoluteThreshold
+from analyzer.limits import configured_catalogue, limits
+from analyzer.settings import AnalyzerSettings
+from oximeter.config import load_section
+from reporter.chart import PANELS, figure
+
+PROMTOOL = shutil.which("promtool") or "/usr/bin/promtool"
+SHIPPED, CONFIGURED = CATALOGUE["queue_wait_p99"].threshold, 0.5
+_GATEWAY = 'service="chat",model="m",node="n1",instance="gw1:9000",job="oximeter-gateway"'
+
+
+def _wait_case(expect_alert: bool) -> dict[str, Any]:
+    """One promtool case: 40 waits a minute, every one in (0.2 s, 1 s], so the 1-min p99 is 0.992 s
+    (interpolated in its bucket): over the configured 0.5 s, under the shipped 1 s."""
+    def bucket(le: str, values: str) -> dict[str, str]:
+        return {"series": f'oximeter_queue_wait_seconds_bucket{{le="{le}",{_GATEWAY}}}', "values": values}
+
+    fired = [{"exp_labels": {"severity": "critical", "layer": "scheduling", "service": "chat", "model": "m",
+                             "node": "n1"},
+              "exp_annotations": {
+                  "summary": "Requests wait more than 0.5 s in the gateway queue (p99).",
+                  "description": "queue_wait p99 of chat on n1 is 992ms (healthy < 200ms).",
+                  "runbook_url": "docs/runbook.md#gatewayqueuewaithigh"}}]
+    return {"rule_files": ["scheduling.rules.yml"], "evaluation_interval": "15s", "tests": [{
+        "interval": "15s",
+        "input_series": [bucket("0.2", "0x20"), bucket("1", "0+10x20"), bucket("+Inf", "0+10x20"),
+                         {"series": f"oximeter_queue_wait_seconds_count{{{_GATEWAY}}}", "values": "0+10x20"}],
+        "alert_rule_test": [{"eval_time": "4m", "alertname": "GatewayQueueWaitHigh",
+                             "exp_alerts": fired if expect_alert else []}]}]}
+
+
+def _promtool_case(rules_dir: Path, expect_alert: bool) -> subprocess.CompletedProcess[str]:
+    (rules_dir / "wait.test.yml").write_text(yaml.safe_dump(_wait_case(expect_alert)), encoding="utf-8")
+    return subprocess.run([PROMTOOL, "test", "rules", "wait.test.yml"], cwd=rules_dir, capture_output=True,
+                          text=True, timeout=60, check=False)
+
+
+def _red_step(dashboard: dict[str, Any], title: str) -> float:
+    [panel] = [p for p in dashboard["panels"] if p["title"] == title]
+    [red] = [s["value"] for s in panel["fieldConfig"]["defaults"]["thresholds"]["steps"] if s["color"] == "red"]
+    return float(red)
+
+
+def test_a_configured_queue_wait_limit_moves_the_analyzer_the_alert_the_dashboard_and_the_chart(
+        tmp_path: Path) -> None:
+    assert SHIPPED == 1.0
+    config = tmp_path / "oximeter.yaml"
+    config.write_text(f"analyzer:\n  signals:\n    queue_wait_p99:\n      threshold: {CONFIGURED}\n",
+                      encoding="utf-8")
+    shipped_files = {p: p.read_text(encoding="utf-8") for p in RULES_DIR.glob("*.rules.yml")}
+
+    # The analyzer: the signal it evaluates, and the detector it runs, judge at 0.5 s.
+    spec = load_section("analyzer", AnalyzerSettings, config).catalogue()["queue_wait_p99"]
+    assert spec.threshold == CONFIGURED
+    assert [d.threshold for d in spec.build_detectors() if isinstance(d, AbsoluteThreshold)] == [CONFIGURED]
+
+    # The alert: `rules build` with the configuration writes GatewayQueueWaitHigh at 0.5 s...
+    rules = tmp_path / "rules"
+    rules.mkdir()
+    built = run_main("--config", str(config), "rules", "build", "--alerts-dir", str(rules),
+                     "--out", str(tmp_path / "signals.rules.yml"), "--slo-out", str(tmp_path / "slo.rules.yml"))
+    assert built.returncode == 0, built.stderr
+    expr = " ".join(next(r for r in alerting_rules(rules) if r["alert"] == "GatewayQueueWaitHigh")["expr"].split())
+    assert "service_node:oximeter_queue_wait_seconds:p99_1m > 0.5 and" in expr, expr
+    # ... and it fires on a 0.992 s p99 that the shipped rule (1 s) lets pass.
+    shipped = tmp_path / "shipped"
+    shipped.mkdir()
+    shutil.copy(RULES_DIR / "scheduling.rules.yml", shipped)
+    for rules_dir, fires in ((rules, True), (shipped, False)):
+        case = _promtool_case(rules_dir, fires)
+        assert case.returncode == 0, (rules_dir.name, case.stdout, case.stderr)
+    # A build written elsewhere leaves the shipped rules as `rules build --check` wants them.
+    assert {p: p.read_text(encoding="utf-8") for p in RULES_DIR.glob("*.rules.yml")} == shipped_files
+    assert run_main("rules", "build", "--check").returncode == 0
+
+    # The dashboard: the overview's queue-wait tile turns red at 0.5 s.
+    boards = tmp_path / "dashboards"
+    assert run_main("--config", str(config), "dashboards", "build", "--out", str(boards)).returncode == 0
+    overview = json.loads((boards / "overview.json").read_text(encoding="utf-8"))
+    assert _red_step(overview, "Queue wait p99") == CONFIGURED
+
+    # The digest chart: the queue-wait panel's line at 0.5 s (the shipped catalogue's at 1 s).
+    for catalogue, line in ((configured_catalogue(config), CONFIGURED), (CATALOGUE, SHIPPED)):
+        fig = figure({}, "digest", limits(catalogue))
+        try:
+            panel = [key for key, _, _ in PANELS].index("queue_wait_p99_s")
+            assert [tuple(h.get_ydata()) for h in fig.axes[panel].lines] == [(line, line)]
+        finally:
+            plt.close(fig)
