@@ -54,7 +54,8 @@ def _promtool_case(rules_dir: Path, expect_alert: bool) -> subprocess.CompletedP
 
 def _red_step(dashboard: dict[str, Any], title: str) -> float:
     [panel] = [p for p in dashboard["panels"] if p["title"] == title]
-    [red] = [s["value"] for s in panel["fieldConfig"]["defaults"]["thresholds"]["steps"] if s["color"] == "red"]
+    steps = panel["fieldConfig"]["defaults"]["thresholds"]["steps"]
+    [red] = [s["value"] for s in steps if s["color"] == "red"]
     return float(red)
 
 
@@ -74,10 +75,11 @@ def test_a_configured_queue_wait_limit_moves_the_analyzer_the_alert_the_dashboar
     # The alert: `rules build` with the configuration writes GatewayQueueWaitHigh at 0.5 s...
     rules = tmp_path / "rules"
     rules.mkdir()
-    built = run_main("--config", str(config), "rules", "build", "--alerts-dir", str(rules),
-                     "--out", str(tmp_path / "signals.rules.yml"), "--slo-out", str(tmp_path / "slo.rules.yml"))
+    built = run_main("--config", str(config), "rules", "build", "--alerts-dir", str(rules), "--out",
+                     str(tmp_path / "signals.rules.yml"), "--slo-out", str(tmp_path / "slo.rules.yml"))
     assert built.returncode == 0, built.stderr
-    expr = " ".join(next(r for r in alerting_rules(rules) if r["alert"] == "GatewayQueueWaitHigh")["expr"].split())
+    alert = next(r for r in alerting_rules(rules) if r["alert"] == "GatewayQueueWaitHigh")
+    expr = " ".join(alert["expr"].split())
     assert "service_node:oximeter_queue_wait_seconds:p99_1m > 0.5 and" in expr, expr
     # ... and it fires on a 0.992 s p99 that the shipped rule (1 s) lets pass.
     shipped = tmp_path / "shipped"
