@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import matplotlib.pyplot as plt
+import numpy as np
 import yaml
 from inprocess import run_main
 
@@ -103,6 +104,6 @@ def test_a_configured_queue_wait_limit_moves_the_analyzer_the_alert_the_dashboar
         fig = figure({}, "digest", limits(catalogue))
         try:
             panel = [key for key, _, _ in PANELS].index("queue_wait_p99_s")
-            assert [tuple(h.get_ydata()) for h in fig.axes[panel].lines] == [(line, line)]
+            assert [np.asarray(h.get_ydata()).tolist() for h in fig.axes[panel].lines] == [[line, line]]
         finally:
             plt.close(fig)
