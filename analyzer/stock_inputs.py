@@ -19,7 +19,7 @@ from pathlib import Path
 
 from alert_rules import ADAPTERS_DIR, load_catalogue, load_groups, recording_rules, rule_files
 from analyzer.signals import SignalSpec
-from exporter.dcgm import DCGM_DEFAULT_FIELDS, counters_line
+from oximeter.dcgm_fields import DCGM_DEFAULT_FIELDS, counters_line
 from oximeter.promql import metric_names
 
 _EXPORTER_NAME = re.compile(r"^(DCGM_|vllm:|kube_)")

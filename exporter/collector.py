@@ -25,8 +25,9 @@ from exporter.backends.base import (
     HostProcess,
     NodeSnapshot,
 )
-from exporter.dcgm import DCGM_DEFAULT_FIELDS, dcgm_families
+from exporter.dcgm import dcgm_families
 from exporter.error_counter import ErrorCounter
+from oximeter.dcgm_fields import DCGM_DEFAULT_FIELDS
 from oximeter.xids import PAGING_XIDS
 
 log = logging.getLogger(__name__)

@@ -22,20 +22,11 @@ from collections.abc import Callable, Sequence
 from prometheus_client.core import GaugeMetricFamily
 
 from exporter.backends.base import GpuReading
+from oximeter.dcgm_fields import FIELDS, MIB
 
 DCGM_LABELS = ("gpu", "UUID", "pci_bus_id", "device", "modelName", "Hostname")
 # The stand-in's value of the DCGM_FI_DRIVER_VERSION label (a label field of the default counters).
 SIMULATED_DRIVER_VERSION = "simulated"
-_MIB = 1024 * 1024
-# The fields dcgm-exporter's etc/default-counters.csv enables (of those exported here); the test of
-# tests/fixtures/real/dcgm-default-counters.csv keeps this set equal to the real file's.
-DCGM_DEFAULT_FIELDS: frozenset[str] = frozenset({
-    "DCGM_FI_DEV_SM_CLOCK", "DCGM_FI_DEV_GPU_TEMP", "DCGM_FI_DEV_POWER_USAGE",
-    "DCGM_FI_DEV_PCIE_REPLAY_COUNTER", "DCGM_FI_DEV_GPU_UTIL", "DCGM_FI_DEV_XID_ERRORS",
-    "DCGM_FI_DEV_FB_FREE", "DCGM_FI_DEV_FB_USED", "DCGM_FI_DEV_FB_RESERVED",
-    "DCGM_FI_DEV_UNCORRECTABLE_REMAPPED_ROWS", "DCGM_FI_DEV_CORRECTABLE_REMAPPED_ROWS",
-    "DCGM_FI_DEV_ROW_REMAP_FAILURE", "DCGM_FI_PROF_PCIE_TX_BYTES", "DCGM_FI_PROF_PCIE_RX_BYTES",
-})
 # dcgm-exporter's err_msg of the Xid codes Oximeter reads (internal/pkg/collector/xid_errors.go);
 # others read "Unknown Error" here.
 XID_MESSAGES: dict[int, str] = {
@@ -69,24 +60,28 @@ def _last_xid(r: GpuReading) -> float | None:
 
 
 def _mib(value: int | None) -> float | None:
-    return None if value is None else float(value // _MIB)
+    return None if value is None else float(value // MIB)
 
 
 def _reserved_mib(r: GpuReading) -> float | None:
     # The stand-in's share (NVML's reading has no reserved memory): free is what is left of it.
     if r.memory_total_bytes is None:
         return None
-    return float(int(r.memory_total_bytes * _RESERVED_SHARE) // _MIB)
+    return float(int(r.memory_total_bytes * _RESERVED_SHARE) // MIB)
 
 
 def _free_mib(r: GpuReading) -> float | None:
     if r.memory_total_bytes is None or r.memory_used_bytes is None:
         return None
-    return float(max(0, r.memory_total_bytes - r.memory_used_bytes) // _MIB)
+    return float(max(0, r.memory_total_bytes - r.memory_used_bytes) // MIB)
 
 
 def _mhz(value: float | None) -> float | None:
     return None if value is None else round(value / 1e6)
+
+
+def _percent(ratio: float | None) -> float | None:
+    return None if ratio is None else round(ratio * 100)
 
 
 def _flag(value: bool | None) -> float | None:
@@ -106,68 +101,37 @@ def _nvlink_errors(kind: str) -> Callable[[GpuReading], float | None]:
     return total
 
 
-# (name, help, reading -> value in DCGM's unit or None)
-DCGM_FIELDS: tuple[tuple[str, str, Callable[[GpuReading], float | None]], ...] = (
-    ("DCGM_FI_DEV_SM_CLOCK", "SM clock frequency (in MHz).", lambda r: _mhz(r.sm_clock_hertz)),
-    ("DCGM_FI_DEV_MAX_SM_CLOCK", "Maximum SM clock frequency (in MHz).",
-     lambda r: _mhz(r.sm_clock_max_hertz)),
-    ("DCGM_FI_DEV_GPU_TEMP", "GPU temperature (in C).", lambda r: _num(r.temperature_celsius)),
-    ("DCGM_FI_DEV_POWER_USAGE", "Power draw (in W).", lambda r: _num(r.power_watts)),
-    ("DCGM_FI_DEV_POWER_MGMT_LIMIT", "Power management limit (in W).",
-     lambda r: _num(r.power_limit_watts)),
-    ("DCGM_FI_DEV_PCIE_REPLAY_COUNTER", "Total number of PCIe retries.",
-     lambda r: _num(r.pcie_replay_total)),
-    ("DCGM_FI_PROF_PCIE_TX_BYTES", "The rate of data transmitted over the PCIe bus (in B/s).",
-     lambda r: _num(r.pcie_transmit_bytes_per_second)),
-    ("DCGM_FI_PROF_PCIE_RX_BYTES", "The rate of data received over the PCIe bus (in B/s).",
-     lambda r: _num(r.pcie_receive_bytes_per_second)),
-    ("DCGM_FI_DEV_GPU_UTIL", "GPU utilization (in %).",
-     lambda r: None if r.utilization_ratio is None else round(r.utilization_ratio * 100)),
-    ("DCGM_FI_DEV_XID_ERRORS", "Value of the last XID error encountered.", _last_xid),
-    ("DCGM_FI_DEV_FB_FREE", "Framebuffer memory free (in MiB).", _free_mib),
-    ("DCGM_FI_DEV_FB_USED", "Framebuffer memory used (in MiB).", lambda r: _mib(r.memory_used_bytes)),
-    ("DCGM_FI_DEV_FB_RESERVED", "Framebuffer memory reserved (in MiB).", _reserved_mib),
-    ("DCGM_FI_DEV_FB_TOTAL", "Framebuffer memory total (in MiB).",
-     lambda r: _mib(r.memory_total_bytes)),
-    ("DCGM_FI_DEV_ECC_SBE_VOL_TOTAL", "Total number of single-bit volatile ECC errors.",
-     lambda r: _num(r.ecc_corrected_total)),
-    ("DCGM_FI_DEV_ECC_DBE_VOL_TOTAL", "Total number of double-bit volatile ECC errors.",
-     lambda r: _num(r.ecc_uncorrected_total)),
-    ("DCGM_FI_DEV_UNCORRECTABLE_REMAPPED_ROWS", "Number of remapped rows for uncorrectable errors",
-     lambda r: _num(r.remapped_rows_uncorrectable)),
-    ("DCGM_FI_DEV_CORRECTABLE_REMAPPED_ROWS", "Number of remapped rows for correctable errors",
-     lambda r: _num(r.remapped_rows_correctable)),
-    ("DCGM_FI_DEV_ROW_REMAP_FAILURE", "Whether remapping of rows has failed",
-     lambda r: _flag(r.row_remap_failure)),
-    ("DCGM_FI_DEV_ROW_REMAP_PENDING", "Whether remapping of rows is pending",
-     lambda r: _flag(r.row_remap_pending)),
-    ("DCGM_FI_DEV_NVLINK_CRC_FLIT_ERROR_COUNT_TOTAL", "Total number of NVLink flow-control CRC errors.",
-     _nvlink_errors("crc_flit")),
-    ("DCGM_FI_DEV_NVLINK_CRC_DATA_ERROR_COUNT_TOTAL", "Total number of NVLink data CRC errors.",
-     _nvlink_errors("crc_data")),
-    ("DCGM_FI_DEV_NVLINK_REPLAY_ERROR_COUNT_TOTAL", "Total number of NVLink retries.",
-     _nvlink_errors("replay")),
-    ("DCGM_FI_DEV_NVLINK_RECOVERY_ERROR_COUNT_TOTAL", "Total number of NVLink recovery errors.",
-     _nvlink_errors("recovery")),
-)
-
-
-# The fields dcgm-exporter's counters files type `counter` (the stand-in writes them as gauges).
-DCGM_COUNTER_FIELDS: frozenset[str] = frozenset({
-    "DCGM_FI_DEV_PCIE_REPLAY_COUNTER", "DCGM_FI_DEV_ECC_SBE_VOL_TOTAL", "DCGM_FI_DEV_ECC_DBE_VOL_TOTAL",
-    "DCGM_FI_DEV_UNCORRECTABLE_REMAPPED_ROWS", "DCGM_FI_DEV_CORRECTABLE_REMAPPED_ROWS",
-    "DCGM_FI_DEV_NVLINK_CRC_FLIT_ERROR_COUNT_TOTAL", "DCGM_FI_DEV_NVLINK_CRC_DATA_ERROR_COUNT_TOTAL",
-    "DCGM_FI_DEV_NVLINK_REPLAY_ERROR_COUNT_TOTAL", "DCGM_FI_DEV_NVLINK_RECOVERY_ERROR_COUNT_TOTAL",
-})
-
-
-def counters_line(field: str) -> str | None:
-    """The line (``FIELD, type, help``) that enables ``field`` in a dcgm-exporter counters file,
-    for the fields written here; None for others."""
-    for name, help_text, _value in DCGM_FIELDS:
-        if name == field:
-            return f"{name}, {'counter' if name in DCGM_COUNTER_FIELDS else 'gauge'}, {help_text}"
-    return None
+# Field -> the reading's value in DCGM's unit, or None: the fields written here, in this order
+# (names, types and HELP from the shared table, oximeter/dcgm_fields.py).
+_VALUES: dict[str, Callable[[GpuReading], float | None]] = {
+    "DCGM_FI_DEV_SM_CLOCK": lambda r: _mhz(r.sm_clock_hertz),
+    "DCGM_FI_DEV_MAX_SM_CLOCK": lambda r: _mhz(r.sm_clock_max_hertz),
+    "DCGM_FI_DEV_GPU_TEMP": lambda r: _num(r.temperature_celsius),
+    "DCGM_FI_DEV_POWER_USAGE": lambda r: _num(r.power_watts),
+    "DCGM_FI_DEV_POWER_MGMT_LIMIT": lambda r: _num(r.power_limit_watts),
+    "DCGM_FI_DEV_PCIE_REPLAY_COUNTER": lambda r: _num(r.pcie_replay_total),
+    "DCGM_FI_PROF_PCIE_TX_BYTES": lambda r: _num(r.pcie_transmit_bytes_per_second),
+    "DCGM_FI_PROF_PCIE_RX_BYTES": lambda r: _num(r.pcie_receive_bytes_per_second),
+    "DCGM_FI_DEV_GPU_UTIL": lambda r: _percent(r.utilization_ratio),
+    "DCGM_FI_DEV_XID_ERRORS": _last_xid,
+    "DCGM_FI_DEV_FB_FREE": _free_mib,
+    "DCGM_FI_DEV_FB_USED": lambda r: _mib(r.memory_used_bytes),
+    "DCGM_FI_DEV_FB_RESERVED": _reserved_mib,
+    "DCGM_FI_DEV_FB_TOTAL": lambda r: _mib(r.memory_total_bytes),
+    "DCGM_FI_DEV_ECC_SBE_VOL_TOTAL": lambda r: _num(r.ecc_corrected_total),
+    "DCGM_FI_DEV_ECC_DBE_VOL_TOTAL": lambda r: _num(r.ecc_uncorrected_total),
+    "DCGM_FI_DEV_UNCORRECTABLE_REMAPPED_ROWS": lambda r: _num(r.remapped_rows_uncorrectable),
+    "DCGM_FI_DEV_CORRECTABLE_REMAPPED_ROWS": lambda r: _num(r.remapped_rows_correctable),
+    "DCGM_FI_DEV_ROW_REMAP_FAILURE": lambda r: _flag(r.row_remap_failure),
+    "DCGM_FI_DEV_ROW_REMAP_PENDING": lambda r: _flag(r.row_remap_pending),
+    "DCGM_FI_DEV_NVLINK_CRC_FLIT_ERROR_COUNT_TOTAL": _nvlink_errors("crc_flit"),
+    "DCGM_FI_DEV_NVLINK_CRC_DATA_ERROR_COUNT_TOTAL": _nvlink_errors("crc_data"),
+    "DCGM_FI_DEV_NVLINK_REPLAY_ERROR_COUNT_TOTAL": _nvlink_errors("replay"),
+    "DCGM_FI_DEV_NVLINK_RECOVERY_ERROR_COUNT_TOTAL": _nvlink_errors("recovery"),
+}
+# (name, help, reading -> value in DCGM's unit or None), the fields written here.
+DCGM_FIELDS: tuple[tuple[str, str, Callable[[GpuReading], float | None]], ...] = tuple(
+    (name, FIELDS[name].help, value) for name, value in _VALUES.items())
 
 
 def dcgm_families(node: str, gpus: Sequence[GpuReading], fields: frozenset[str] | None = None,

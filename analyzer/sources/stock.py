@@ -23,30 +23,14 @@ import numpy as np
 from analyzer.query import aggregate
 from analyzer.sources.kube import kube_translated
 from analyzer.sources.raw import Labeled, RawStore
+from oximeter.dcgm_fields import DCGM_FIELDS, MIB
 from oximeter.xids import APPLICATION_XIDS, PAGING_XIDS
 
-_MIB = 1048576.0
-# DCGM field -> (record, scale from DCGM's unit to the base unit, the record's fixed labels). The ECC
-# counts are volatile (since the driver loaded), as the exporter's counter.
+_MIB = float(MIB)
+# DCGM field -> (record, scale from DCGM's unit to the base unit, the record's fixed labels): the
+# translated fields of the shared dcgm-exporter table (oximeter/dcgm_fields.py).
 DCGM_GAUGES: dict[str, tuple[str, float, Mapping[str, str]]] = {
-    "DCGM_FI_DEV_GPU_TEMP": ("oximeter_gpu_temperature_celsius", 1.0, {}),
-    "DCGM_FI_DEV_GPU_UTIL": ("oximeter_gpu_utilization_ratio", 0.01, {}),
-    "DCGM_FI_DEV_FB_USED": ("oximeter_gpu_memory_used_bytes", _MIB, {}),
-    "DCGM_FI_DEV_POWER_USAGE": ("oximeter_gpu_power_watts", 1.0, {}),
-    "DCGM_FI_DEV_POWER_MGMT_LIMIT": ("oximeter_gpu_power_limit_watts", 1.0, {}),
-    "DCGM_FI_DEV_SM_CLOCK": ("oximeter_gpu_sm_clock_hertz", 1e6, {}),
-    "DCGM_FI_DEV_MAX_SM_CLOCK": ("oximeter_gpu_sm_clock_max_hertz", 1e6, {}),
-    "DCGM_FI_DEV_ECC_SBE_VOL_TOTAL": ("oximeter_gpu_ecc_errors_total", 1.0, {"kind": "corrected"}),
-    "DCGM_FI_DEV_ECC_DBE_VOL_TOTAL": ("oximeter_gpu_ecc_errors_total", 1.0, {"kind": "uncorrected"}),
-    "DCGM_FI_DEV_PCIE_REPLAY_COUNTER": ("oximeter_gpu_pcie_replay_total", 1.0, {}),
-    "DCGM_FI_DEV_CORRECTABLE_REMAPPED_ROWS": ("oximeter_gpu_remapped_rows", 1.0, {"kind": "correctable"}),
-    "DCGM_FI_DEV_UNCORRECTABLE_REMAPPED_ROWS": ("oximeter_gpu_remapped_rows", 1.0, {"kind": "uncorrectable"}),
-    "DCGM_FI_DEV_ROW_REMAP_PENDING": ("oximeter_gpu_row_remap_pending", 1.0, {}),
-    "DCGM_FI_DEV_ROW_REMAP_FAILURE": ("oximeter_gpu_row_remap_failure", 1.0, {}),
-    # dcgm-exporter's own Xid counter (labelled xid; since exporter start), which only exporters
-    # built with its xid_total_collector know: older ones refuse to start on the field.
-    "DCGM_EXP_XID_ERRORS_TOTAL": ("oximeter_gpu_xid_errors_total", 1.0, {}),
-}
+    f.name: (f.record, f.scale, dict(f.labels)) for f in DCGM_FIELDS if f.record is not None}
 # Bit -> reason of DCGM's clock-event reasons (DCGM_FI_DEV_CLOCK_THROTTLE_REASONS before 3.3).
 CLOCK_EVENT_BITS: dict[str, int] = {"idle": 1, "power_cap": 4, "hw_slowdown": 8, "sw_thermal": 32,
                                     "hw_thermal": 64, "power_brake": 128}

@@ -23,7 +23,7 @@ from analyzer.sources.stock import (
     with_stock_translated,
 )
 from analyzer.stock_inputs import adapter_rules
-from exporter.dcgm import DCGM_DEFAULT_FIELDS
+from oximeter.dcgm_fields import DCGM_DEFAULT_FIELDS
 from simulator.history import generate
 from simulator.scenario import Scenario, Truth
 

@@ -12,7 +12,8 @@ from prometheus_client.core import Metric
 from real_exposition import Sample, fixture, read
 
 from analyzer.stock_inputs import adapter_rules
-from exporter.dcgm import DCGM_COUNTER_FIELDS, DCGM_DEFAULT_FIELDS, DCGM_FIELDS
+from exporter.dcgm import DCGM_FIELDS
+from oximeter.dcgm_fields import DCGM_COUNTER_FIELDS, DCGM_DEFAULT_FIELDS
 from simulator.exposition import engine_families
 from simulator.history import build_fleet
 from simulator.kube_state import kube_state_families
