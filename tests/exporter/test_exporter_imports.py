@@ -12,7 +12,7 @@ import exporter
 ALLOWED = {"prometheus_client", "pynvml", "psutil", "yaml", "redis", "exporter"}
 # stdlib and PyYAML only
 ALLOWED_OXIMETER = {"oximeter.errors", "oximeter.config", "oximeter.logs", "oximeter.ports", "oximeter.xids",
-                    "oximeter.plain_settings"}
+                    "oximeter.plain_settings", "oximeter.dcgm_fields"}
 PACKAGE = Path(exporter.__file__).parent
 
 
