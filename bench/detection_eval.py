@@ -34,10 +34,10 @@ import yaml
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from analyzer.catalogue import CATALOGUE, build_catalogue
-from analyzer.events import AnomalyEvent
-from analyzer.incident_store import parse_duration
-from analyzer.signals import SignalSpec
+from analyzer.detection.events import AnomalyEvent
+from analyzer.incidents.store import parse_duration
+from analyzer.signals.catalogue import CATALOGUE, build_catalogue
+from analyzer.signals.spec import SignalSpec
 from drills.cli import DEFAULT_CACHE
 from drills.history import (
     DAY_S,

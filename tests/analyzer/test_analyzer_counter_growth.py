@@ -12,10 +12,10 @@ import pandas as pd
 import pytest
 from analyzer_frames import frame
 
-from analyzer.catalogue import CATALOGUE
-from analyzer.detectors import CounterGrowth
-from analyzer.evaluate import evaluate_signal
-from analyzer.frame import Baseline, SeriesFrame
+from analyzer.detection.detectors import CounterGrowth
+from analyzer.detection.evaluate import evaluate_signal
+from analyzer.signals.catalogue import CATALOGUE
+from analyzer.signals.frame import Baseline, SeriesFrame
 
 DAY_ROWS = 1440  # one day of one-minute rows
 
@@ -142,7 +142,7 @@ def test_blocks_of_series_give_the_same_detection(monkeypatch: pytest.MonkeyPatc
                           index=values.index, columns=values.columns)
     detector = CounterGrowth(window_s=300, min_increase=100, ratio=100, cumulative=False)
     whole = [detector.detect(values, base) for base in (None, Baseline(center, center * 0))]
-    monkeypatch.setattr("analyzer.detectors.counter.BLOCK_SERIES", 3)
+    monkeypatch.setattr("analyzer.detection.detectors.counter.BLOCK_SERIES", 3)
     for base, want in zip((None, Baseline(center, center * 0)), whole, strict=True):
         got = detector.detect(values, base)
         for name in ("flags", "score", "reference", "keep"):

@@ -12,9 +12,9 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from analyzer.catalogue import KIND_DEFAULTS
-from analyzer.detect_cli import detect_file, infer_kind
-from analyzer.sources.files import InputError
+from analyzer.service.detect_cli import detect_file, infer_kind
+from analyzer.signals.catalogue import KIND_DEFAULTS
+from analyzer.signals.sources.files import InputError
 from stack.procs import oximeter_argv
 
 T0 = pd.Timestamp("2026-02-03T00:00:00Z")

@@ -11,10 +11,10 @@ import pandas as pd
 import pytest
 from analyzer_frames import frame
 
-from analyzer.detectors import DETECTORS, Detection, Detector
-from analyzer.detectors.base import like
-from analyzer.evaluate import evaluate_signal
-from analyzer.frame import Baseline, SeriesFrame
+from analyzer.detection.detectors import DETECTORS, Detection, Detector
+from analyzer.detection.detectors.base import like
+from analyzer.detection.evaluate import evaluate_signal
+from analyzer.signals.frame import Baseline, SeriesFrame
 from oximeter.config import parse_config
 from oximeter.errors import ConfigError
 

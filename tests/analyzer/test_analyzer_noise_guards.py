@@ -8,11 +8,11 @@ import pandas as pd
 import pytest
 from analyzer_frames import at, frame
 
-from analyzer.catalogue import CATALOGUE, P99_MIN_COUNT, PEER_MIN_COUNT
-from analyzer.detectors import BaselineRatio
-from analyzer.evaluate import evaluate_signal, widen_ratio
-from analyzer.frame import Baseline, SeriesFrame
-from analyzer.signals import LATENCY_NOISE_Z
+from analyzer.detection.detectors import BaselineRatio
+from analyzer.detection.evaluate import evaluate_signal, widen_ratio
+from analyzer.signals.catalogue import CATALOGUE, P99_MIN_COUNT, PEER_MIN_COUNT
+from analyzer.signals.frame import Baseline, SeriesFrame
+from analyzer.signals.spec import LATENCY_NOISE_Z
 
 ROWS = 40
 

@@ -12,9 +12,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from analyzer.catalogue import CATALOGUE, KIND_DEFAULTS, build_catalogue
-from analyzer.events import AnomalyEvent
-from analyzer.settings import AnalyzerSettings
+from analyzer.detection.events import AnomalyEvent
+from analyzer.service.settings import AnalyzerSettings
+from analyzer.signals.catalogue import CATALOGUE, KIND_DEFAULTS, build_catalogue
 from oximeter.config import parse_config
 from oximeter.errors import ConfigError
 

@@ -9,12 +9,12 @@ from dataclasses import dataclass, field, replace
 import pytest
 from incident_cases import ev, gpu
 
-from analyzer import diagnosis as dx
-from analyzer.case import Case, Snapshot
-from analyzer.diagnosis import diagnose
-from analyzer.events import AnomalyEvent
-from analyzer.signals import SignalSpec
-from analyzer.verdicts import symptom_severity
+from analyzer.detection.events import AnomalyEvent
+from analyzer.diagnosis import rules as dx
+from analyzer.diagnosis.case import Case, Snapshot
+from analyzer.diagnosis.rules import diagnose
+from analyzer.diagnosis.verdicts import symptom_severity
+from analyzer.signals.spec import SignalSpec
 from oximeter.config import parse_config
 
 N0 = {"service": "chat", "node": "node-0"}

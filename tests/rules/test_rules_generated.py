@@ -12,9 +12,9 @@ import yaml
 from inprocess import run_main
 
 from alert_rules import alerting_rules, recording_rules
-from analyzer.catalogue import CATALOGUE, build_catalogue
-from analyzer.recording_rules import SIGNALS_RULES, render, rendered_adapters
-from analyzer.sources import stock
+from analyzer.signals.catalogue import CATALOGUE, build_catalogue
+from analyzer.signals.recording_rules import SIGNALS_RULES, render, rendered_adapters
+from analyzer.signals.sources import stock
 from stack.procs import oximeter_argv
 
 
