@@ -38,7 +38,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from analyzer.detection.detectors.neighbours import NeighbourSurprise
 from analyzer.service.detect_cli import detect_file
 from analyzer.signals.catalogue import KIND_DEFAULTS
-from analyzer.signals.sources.files import load_regular
+from analyzer.signals.tables import load_regular
 
 ROOT = Path(__file__).resolve().parents[1]
 DEFAULT_DATA = ROOT.parent / "shared" / "nab-train"

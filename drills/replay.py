@@ -22,19 +22,19 @@ import pandas as pd
 from analyzer.detection.baselines import BaselinePolicy
 from analyzer.detection.evaluate import evaluate_signal
 from analyzer.detection.events import AnomalyEvent
-from analyzer.detection.pipeline import CONTEXT, topology_from_frames
 from analyzer.diagnosis.case import Labels, Snapshot
 from analyzer.diagnosis.topology import Topology
 from analyzer.incidents.lifecycle import Change, Incident, IncidentSettings
 from analyzer.incidents.maintenance import MaintenanceWindow
 from analyzer.incidents.store import IncidentQuery, IncidentStore
 from analyzer.service.daemon import Analyzer
+from analyzer.service.pipeline import CONTEXT, topology_from_frames
 from analyzer.service.settings import AnalyzerSettings
 from analyzer.signals.catalogue import CATALOGUE
 from analyzer.signals.frame import SeriesFrame
+from analyzer.signals.raw import RawStore
 from analyzer.signals.sources.base import ReplayClock
 from analyzer.signals.sources.frames import FrameSource
-from analyzer.signals.sources.raw import RawStore
 from analyzer.signals.sources.stock import with_stock_translated
 from analyzer.signals.spec import SignalSpec
 from drills.history import DAY_S, drill_windows, history_dir, maintenance_windows, prepare, same_time_window
@@ -95,7 +95,7 @@ def as_of(events: Sequence[AnomalyEvent], now: datetime) -> list[AnomalyEvent]:
 
 
 class Snapshots:
-    """The context snapshot (``analyzer.detection.pipeline.snapshot_from_frames``) of any moment, from frames
+    """The context snapshot (``analyzer.service.pipeline.snapshot_from_frames``) of any moment, from frames
     forward-filled once: the latest finite value within the last ``rows`` samples, per series."""
 
     def __init__(self, frames: Mapping[str, SeriesFrame], rows: int = 20) -> None:

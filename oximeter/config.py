@@ -35,7 +35,7 @@ SECTIONS: dict[str, str] = {
     "gateway": "gateway.settings:GatewaySettings",
     "sim": "simulator.settings:SimSettings",
     "analyzer": "analyzer.service.settings:AnalyzerSettings",
-    "incidents": "analyzer.service.settings:IncidentSettings",
+    "incidents": "analyzer.incidents.settings:IncidentSettings",
     "topology": "analyzer.diagnosis.topology:TopologySettings",
     "exporter": "exporter.settings:ExporterSettings",
     "reporter": "reporter.settings:ReporterSettings",

@@ -32,7 +32,7 @@ from pydantic import SecretStr
 
 from analyzer.incidents.lifecycle import ChangeEvent, Incident
 from analyzer.incidents.store import IncidentQuery, IncidentStore
-from analyzer.service.api import GUARD
+from analyzer.service.api_requests import GUARD
 from oximeter.auth import bearer_refusal
 from oximeter.errors import OximeterError
 from oximeter.guard import read_body

@@ -22,7 +22,7 @@ from prometheus_client import CollectorRegistry
 from pydantic import SecretStr
 
 from analyzer.incidents.store import IncidentStore
-from analyzer.service.api import CLOCK
+from analyzer.service.api_requests import CLOCK
 from oximeter.errors import OximeterError
 from oximeter.secrets import read_secret
 from reporter import callbacks, chart_link, digest_schedule

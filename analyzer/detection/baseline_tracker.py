@@ -20,9 +20,9 @@ from analyzer.detection.baselines import (
     exclude,
     history_start,
 )
-from analyzer.detection.detectors.counter import step_seconds
 from analyzer.detection.hour_scale import hour_scale
 from analyzer.signals.frame import Baseline
+from analyzer.signals.rolling import step_seconds
 from analyzer.signals.windowstats import window_quantiles
 
 

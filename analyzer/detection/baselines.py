@@ -25,8 +25,8 @@ from typing import TypeAlias
 import numpy as np
 import pandas as pd
 
-from analyzer.detection.detectors.counter import step_seconds
 from analyzer.signals.frame import Baseline
+from analyzer.signals.rolling import step_seconds
 
 # IQR of a normal distribution in standard deviations.
 IQR_TO_SIGMA = 1.349

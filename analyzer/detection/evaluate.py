@@ -13,11 +13,12 @@ import pandas as pd
 from analyzer.detection.baseline_tracker import BaselineTracker
 from analyzer.detection.baselines import BaselinePolicy, ChangeWindow, History, compute_baseline
 from analyzer.detection.detectors import Detection, Detector
-from analyzer.detection.detectors.counter import step_seconds
 from analyzer.detection.events import AnomalyEvent
 from analyzer.detection.hour_scale import hour_scale, like_nodes_of
+from analyzer.detection.judges import detectors_of, persistence_of
 from analyzer.detection.persistence import Persistence, to_events
 from analyzer.signals.frame import Baseline, FrameError, SeriesFrame, validate_frame
+from analyzer.signals.rolling import step_seconds
 from analyzer.signals.spec import SignalSpec
 
 
@@ -46,7 +47,7 @@ def evaluate_signal(spec: SignalSpec, frame: SeriesFrame, *, history: History | 
     step = step_s or step_seconds(pd.DatetimeIndex(values.index))
     if step <= 0:
         raise FrameError("a frame needs at least two timestamps to have a step")
-    persistence = spec.persistence(step)
+    persistence = persistence_of(spec, step)
     policy = policy or BaselinePolicy()
     guard = None
     if spec.min_traffic is not None and traffic is not None and not traffic.columns.empty:
@@ -57,7 +58,7 @@ def evaluate_signal(spec: SignalSpec, frame: SeriesFrame, *, history: History | 
                                          spec.guard_window_s(), spec.widen_s, step)
         guard = counts >= spec.min_traffic.minimum
     events: list[AnomalyEvent] = []
-    for detector in spec.build_detectors(cumulative=cumulative):
+    for detector in detectors_of(spec, cumulative=cumulative):
         if spec.peer_labels:
             # Peers share these labels (e.g. the same model): one group per combination.
             detector = detector.with_peer_groups({
@@ -113,7 +114,7 @@ def widen_ratio(values: pd.DataFrame, counts: np.ndarray, minimum: float, window
 
 def needs_history(spec: SignalSpec) -> bool:
     """Whether any of the signal's detectors compares with a baseline (so history is worth fetching)."""
-    return any(d.uses_baseline for d in spec.build_detectors())
+    return any(d.uses_baseline for d in detectors_of(spec))
 
 
 @dataclass

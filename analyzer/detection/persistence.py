@@ -15,9 +15,10 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from analyzer.detection.detectors.base import Detection, Detector, trailing_sum
+from analyzer.detection.detectors.base import Detection, Detector
 from analyzer.detection.events import AnomalyEvent
 from analyzer.signals.frame import parse_key
+from analyzer.signals.rolling import trailing_sum
 
 
 @dataclass(frozen=True)

@@ -31,8 +31,8 @@ from analyzer.incidents.model import (
     Incident,
     TimelineEntry,
 )
+from analyzer.incidents.settings import IncidentSettings
 from analyzer.incidents.stability import Pending, announced, choose, held
-from analyzer.service.settings import IncidentSettings
 from analyzer.signals.catalogue import CATALOGUE
 from analyzer.signals.spec import SignalSpec
 from oximeter.vocabulary import SEVERITY_RANK
@@ -70,8 +70,7 @@ class Finding:
     group: Group
     diagnosis: Diagnosis
     services: tuple[str, ...]
-    # False: evidence for an incident already open, too weak to open one
-    # (analyzer.diagnosis.opening.may_open).
+    # False: evidence for an incident already open, too weak to open one (opening.may_open).
     may_open: bool = True
 
 

@@ -7,7 +7,6 @@ outright when no token is configured (a write API without a secret is not a defa
 from __future__ import annotations
 
 import sqlite3
-from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -19,49 +18,26 @@ from analyzer.detection.events import AnomalyEvent, iso_utc
 from analyzer.incidents.lifecycle import ChangeEvent
 from analyzer.incidents.oncall import MAX_SILENCE_S, OnCall
 from analyzer.incidents.store import QUERY_PARAMS, IncidentQuery, IncidentStore, QueryError, parse_duration
-from oximeter.auth import bearer_refusal
-from oximeter.guard import ConnectionGuard, GuardedSite, read_body
-from oximeter.inputs import InputValueError, parse_epoch_ms, parse_json, parse_label_value, parse_timestamp
-
-Clock = Callable[[], datetime]
-Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
-STORE: web.AppKey[IncidentStore] = web.AppKey("store", IncidentStore)
-TOKEN: web.AppKey[SecretStr | None] = web.AppKey("token", SecretStr)
-CLOCK: web.AppKey[Clock] = web.AppKey("clock")
-GUARD: web.AppKey[ConnectionGuard] = web.AppKey("guard", ConnectionGuard)
-MAX_BODY_BYTES = 64 * 1024  # an ack, a silence or a change event; the relay reads its own, larger
+from analyzer.service import api_oncall
+from analyzer.service.api_requests import (
+    CLOCK,
+    GUARD,
+    MAX_BODY_BYTES,
+    STORE,
+    TOKEN,
+    Clock,
+    Handler,
+    authorized,
+    error,
+    json_body,
+    text_field,
+)
+from oximeter.guard import ConnectionGuard, GuardedSite
+from oximeter.inputs import InputValueError, parse_epoch_ms, parse_label_value, parse_timestamp
 
 
 def _now() -> datetime:
     return datetime.now(UTC)
-
-
-def _error(status: int, reason: str) -> web.Response:
-    return web.json_response({"error": reason}, status=status)
-
-
-def _authorized(request: web.Request) -> web.Response | None:
-    return bearer_refusal(request.headers, request.app[TOKEN],
-                          "writes are disabled: OXIMETER_API_TOKEN is not set on the analyzer")
-
-
-async def _body(request: web.Request) -> dict[str, Any]:
-    try:
-        data = parse_json(await read_body(request, request.app[GUARD], MAX_BODY_BYTES))
-    except InputValueError as exc:
-        raise QueryError(str(exc)) from None
-    if not isinstance(data, dict):
-        raise QueryError("body: expected a JSON object")
-    return data
-
-
-def _text(data: dict[str, Any], key: str, default: str | None = None, limit: int = 500) -> str:
-    value = data.get(key, default)
-    if not isinstance(value, str) or (default is None and not value.strip()):
-        raise QueryError(f"{key}: expected a non-empty string")
-    if len(value) > limit:
-        raise QueryError(f"{key}: longer than {limit} characters")
-    return value
 
 
 async def list_incidents(request: web.Request) -> web.Response:
@@ -70,7 +46,7 @@ async def list_incidents(request: web.Request) -> web.Response:
         now = request.app[CLOCK]()
         query = IncidentQuery.from_params(dict(request.query), now)
     except QueryError as exc:
-        return _error(400, str(exc))
+        return error(400, str(exc))
     found = request.app[STORE].query(query, now)
     return web.json_response({"incidents": [i.to_dict() for i in found]})
 
@@ -80,44 +56,44 @@ async def get_incident(request: web.Request) -> web.Response:
     store = request.app[STORE]
     inc = store.get(request.match_info["id"])
     if inc is None:
-        return _error(404, f"no incident {request.match_info['id']!r}")
+        return error(404, f"no incident {request.match_info['id']!r}")
     return web.json_response(OnCall(store.conn).document(store, inc))
 
 
 async def ack_incident(request: web.Request) -> web.Response:
     """``POST /api/incidents/{id}/ack`` with ``{"by": ..., "note": ...}`` (token)."""
-    if (denied := _authorized(request)) is not None:
+    if (denied := authorized(request)) is not None:
         return denied
     try:
-        data = await _body(request)
-        by, note = _text(data, "by"), _text(data, "note", "")
+        data = await json_body(request)
+        by, note = text_field(data, "by"), text_field(data, "note", "")
     except QueryError as exc:
-        return _error(400, str(exc))
+        return error(400, str(exc))
     if not request.app[STORE].ack(request.match_info["id"], by, note, request.app[CLOCK]()):
-        return _error(404, f"no incident {request.match_info['id']!r}")
+        return error(404, f"no incident {request.match_info['id']!r}")
     return web.json_response({"ok": True})
 
 
 async def silence_incident(request: web.Request) -> web.Response:
     """``POST /api/incidents/{id}/silence`` with ``{"for": "2h"}`` or ``{"until": ISO}`` (token)."""
-    if (denied := _authorized(request)) is not None:
+    if (denied := authorized(request)) is not None:
         return denied
     now = request.app[CLOCK]()
     try:
-        data = await _body(request)
-        by, note = _text(data, "by"), _text(data, "note", "")
+        data = await json_body(request)
+        by, note = text_field(data, "by"), text_field(data, "note", "")
         if "until" in data:
             until = parse_timestamp(data["until"], "until")
         else:
-            until = now + parse_duration(_text(data, "for", "1h"), "for")
+            until = now + parse_duration(text_field(data, "for", "1h"), "for")
         if until is None or until <= now:
             raise QueryError("until: expected a future ISO-8601 time")
         if until - now > timedelta(seconds=MAX_SILENCE_S):
             raise QueryError("silence: at most 30 days")
     except (QueryError, ValueError) as exc:
-        return _error(400, str(exc))
+        return error(400, str(exc))
     if not request.app[STORE].silence(request.match_info["id"], until, by, note, now):
-        return _error(404, f"no incident {request.match_info['id']!r}")
+        return error(404, f"no incident {request.match_info['id']!r}")
     return web.json_response({"ok": True, "until": iso_utc(until)})
 
 
@@ -147,7 +123,7 @@ async def get_annotations(request: web.Request) -> web.Response:
         since_s = max(0.0, (now - start).total_seconds())
         query = IncidentQuery.from_params({**filters, "since": f"{since_s:.0f}s"})
     except QueryError as exc:
-        return _error(400, str(exc))
+        return error(400, str(exc))
     out = []
     for inc in request.app[STORE].query(query, now):
         stop = inc.resolved_at or now
@@ -162,12 +138,12 @@ async def get_annotations(request: web.Request) -> web.Response:
 
 async def record_change(request: web.Request) -> web.Response:
     """``POST /api/changes`` with ``{"kind", "description", "labels"?, "at"?}`` (token)."""
-    if (denied := _authorized(request)) is not None:
+    if (denied := authorized(request)) is not None:
         return denied
     now = request.app[CLOCK]()
     try:
-        data = await _body(request)
-        kind, description = _text(data, "kind", limit=64), _text(data, "description")
+        data = await json_body(request)
+        kind, description = text_field(data, "kind", limit=64), text_field(data, "description")
         labels = data.get("labels", {})
         if not isinstance(labels, dict) or not all(isinstance(v, str) for v in labels.values()):
             raise QueryError("labels: expected an object of string values")
@@ -175,7 +151,7 @@ async def record_change(request: web.Request) -> web.Response:
         labels = {parse_label_value(k, "labels"): parse_label_value(v, f"labels.{k}")
                   for k, v in labels.items()}
     except (QueryError, ValueError) as exc:
-        return _error(400, str(exc))
+        return error(400, str(exc))
     change = ChangeEvent(at, kind, description, AnomalyEvent.labels_from(labels), "api")
     change_id = request.app[STORE].record_change_event(change, now)
     return web.json_response({**change.to_dict(), "id": change_id}, status=201)
@@ -195,8 +171,6 @@ async def store_failures(request: web.Request, handler: Handler) -> web.StreamRe
 
 async def openapi(request: web.Request) -> web.Response:
     """``GET /openapi.json``."""
-    from analyzer.service import api_oncall
-
     return web.json_response({**OPENAPI, "paths": {**OPENAPI["paths"], **api_oncall.PATHS}})
 
 
@@ -220,9 +194,6 @@ def build_app(store: IncidentStore, token: SecretStr | None, clock: Clock = _now
     app.router.add_get("/api/annotations", get_annotations)
     app.router.add_post("/api/changes", record_change)
     app.router.add_get("/openapi.json", openapi)
-    # Imported here: the on-call routes use this module's request helpers.
-    from analyzer.service import api_oncall
-
     api_oncall.add_routes(app)
     return app
 

@@ -12,7 +12,8 @@ from aiohttp import web
 from analyzer.incidents.maintenance import MaintenanceStore, MaintenanceWindow
 from analyzer.incidents.oncall import OnCall
 from analyzer.incidents.store import QueryError
-from analyzer.service import api, api_page
+from analyzer.service import api_page
+from analyzer.service.api_requests import CLOCK, STORE, authorized, error, json_body, text_field
 from oximeter.inputs import InputValueError, parse_duration_s, parse_label_value, parse_timestamp
 from oximeter.secrets import read_secret
 
@@ -20,44 +21,44 @@ from oximeter.secrets import read_secret
 async def resolve_incident(request: web.Request) -> web.Response:
     """``POST /api/incidents/{id}/resolve`` with ``{"by": ..., "note": ...}`` (token): the analyzer
     resolves the incident on its next cycle (202)."""
-    if (denied := api._authorized(request)) is not None:
+    if (denied := authorized(request)) is not None:
         return denied
     try:
-        data = await api._body(request)
-        by, note = api._text(data, "by"), api._text(data, "note", "")
+        data = await json_body(request)
+        by, note = text_field(data, "by"), text_field(data, "note", "")
     except QueryError as exc:
-        return api._error(400, str(exc))
+        return error(400, str(exc))
     incident_id = request.match_info["id"]
-    oncall = OnCall(request.app[api.STORE].conn)
-    outcome = oncall.request_resolve(incident_id, by, note, request.app[api.CLOCK]())
+    oncall = OnCall(request.app[STORE].conn)
+    outcome = oncall.request_resolve(incident_id, by, note, request.app[CLOCK]())
     if outcome == "missing":
-        return api._error(404, f"no incident {incident_id!r}")
+        return error(404, f"no incident {incident_id!r}")
     if outcome == "resolved":
-        return api._error(409, f"{incident_id} is resolved already")
+        return error(409, f"{incident_id} is resolved already")
     return web.json_response({"ok": True, "resolves": "on the analyzer's next cycle"}, status=202)
 
 
 async def list_maintenance(request: web.Request) -> web.Response:
     """``GET /api/maintenance``: the windows going on or to come (the config's are in its file)."""
-    now = request.app[api.CLOCK]()
-    windows = MaintenanceStore(request.app[api.STORE].conn).overlapping(now, datetime.max.replace(tzinfo=UTC))
+    now = request.app[CLOCK]()
+    windows = MaintenanceStore(request.app[STORE].conn).overlapping(now, datetime.max.replace(tzinfo=UTC))
     return web.json_response({"maintenance": [w.to_dict() for w in windows]})
 
 
 async def add_maintenance(request: web.Request) -> web.Response:
     """``POST /api/maintenance`` with ``{"node"?, "gpu"?, "service"?, "from"?, "to" | "for", "reason",
     "by"}`` (token): times ISO-8601, ``from`` default now, ``for`` a duration from ``from``."""
-    if (denied := api._authorized(request)) is not None:
+    if (denied := authorized(request)) is not None:
         return denied
-    now = request.app[api.CLOCK]()
+    now = request.app[CLOCK]()
     try:
-        data = await api._body(request)
-        by, reason = api._text(data, "by"), api._text(data, "reason")
+        data = await json_body(request)
+        by, reason = text_field(data, "by"), text_field(data, "reason")
         start = parse_timestamp(data["from"], "from") if "from" in data else now
         if "to" in data:
             end = parse_timestamp(data["to"], "to")
         else:
-            span_s = parse_duration_s(api._text(data, "for"), "for", allow_number=False)
+            span_s = parse_duration_s(text_field(data, "for"), "for", allow_number=False)
             end = start + timedelta(seconds=span_s)
         node, gpu, service = (None if data.get(k) is None else parse_label_value(data[k], k)
                               for k in ("node", "gpu", "service"))
@@ -65,10 +66,10 @@ async def add_maintenance(request: web.Request) -> web.Response:
         if window.end <= now:
             raise QueryError("window: it ended already")
     except (QueryError, InputValueError) as exc:
-        return api._error(400, str(exc))
+        return error(400, str(exc))
     except OverflowError:  # a start near the year 9999 plus the duration
-        return api._error(400, "for: the window ends past the year 9999")
-    stored = MaintenanceStore(request.app[api.STORE].conn).add(window, now)
+        return error(400, "for: the window ends past the year 9999")
+    stored = MaintenanceStore(request.app[STORE].conn).add(window, now)
     return web.json_response(stored.to_dict(), status=201)
 
 

@@ -19,7 +19,7 @@ from pydantic import SecretStr
 
 from analyzer.incidents.oncall import MAX_SILENCE_S, OnCall
 from analyzer.incidents.store import IncidentQuery, QueryError, parse_duration
-from analyzer.service import api
+from analyzer.service.api_requests import CLOCK, STORE, TOKEN
 from analyzer.service.page import incident_page, list_page, message_page
 
 PAGE_TOKEN: web.AppKey[SecretStr | None] = web.AppKey("page_token", SecretStr)
@@ -51,7 +51,7 @@ async def incidents_list(request: web.Request) -> web.Response:
     if (denied := _can_read(request)) is not None:
         return denied
     params = {k: v for k, v in request.query.items() if v.strip()}
-    now, store = request.app[api.CLOCK](), request.app[api.STORE]
+    now, store = request.app[CLOCK](), request.app[STORE]
     query = {**params, **({} if {"since", "from", "to"} & params.keys() else {"since": "24h"})}
     try:
         found = store.query(IncidentQuery.from_params(query, now), now)
@@ -66,22 +66,22 @@ async def incident_detail(request: web.Request) -> web.Response:
     """``GET /incidents/{id}``: one incident."""
     if (denied := _can_read(request)) is not None:
         return denied
-    store, incident_id = request.app[api.STORE], request.match_info["id"]
+    store, incident_id = request.app[STORE], request.match_info["id"]
     incident = store.get(incident_id)
     if incident is None:
         return _html(message_page("No such incident", f"There is no incident {incident_id}."), 404)
     doc = OnCall(store.conn).document(store, incident)
-    return _html(incident_page(incident, doc, request.app[api.CLOCK]()))
+    return _html(incident_page(incident, doc, request.app[CLOCK]()))
 
 
 async def incident_action(request: web.Request) -> web.Response:
     """``POST /incidents/{id}/{verb}`` from the page's forms; back to the page when done (303)."""
-    store, incident_id, verb = request.app[api.STORE], request.match_info["id"], request.match_info["verb"]
+    store, incident_id, verb = request.app[STORE], request.match_info["id"], request.match_info["verb"]
     back = f"/incidents/{incident_id}"
     if verb not in VERBS:
         return _html(message_page("Unknown action", f"{verb} is not an action."), 404)
     form = await request.post()
-    write = request.app[api.TOKEN]
+    write = request.app[TOKEN]
     typed = str(form.get("token", ""))
     if write is None:
         return _html(message_page("Writes are disabled", "OXIMETER_API_TOKEN is not set on the analyzer.",
@@ -90,7 +90,7 @@ async def incident_action(request: web.Request) -> web.Response:
         wrong = "The write token was not right; nothing changed."
         return _html(message_page("Wrong token", wrong, back), 401)
     by, note = str(form.get("by", "")).strip()[:200], str(form.get("note", ""))[:500]
-    now = request.app[api.CLOCK]()
+    now = request.app[CLOCK]()
     if not by:
         return _html(message_page("Who?", "Say who you are: the timeline records it.", back), 400)
     if verb == "ack":

@@ -1,6 +1,6 @@
 """``oximeter analyze``: every interval detect, correlate, diagnose, store and notify; serve the API.
 
-Detection is ``analyzer/detection/pipeline.py``'s CyclePipeline: a SignalCycle per signal, so live cycles
+Detection is ``analyzer/service/pipeline.py``'s CyclePipeline: a SignalCycle per signal, so live cycles
 compare with the same time 1 d / 7 d back and the recent past, fetching only what is new.
 The cycle is synchronous (pandas) and runs in a worker thread so the aiohttp API on the same
 event loop stays responsive; both share one SQLite connection behind ``lock_for``. A source that
@@ -35,7 +35,6 @@ from loguru import logger
 from prometheus_client import generate_latest
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
-from analyzer.detection.pipeline import CyclePipeline, Pipeline, topology_from_frames
 from analyzer.diagnosis.topology import Topology, TopologySettings
 from analyzer.incidents.lifecycle import IncidentSettings, IncidentTracker, findings
 from analyzer.incidents.maintenance import MaintenanceStore, MaintenanceWindow
@@ -45,6 +44,7 @@ from analyzer.service.api import build_app, start_api
 from analyzer.service.blindness import BlindWatch
 from analyzer.service.daemon_metrics import DaemonMetrics, LogNotifier, Notifier
 from analyzer.service.kube_changes import KubeChangePoller
+from analyzer.service.pipeline import CyclePipeline, Pipeline, topology_from_frames
 from analyzer.service.settings import AnalyzerSettings, InputProfile
 from analyzer.service.unsaved import Unsaved
 from analyzer.signals.catalogue import CATALOGUE
@@ -246,8 +246,8 @@ def configure(parser: argparse.ArgumentParser) -> None:
 
 def replay_source(directory: str, *, speed: float = 60.0, start: datetime | None = None) -> Source:
     """``oximeter sim history`` output as a source, context series included."""
+    from analyzer.signals.raw import RawStore
     from analyzer.signals.sources.frames import FrameSource
-    from analyzer.signals.sources.raw import RawStore
 
     raw = RawStore.from_history(directory)
     clock = ReplayClock(start or raw.index[0].to_pydatetime(), speed).now

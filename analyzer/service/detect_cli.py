@@ -19,7 +19,7 @@ from analyzer.detection.evaluate import evaluate_signal
 from analyzer.detection.events import AnomalyEvent, iso_utc
 from analyzer.signals.catalogue import KIND_DEFAULTS
 from analyzer.signals.frame import FrameError
-from analyzer.signals.sources.files import InputError, load_regular, parse_step
+from analyzer.signals.tables import InputError, load_regular, parse_step
 
 KIND_CHOICES = ("auto", *KIND_DEFAULTS)
 

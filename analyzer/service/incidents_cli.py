@@ -13,8 +13,8 @@ from analyzer.detection.events import iso_utc
 from analyzer.diagnosis.rules import RULE_IDS
 from analyzer.incidents.lifecycle import Incident, TimelineEntry
 from analyzer.incidents.oncall import DEFAULT_SILENCE_S, MAX_SILENCE_S, OnCall
+from analyzer.incidents.settings import IncidentSettings
 from analyzer.incidents.store import QUERY_PARAMS, IncidentQuery, IncidentStore, QueryError, parse_duration
-from analyzer.service.settings import IncidentSettings
 from oximeter.config import load_section
 from oximeter.errors import OximeterError
 from oximeter.inputs import InputValueError, format_duration, parse_duration_s, parse_label_value

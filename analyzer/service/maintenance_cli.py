@@ -8,9 +8,9 @@ import sys
 from datetime import UTC, datetime, timedelta
 
 from analyzer.incidents.maintenance import MaintenanceStore, MaintenanceWindow
+from analyzer.incidents.settings import IncidentSettings
 from analyzer.incidents.store import IncidentStore
 from analyzer.service.incidents_cli import who
-from analyzer.service.settings import IncidentSettings
 from oximeter.config import load_section
 from oximeter.errors import OximeterError
 from oximeter.inputs import InputValueError, parse_duration_s, parse_int, parse_label_value, parse_moment

@@ -16,9 +16,8 @@ from typing import Literal
 import numpy as np
 import pandas as pd
 
-from analyzer.detection.detectors.counter import counter_increase
-from analyzer.detection.detectors.trend import rolling_ols
-from analyzer.signals.sources.raw import Labeled, RawStore
+from analyzer.signals.raw import Labeled, RawStore
+from analyzer.signals.rolling import counter_increase, rolling_ols
 
 ALWAYS_DROPPED = ("instance", "job")
 How = Literal["sum", "max", "avg"]

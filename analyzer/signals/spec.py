@@ -3,14 +3,11 @@ kind implies, or those it lists). The signals themselves are in ``analyzer/signa
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from analyzer.detection.detectors import Detector, build_detector
-from analyzer.detection.persistence import Persistence
 from analyzer.signals.query import Expr, Increase, Relabel
 from oximeter.vocabulary import Layer
 
@@ -73,15 +70,6 @@ class DetectorSpec(BaseModel):
     def params(self) -> dict[str, Any]:
         """Everything but ``type``: the detector's fields."""
         return dict(self.model_extra or {})
-
-    def build(self) -> Detector:
-        """The detector itself, from the registry."""
-        return build_detector(self.type, self.params)
-
-    @model_validator(mode="after")
-    def _buildable(self) -> DetectorSpec:
-        self.build()  # a ValueError names an unknown type or parameter
-        return self
 
 
 def _d(type_name: str, **params: Any) -> DetectorSpec:
@@ -170,23 +158,9 @@ class SignalSpec(BaseModel):
         """The recording rule when there is one, else the raw PromQL."""
         return self.record or self.promql
 
-    def persistence(self, step_s: float) -> Persistence:
-        """The k-of-n / hysteresis / cooldown for this signal on a grid of ``step_s``."""
-        n = max(self.min_samples, math.ceil(self.for_s / step_s - 1e-9))
-        return Persistence.for_step(n * step_s, step_s, clear_s=self.clear_s, cooldown_s=self.cooldown_s,
-                                    min_n=self.min_samples)
-
     def detector_specs(self) -> tuple[DetectorSpec, ...]:
         """The detectors listed, else the kind's defaults."""
         return self.detectors or tuple(KIND_DETECTORS[self.kind](self))
-
-    def build_detectors(self, *, cumulative: bool = False) -> list[Detector]:
-        """The detectors this signal runs, built from the registry.
-
-        ``cumulative``: the values are raw counters (a CSV export), not already increases.
-        """
-        return [spec.build().for_input(cumulative=cumulative) for spec in self.detector_specs()]
-
 
 def _level_detectors(spec: SignalSpec) -> list[DetectorSpec]:
     """A level (latency, ratio, gauge): its static threshold and/or its ratio to its baseline;

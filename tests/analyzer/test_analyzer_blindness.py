@@ -13,11 +13,11 @@ from urllib.parse import parse_qs
 
 import pytest
 
-from analyzer.detection.pipeline import CyclePipeline
 from analyzer.diagnosis.topology import Topology
 from analyzer.incidents.lifecycle import Change, Incident, IncidentSettings
 from analyzer.incidents.store import IncidentStore
 from analyzer.service.daemon import Analyzer
+from analyzer.service.pipeline import CyclePipeline
 from analyzer.signals.catalogue import CATALOGUE
 from analyzer.signals.sources.prometheus import PrometheusSource
 from oximeter.store import connect

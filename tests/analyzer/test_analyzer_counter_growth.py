@@ -14,6 +14,7 @@ from analyzer_frames import frame
 
 from analyzer.detection.detectors import CounterGrowth
 from analyzer.detection.evaluate import evaluate_signal
+from analyzer.detection.judges import detectors_of
 from analyzer.signals.catalogue import CATALOGUE
 from analyzer.signals.frame import Baseline, SeriesFrame
 
@@ -82,7 +83,7 @@ BURN_ROWS = [
 @pytest.mark.parametrize(("per_minute", "fires"), BURN_ROWS)
 def test_burn_window_boundary(per_minute: float, fires: bool) -> None:
     spec = CATALOGUE["ecc_corrected_burn"]
-    [det] = spec.build_detectors(cumulative=True)
+    [det] = detectors_of(spec, cumulative=True)
     counter = 1000.0 + per_minute * np.arange(180.0)
     flags = det.detect(frame({"a": counter})).flags["a"]
     assert bool(flags.iloc[-1]) is fires

@@ -14,7 +14,7 @@ import pytest
 from analyzer_frames import write_history
 
 from analyzer.detection.evaluate import evaluate_signal
-from analyzer.detection.pipeline import CyclePipeline
+from analyzer.service.pipeline import CyclePipeline
 from analyzer.signals.catalogue import CATALOGUE
 from analyzer.signals.frame import SeriesFrame
 from analyzer.signals.query import bucket_quantile

@@ -13,8 +13,8 @@ import numpy as np
 from alert_rules import ADAPTERS_DIR, load_groups
 from analyzer.detection.evaluate import evaluate_signal
 from analyzer.signals.catalogue import CATALOGUE
+from analyzer.signals.raw import RawStore
 from analyzer.signals.sources.kube import increase
-from analyzer.signals.sources.raw import RawStore
 from drills.replay import signal_frames
 from oximeter.promql import metric_names
 from simulator.history import generate

@@ -15,11 +15,11 @@ import pandas as pd
 import pytest
 import yaml
 
-from analyzer.detection.pipeline import CONTEXT
+from analyzer.service.pipeline import CONTEXT
 from analyzer.signals import query as q
 from analyzer.signals.catalogue import CATALOGUE, build_catalogue
+from analyzer.signals.raw import RawStore
 from analyzer.signals.sources.frames import FrameSource
-from analyzer.signals.sources.raw import RawStore
 from analyzer.signals.spec import SignalSpec
 
 PROMTOOL = shutil.which("promtool") or "/usr/bin/promtool"

@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 from alert_rules import ADAPTERS_DIR
-from analyzer.signals.sources.raw import RawStore
+from analyzer.signals.raw import RawStore
 from analyzer.signals.sources.stock import (
     CLOCK_EVENT_BITS,
     CLOCK_EVENT_FIELDS,

@@ -7,7 +7,7 @@ import numpy as np
 import pandas as pd
 
 from analyzer.signals.catalogue import CATALOGUE
-from analyzer.signals.sources.raw import RawStore
+from analyzer.signals.raw import RawStore
 from drills.replay import detect, replay_cycles, signal_frames
 
 MINUTES = 120

@@ -16,16 +16,16 @@ from incident_cases import at, ev
 from analyzer.detection.cycle import SignalCycle
 from analyzer.detection.evaluate import evaluate_signal
 from analyzer.detection.events import AnomalyEvent
-from analyzer.detection.pipeline import (
+from analyzer.diagnosis.topology import Topology
+from analyzer.incidents.lifecycle import ChangeEvent, IncidentTracker, findings
+from analyzer.service.daemon_metrics import DaemonMetrics
+from analyzer.service.pipeline import (
     CHANGE_SETTLE_S,
     CONTEXT,
     CyclePipeline,
     anomalous_mask,
     change_windows,
 )
-from analyzer.diagnosis.topology import Topology
-from analyzer.incidents.lifecycle import ChangeEvent, IncidentTracker, findings
-from analyzer.service.daemon_metrics import DaemonMetrics
 from analyzer.signals.catalogue import CATALOGUE
 from analyzer.signals.frame import SeriesFrame
 from analyzer.signals.sources.frames import FrameSource

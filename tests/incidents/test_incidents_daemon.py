@@ -16,13 +16,13 @@ from incident_cases import at, ev
 from pg_server import StoreSpace
 
 from analyzer.detection.events import AnomalyEvent
-from analyzer.detection.pipeline import snapshot_from_frames, topology_from_frames
 from analyzer.diagnosis.case import Snapshot
 from analyzer.diagnosis.topology import Topology
 from analyzer.incidents.lifecycle import Change, Incident, IncidentSettings
 from analyzer.incidents.store import IncidentStore
 from analyzer.service.daemon import Analyzer
 from analyzer.service.daemon_metrics import DaemonMetrics
+from analyzer.service.pipeline import snapshot_from_frames, topology_from_frames
 from analyzer.service.settings import AnalyzerSettings
 from analyzer.signals.frame import SeriesFrame
 from oximeter.store import connect

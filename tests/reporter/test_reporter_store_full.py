@@ -22,13 +22,13 @@ from pydantic import SecretStr
 from relay_harness import ThreadedApp
 
 from analyzer.detection.events import AnomalyEvent
-from analyzer.detection.pipeline import snapshot_from_frames
 from analyzer.diagnosis.case import Snapshot
 from analyzer.diagnosis.topology import Topology
 from analyzer.incidents.lifecycle import IncidentSettings
 from analyzer.incidents.store import IncidentQuery, IncidentStore
 from analyzer.service.api import build_app
 from analyzer.service.daemon import Analyzer
+from analyzer.service.pipeline import snapshot_from_frames
 from analyzer.signals.frame import SeriesFrame
 from oximeter.store import connect
 from reporter.outbox import Outbox

@@ -93,26 +93,8 @@ class Detector(ABC):
         return self.reason_template.format(value=value, reference=reference, score=score)
 
 
-def like(values: pd.DataFrame, data: np.ndarray | float) -> pd.DataFrame:
-    """A frame with ``values``' index and columns holding ``data``."""
-    if np.isscalar(data):
-        data = np.full(values.shape, data, dtype=np.float32)
-    # Not copied (pandas would): a detector hands over its own results, or read-only views.
-    return pd.DataFrame(data, index=values.index, columns=values.columns, copy=False)
-
-
 def signed(values: np.ndarray, direction: Direction) -> np.ndarray:
     """``values`` oriented so that "worse" is always larger."""
     return values if direction == "up" else -values
 
 
-def trailing_sum(data: np.ndarray, window: int) -> np.ndarray:
-    """Sum of the last ``window`` rows (current included) along time, NaN counted as 0."""
-    if data.dtype == np.bool_:
-        filled: np.ndarray = data.astype(np.int32)
-    else:
-        filled = np.nan_to_num(data.astype(np.float64, copy=False), nan=0.0)
-    csum = np.cumsum(filled, axis=0)
-    out = csum.copy()
-    out[window:] -= csum[:-window]
-    return out

@@ -9,36 +9,12 @@ from typing import ClassVar, Self
 import numpy as np
 import pandas as pd
 
-from analyzer.detection.detectors.base import Detection, Detector, like, trailing_sum
+from analyzer.detection.detectors.base import Detection, Detector
 from analyzer.signals.frame import Baseline
+from analyzer.signals.rolling import counter_increase, like, step_seconds, trailing_sum
 
 # Series per block of the detection's working arrays (under 8 MB of float64 for a live hour at 15 s).
 BLOCK_SERIES = 4096
-
-
-def step_seconds(index: pd.DatetimeIndex) -> float:
-    """The grid step of ``index`` (median spacing; 0 for fewer than two rows)."""
-    if len(index) < 2:
-        return 0.0
-    return float(np.median(np.diff(index.as_unit("ns").asi8)) / 1e9)
-
-
-def counter_steps(values: np.ndarray) -> np.ndarray:
-    """What each sample (along axis 0) adds to its counter, as Prometheus's ``increase()`` reads a
-    reset: a drop means the counter restarted from 0, so the new value is all increase. The first
-    sample adds 0. Summed, a counter's exact increase over its samples."""
-    diff = np.diff(values, axis=0, prepend=values[:1])
-    return np.where(diff < 0, values, diff)
-
-
-def counter_increase(values: pd.DataFrame, window_s: float) -> pd.DataFrame:
-    """Increase of each counter over the trailing ``window_s`` (reset-safe, :func:`counter_steps`).
-    Gaps are bridged (the increase lands when the series comes back)."""
-    step = step_seconds(pd.DatetimeIndex(values.index)) or window_s
-    window = max(1, round(window_s / step))
-    inc = trailing_sum(counter_steps(values.ffill().to_numpy(dtype=np.float64)), window)
-    inc[np.isnan(values.to_numpy())] = np.nan
-    return like(values, inc.astype(np.float32))
 
 
 @dataclass

@@ -31,9 +31,10 @@ import numpy as np
 import pandas as pd
 from numpy.lib.stride_tricks import sliding_window_view
 
-from analyzer.detection.detectors.base import Detection, Detector, like
+from analyzer.detection.detectors.base import Detection, Detector
 from analyzer.detection.detectors.likelihood import range_breaks, score_z
 from analyzer.signals.frame import Baseline
+from analyzer.signals.rolling import like
 
 # MAD of a normal distribution in standard deviations.
 MAD_TO_SIGMA = 1.4826

@@ -14,8 +14,9 @@ from typing import ClassVar, Literal, Self
 import numpy as np
 import pandas as pd
 
-from analyzer.detection.detectors.base import Detection, Detector, like
+from analyzer.detection.detectors.base import Detection, Detector
 from analyzer.signals.frame import Baseline
+from analyzer.signals.rolling import like
 
 # Scales a MAD to a standard deviation for normal data.
 MAD_TO_SIGMA = 1.4826

@@ -8,8 +8,9 @@ from typing import ClassVar
 import numpy as np
 import pandas as pd
 
-from analyzer.detection.detectors.base import Detection, Detector, Direction, like, signed
+from analyzer.detection.detectors.base import Detection, Detector, Direction, signed
 from analyzer.signals.frame import Baseline
+from analyzer.signals.rolling import like
 
 
 @dataclass

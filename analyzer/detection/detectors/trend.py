@@ -6,16 +6,15 @@ Steadiness is the window's R²: a leak rises every minute, a busy hour does not.
 
 from __future__ import annotations
 
-import warnings
 from dataclasses import dataclass
 from typing import ClassVar
 
 import numpy as np
 import pandas as pd
 
-from analyzer.detection.detectors.base import Detection, Detector, like
-from analyzer.detection.detectors.counter import step_seconds
+from analyzer.detection.detectors.base import Detection, Detector
 from analyzer.signals.frame import Baseline
+from analyzer.signals.rolling import like, rolling_ols, step_seconds
 
 
 @dataclass
@@ -69,36 +68,3 @@ class Trend(Detector):
         return f"value {value:.4g} rising steadily, {score:.1%} per hour{full}"
 
 
-def rolling_ols(values: np.ndarray, window: int) -> tuple[np.ndarray, np.ndarray]:
-    """Least-squares slope (per row) and R² over the trailing ``window`` rows of every column at
-    once, from running sums; NaN unless the window is complete. Each column is centred on its
-    mean first so the sums stay small enough for float64 to subtract them exactly."""
-    rows = values.shape[0]
-    with np.errstate(invalid="ignore"), warnings.catch_warnings():
-        warnings.simplefilter("ignore", RuntimeWarning)
-        y = values - np.nanmean(values, axis=0, keepdims=True)
-    present = ~np.isnan(y)
-    y = np.where(present, y, 0.0)
-    t = np.arange(rows, dtype=np.float64)[:, None]
-
-    def trailing(a: np.ndarray) -> np.ndarray:
-        c = np.cumsum(a, axis=0)
-        out = c.copy()
-        out[window:] -= c[:-window]
-        return out
-
-    n = trailing(present.astype(np.float64))
-    sy, syy, sty = trailing(y), trailing(y * y), trailing(t * y)
-    # t within the window is start..start+window-1; shift it to 0..window-1.
-    start = np.maximum(t - window + 1, 0)
-    sty = sty - start * sy
-    k = np.arange(window, dtype=np.float64)
-    st, stt = k.sum(), (k * k).sum()
-    with np.errstate(invalid="ignore", divide="ignore"):
-        cov = window * sty - st * sy
-        var_t = window * stt - st * st
-        var_y = window * syy - sy * sy
-        slope = cov / var_t
-        r2 = cov * cov / (var_t * var_y)
-    complete = n == window
-    return np.where(complete, slope, np.nan), np.where(complete, r2, np.nan)

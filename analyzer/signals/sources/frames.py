@@ -15,10 +15,10 @@ import numpy as np
 import pandas as pd
 
 from analyzer.signals.frame import SeriesFrame, series_key
+from analyzer.signals.raw import RawStore
 from analyzer.signals.sources.base import ReplayClock, grid_index
-from analyzer.signals.sources.files import InputError, parse_table, read_table
-from analyzer.signals.sources.raw import RawStore
 from analyzer.signals.spec import SignalSpec
+from analyzer.signals.tables import InputError, parse_table, read_table
 
 LOOKBACK_S = 300.0  # Prometheus's default lookback delta
 

@@ -11,7 +11,7 @@ from collections.abc import Iterator
 
 import numpy as np
 
-from analyzer.signals.sources.raw import Labeled, RawStore
+from analyzer.signals.raw import Labeled, RawStore
 
 RESTARTS = "kube_pod_container_status_restarts_total"
 OOM_KILLED = {"reason": "OOMKilled"}

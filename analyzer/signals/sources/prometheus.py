@@ -22,10 +22,10 @@ import pandas as pd
 import requests
 from pydantic import SecretStr
 
-from analyzer.service.settings import PrometheusSettings
 from analyzer.signals.frame import SeriesFrame
 from analyzer.signals.sources.base import align, grid_index
 from analyzer.signals.sources.matrix import decode_matrix
+from analyzer.signals.sources.prometheus_settings import PrometheusSettings
 from analyzer.signals.spec import SignalSpec
 from oximeter.errors import DependencyError
 from oximeter.prometheus import PrometheusClient, RetryableError

@@ -21,8 +21,8 @@ from collections.abc import Iterator, Mapping
 import numpy as np
 
 from analyzer.signals.query import aggregate
+from analyzer.signals.raw import Labeled, RawStore
 from analyzer.signals.sources.kube import kube_translated
-from analyzer.signals.sources.raw import Labeled, RawStore
 from oximeter.xids import APPLICATION_XIDS, PAGING_XIDS
 
 _MIB = 1048576.0

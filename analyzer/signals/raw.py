@@ -12,7 +12,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from analyzer.signals.sources.files import InputError, infer_step_s
+from analyzer.signals.tables import InputError, infer_step_s
 
 
 @dataclass(frozen=True)
