@@ -21,7 +21,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "gateway": ("gateway.cli", "run the instrumented serving front for one engine replica"),
     "sim": ("simulator.cli", "simulated vLLM engines and GPU fleet: serve, fault, history"),
     "traffic": ("simulator.traffic", "generate OpenAI-API traffic with a compressed daily shape"),
-    "config": ("oximeter.config_cli", "check a configuration file"),
+    "config": ("stack.config_cli", "check a configuration file"),
     "dashboards": ("dashboards.cli", "build the Grafana dashboards JSON from grafanalib sources"),
     "rules": ("analyzer.signals.recording_rules",
               "generate the signal recording rules, the adapters' plain translations and the "
@@ -33,7 +33,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "incidents": ("analyzer.service.incidents_cli", "list, show, acknowledge, silence and resolve incidents"),
     "maintenance": ("analyzer.service.maintenance_cli",
                     "declare maintenance windows: detection goes on, chat is quiet"),
-    "analyze": ("analyzer.service.daemon", "run the analyzer daemon: detect, correlate, store, notify"),
+    "analyze": ("stack.analyze", "run the analyzer daemon: detect, correlate, store, notify"),
     "report": ("reporter.digest_cli", "send or preview the daily health digest"),
     "store": ("oximeter.store_cli", "check the shared store's integrity, or back it up while in use"),
     "drill": ("drills.cli",

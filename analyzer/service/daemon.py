@@ -27,7 +27,7 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import TYPE_CHECKING, get_args
+from typing import TYPE_CHECKING, Protocol, get_args
 
 import requests
 from aiohttp import web
@@ -58,10 +58,33 @@ from oximeter.ports import write_port_file
 from oximeter.secrets import read_secret
 from oximeter.store import connect
 from oximeter.store_lock import hold_store
-from reporter.settings import ReporterSettings
 
 if TYPE_CHECKING:
-    from reporter.wiring import Reporting
+    from prometheus_client import CollectorRegistry
+
+
+class ApiLinks(Protocol):
+    """Where chat links point: set to the API's address once the kernel has picked its port."""
+
+    api_url: str
+
+
+class Companion(Protocol):
+    """What runs in the daemon's process beside the cycle (the reporter, wired by the command that
+    starts both): its routes on the API, and a task until ``stop``."""
+
+    @property
+    def settings(self) -> ApiLinks: ...
+
+    def mount(self, app: web.Application) -> None: ...
+
+    async def run(self, stop: asyncio.Event) -> None: ...
+
+
+# Given the store (the outbox lives in it) and the daemon's metrics registry: the notifier the
+# cycle hands changes to, and the companion to run beside it (None: nothing). An OximeterError
+# says why it cannot be built (a channel's secret missing).
+CompanionFactory = Callable[[IncidentStore, "CollectorRegistry"], tuple[Notifier, Companion | None]]
 
 SOURCE_ERRORS = (OximeterError, OSError, requests.RequestException)
 
@@ -173,7 +196,7 @@ class Analyzer:
 
 
 async def serve(analyzer: Analyzer, interval_s: float, host: str, port: int | None,
-                token_env: str = "OXIMETER_API_TOKEN", reporting: Reporting | None = None,
+                token_env: str = "OXIMETER_API_TOKEN", reporting: Companion | None = None,
                 port_file: str | None = None) -> None:
     """Run cycles until SIGTERM/SIGINT, with the API (and /metrics) on ``host:port``.
 
@@ -256,21 +279,19 @@ def replay_source(directory: str, *, speed: float = 60.0, start: datetime | None
 
 @dataclass(frozen=True)
 class AnalyzeConfig:
-    """The sections ``oximeter analyze`` runs on (the rest of the file is not its business)."""
+    """The sections the analyzer runs on (the rest of the file is not its business)."""
 
     analyzer: AnalyzerSettings
     incidents: IncidentSettings
     topology: TopologySettings
-    reporter: ReporterSettings
 
     @classmethod
     def load(cls, path: str | None) -> AnalyzeConfig:
-        """Read ``path`` (or ./oximeter.yaml) and validate the four sections."""
+        """Read ``path`` (or ./oximeter.yaml) and validate the three sections."""
         sections, where = read_config(path)
         return cls(section(sections, "analyzer", AnalyzerSettings, where),
                    section(sections, "incidents", IncidentSettings, where),
-                   section(sections, "topology", TopologySettings, where),
-                   section(sections, "reporter", ReporterSettings, where))
+                   section(sections, "topology", TopologySettings, where))
 
 
 def _source(args: argparse.Namespace, config: AnalyzeConfig) -> Source:
@@ -292,8 +313,8 @@ def _source(args: argparse.Namespace, config: AnalyzeConfig) -> Source:
     return source
 
 
-def run(args: argparse.Namespace) -> int:
-    """Entry point of ``oximeter analyze``."""
+def run(args: argparse.Namespace, companion: CompanionFactory | None = None) -> int:
+    """The analyzer daemon on ``args`` (``oximeter analyze``'s), with ``companion`` beside its cycle."""
     try:
         config = AnalyzeConfig.load(args.config)
         if getattr(args, "inputs", None):
@@ -315,14 +336,15 @@ def run(args: argparse.Namespace) -> int:
         print(f"oximeter analyze: {exc}", file=sys.stderr)
         return 2
     try:
-        return _run(args, config, store)
+        return _run(args, config, store, companion)
     finally:
         store.conn.close()
         if lock is not None:
             lock.release()
 
 
-def _run(args: argparse.Namespace, config: AnalyzeConfig, store: IncidentStore) -> int:
+def _run(args: argparse.Namespace, config: AnalyzeConfig, store: IncidentStore,
+         companion: CompanionFactory | None) -> int:
     settings = config.incidents
     try:
         source = _source(args, config)
@@ -333,18 +355,16 @@ def _run(args: argparse.Namespace, config: AnalyzeConfig, store: IncidentStore) 
                              config.analyzer.live_window_s, policy=config.analyzer.baseline.policy(),
                              change_events=store.change_events)
     metrics = DaemonMetrics()
+    notifier: Notifier = LogNotifier()
+    reporting = None
     try:
-        from reporter.wiring import build_reporting
-
-        # The outbox lives in this store; chat channels read their URLs from the environment.
-        reporting = build_reporting(store, config.reporter, read_secret("OXIMETER_API_TOKEN"),
-                                    metrics.registry)
+        if companion is not None:
+            notifier, reporting = companion(store, metrics.registry)
     except OximeterError as exc:
         if isinstance(exc, ConfigError) and exc.path is None:  # a channel's secret: name the file too
             exc = ConfigError(exc.problems, str(args.config or DEFAULT_CONFIG_PATH))
         print(f"oximeter analyze: {exc}", file=sys.stderr)
         return 2
-    notifier: Notifier = reporting.notifier if config.reporter.channels else LogNotifier()
     # On stock telemetry kube-state-metrics tells of restarts and rollouts (replays hold none).
     kube = (KubeChangePoller(source, store, config.analyzer.step_s)
             if config.analyzer.inputs != "oximeter" and not (args.replay or args.signals) else None)
