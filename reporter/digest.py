@@ -24,7 +24,7 @@ from zoneinfo import ZoneInfo
 
 import numpy as np
 
-from analyzer.incidents.lifecycle import Incident
+from analyzer.incidents.model import Incident
 from analyzer.incidents.store import IncidentQuery, IncidentStore
 from analyzer.signals.rolling import counter_steps
 from oximeter.prometheus import Series

@@ -30,7 +30,7 @@ from loguru import logger
 from prometheus_client import CollectorRegistry, Gauge
 from pydantic import SecretStr
 
-from analyzer.incidents.lifecycle import ChangeEvent, Incident
+from analyzer.incidents.model import ChangeEvent, Incident
 from analyzer.incidents.store import IncidentQuery, IncidentStore
 from analyzer.service.api_requests import GUARD
 from oximeter.auth import bearer_refusal

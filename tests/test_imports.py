@@ -40,6 +40,16 @@ def test_settings_models_import_neither_pandas_nor_numpy() -> None:
     assert "pandas" in loaded("import analyzer.signals.catalogue")
 
 
+def test_the_incident_package_and_the_reporters_readers_stay_light() -> None:
+    # The reporter reads and renders incidents from the store without the detection's data stack.
+    statement = ("import analyzer.incidents.model, analyzer.incidents.store, analyzer.incidents.oncall, "
+                 "analyzer.incidents.maintenance, analyzer.incidents.settings, "
+                 "reporter.render, reporter.relay, reporter.callbacks")
+    assert [m for m in loaded(statement) if m != "analyzer"] == []
+    # The guard can fail: the lifecycle runs the diagnosis, which reads the catalogue.
+    assert "pandas" in loaded("import analyzer.incidents.lifecycle")
+
+
 def test_the_incident_commands_leave_scikit_learn_to_the_detector_that_fits() -> None:
     # ``oximeter incidents`` and the daemons load the diagnosis (and through it the detector
     # registry); scikit-learn's two seconds of start-up belong only to a detector that fits one.

@@ -8,6 +8,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from analyzer.detection.events import AnomalyEvent
+from analyzer.diagnosis.cause import RootCause
 from analyzer.signals.catalogue import CATALOGUE
 from analyzer.signals.spec import SignalSpec
 from oximeter.vocabulary import LAYERS, Severity
@@ -32,7 +33,6 @@ ENGINE_WAITING = "engine_waiting_max"
 # latency it caused has held long enough to be an event.
 ENGINE_PREEMPTED = "engine_preempted_15m"
 
-DESCRIPTIVE_LABELS = frozenset({"uuid", "pci_bus_id", "gpu_model"})
 
 
 
@@ -98,19 +98,6 @@ class Case:
         """``context`` keyed by (node, gpu)."""
         return {(d.get("node", ""), d.get("gpu", "")): v
                 for d, v in ((dict(k), v) for k, v in self.context(signal).items())}
-
-
-@dataclass(frozen=True)
-class RootCause:
-    """The signal and entity held responsible."""
-
-    signal: str
-    labels: Labels
-
-    @property
-    def entity(self) -> str:
-        """``gpu=3,node=n1`` for humans (identifying labels only: no uuid, PCI id or GPU model)."""
-        return ",".join(f"{k}={v}" for k, v in self.labels if k not in DESCRIPTIVE_LABELS)
 
 
 @dataclass(frozen=True)

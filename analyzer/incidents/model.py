@@ -13,9 +13,9 @@ from datetime import datetime
 from typing import Any, Literal
 
 from analyzer.detection.events import AnomalyEvent, iso_utc, parse_iso
-from analyzer.diagnosis.case import RootCause
-from analyzer.diagnosis.rules import Severity
+from analyzer.diagnosis.cause import RootCause
 from analyzer.diagnosis.topology import Labels
+from oximeter.vocabulary import Severity
 
 ChangeKind = Literal["opened", "severity_up", "root_cause_changed", "resolved"]
 NOTIFY_KINDS: tuple[str, ...] = ("opened", "severity_up", "root_cause_changed", "resolved")

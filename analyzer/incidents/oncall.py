@@ -16,13 +16,16 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from analyzer.detection.events import iso_utc, utc_at
-from analyzer.incidents.lifecycle import Change, Incident, IncidentTracker, TimelineEntry
 from analyzer.incidents.maintenance import MaintenanceWindow
+from analyzer.incidents.model import Change, Incident, TimelineEntry
 from analyzer.incidents.store import IncidentStore
 from oximeter.store import Connection, lock_for, migrate, transaction
+
+if TYPE_CHECKING:
+    from analyzer.incidents.lifecycle import IncidentTracker
 
 COMPONENT = "oncall"
 MIGRATIONS = [

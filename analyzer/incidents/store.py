@@ -15,8 +15,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from analyzer.detection.events import iso_utc
-from analyzer.diagnosis.rules import RULE_IDS
-from analyzer.incidents.lifecycle import Change, ChangeEvent, Incident
+from analyzer.incidents.model import Change, ChangeEvent, Incident
 from oximeter.inputs import InputValueError, parse_duration_s, parse_int, parse_label_value, parse_moment
 from oximeter.store import Connection, lock_for, migrate, transaction
 from oximeter.vocabulary import LAYERS, SEVERITIES
@@ -79,6 +78,14 @@ def _dt(seconds: float | None) -> datetime | None:
     return None if seconds is None else datetime.fromtimestamp(seconds, UTC)
 
 
+def _rule_ids() -> tuple[str, ...]:
+    # Imported on a rule filter only: the rules read the catalogue (pandas), and the reporter
+    # reads this store without them.
+    from analyzer.diagnosis.rules import RULE_IDS
+
+    return RULE_IDS
+
+
 @dataclass(frozen=True)
 class IncidentQuery:
     """Filters of ``incidents list`` and ``GET /api/incidents`` (validated on construction).
@@ -105,7 +112,7 @@ class IncidentQuery:
             raise QueryError(f"layer: expected one of {', '.join(LAYERS)}, got {self.layer!r}")
         if self.state is not None and self.state not in STATES:
             raise QueryError(f"state: expected open or resolved, got {self.state!r}")
-        if self.rule is not None and self.rule not in RULE_IDS:
+        if self.rule is not None and self.rule not in _rule_ids():
             raise QueryError(f"rule: unknown rule {self.rule!r}")
         if self.severity is not None and self.severity not in SEVERITIES:
             raise QueryError(f"severity: expected one of {', '.join(SEVERITIES)}, got {self.severity!r}")
