@@ -24,11 +24,11 @@ from zoneinfo import ZoneInfo
 
 import numpy as np
 
-from analyzer.catalogue import CATALOGUE
-from analyzer.detectors.counter import counter_steps
-from analyzer.incident_store import IncidentQuery, IncidentStore
-from analyzer.incidents import Incident
-from analyzer.signals import SignalSpec
+from analyzer.incidents.model import Incident
+from analyzer.incidents.store import IncidentQuery, IncidentStore
+from analyzer.signals.catalogue import CATALOGUE
+from analyzer.signals.rolling import counter_steps
+from analyzer.signals.spec import SignalSpec
 from oximeter.prometheus import Series
 from reporter.digest_capacity import Headroom, NMinusOne, headroom, n_minus_one, placement
 from reporter.prom import PromQuery

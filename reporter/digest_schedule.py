@@ -16,10 +16,10 @@ from datetime import UTC, date, datetime, time, timedelta
 
 from loguru import logger
 
-from analyzer.catalogue import CATALOGUE
-from analyzer.incident_store import IncidentStore
-from analyzer.limits import limits
-from analyzer.signals import SignalSpec
+from analyzer.incidents.store import IncidentStore
+from analyzer.service.limits import limits
+from analyzer.signals.catalogue import CATALOGUE
+from analyzer.signals.spec import SignalSpec
 from oximeter.errors import OximeterError
 from oximeter.store import lock_for
 from reporter.chart import render_chart

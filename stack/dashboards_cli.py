@@ -11,7 +11,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from analyzer.limits import configured_catalogue, limits
+from analyzer.service.limits import configured_catalogue, limits
 from dashboards.build import BUILD_DIR, write_all
 from oximeter.errors import ConfigError
 

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from analyzer.catalogue import build_catalogue
-from analyzer.recording_rules import render_alerts
+from analyzer.service.limits import limits
+from analyzer.signals.catalogue import build_catalogue
+from analyzer.signals.recording_rules import render_alerts
 from oximeter.limits import UnknownLimitError, fill, fill_data, ref
 
 LIMITS = {"retry_ratio.threshold": 0.1, "queue_wait_p99.min_traffic": 50.0, "queue_wait_p99.threshold": 1.0}
@@ -37,4 +38,4 @@ def test_an_unknown_limit_is_named() -> None:
 def test_an_override_that_removes_an_alerts_limit_fails_the_build() -> None:
     """An alert cannot silently keep a number the configuration took away from its signal."""
     with pytest.raises(UnknownLimitError, match=r"scheduling.rules.yml: \[\[queue_wait_p99.threshold\]\]"):
-        render_alerts(build_catalogue({"queue_wait_p99": {"threshold": None}}))
+        render_alerts(limits(build_catalogue({"queue_wait_p99": {"threshold": None}})))

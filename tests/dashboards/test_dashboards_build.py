@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from analyzer.limits import limits
+from analyzer.service.limits import limits
 from dashboards.build import BUILD_DIR, build_all, load_built, sources
 from dashboards.promql import panel_queries, variable_queries
 from stack.procs import oximeter_argv

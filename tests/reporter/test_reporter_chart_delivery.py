@@ -21,8 +21,8 @@ from chat_receiver import ChatReceiver, delivered_chart
 from conftest import MakeChannel
 from relay_harness import ThreadedApp
 
-from analyzer.api import build_app
-from analyzer.incident_store import IncidentStore
+from analyzer.incidents.store import IncidentStore
+from analyzer.service.api import build_app
 from oximeter.store import connect
 from reporter import chart_link
 from reporter.channels import CHANNELS, Outcome
@@ -38,7 +38,7 @@ T0 = datetime(2025, 11, 30, tzinfo=UTC).timestamp()
 def chart_png() -> bytes:
     """The chart every test delivers, rendered once per worker that runs one of them (not while
     every worker collects: rendering imports matplotlib)."""
-    from analyzer.limits import limits
+    from analyzer.service.limits import limits
     from reporter.chart import render_chart
 
     return render_chart({"gpu_utilization": [(T0 + 300 * i, 0.4 + 0.01 * i) for i in range(12)]}, "test",

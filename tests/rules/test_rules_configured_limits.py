@@ -15,10 +15,11 @@ import yaml
 from inprocess import run_main
 
 from alert_rules import RULES_DIR, alerting_rules
-from analyzer.catalogue import CATALOGUE
-from analyzer.detectors.threshold import AbsoluteThreshold
-from analyzer.limits import configured_catalogue, limits
-from analyzer.settings import AnalyzerSettings
+from analyzer.detection.detectors.threshold import AbsoluteThreshold
+from analyzer.detection.judges import detectors_of
+from analyzer.service.limits import configured_catalogue, limits
+from analyzer.service.settings import AnalyzerSettings
+from analyzer.signals.catalogue import CATALOGUE
 from oximeter.config import load_section
 from reporter.chart import PANELS, figure
 
@@ -71,7 +72,7 @@ def test_a_configured_queue_wait_limit_moves_the_analyzer_the_alert_the_dashboar
     # The analyzer: the signal it evaluates, and the detector it runs, judge at 0.5 s.
     spec = load_section("analyzer", AnalyzerSettings, config).catalogue()["queue_wait_p99"]
     assert spec.threshold == CONFIGURED
-    assert [d.threshold for d in spec.build_detectors() if isinstance(d, AbsoluteThreshold)] == [CONFIGURED]
+    assert [d.threshold for d in detectors_of(spec) if isinstance(d, AbsoluteThreshold)] == [CONFIGURED]
 
     # The alert: `rules build` with the configuration writes GatewayQueueWaitHigh at 0.5 s...
     rules = tmp_path / "rules"
