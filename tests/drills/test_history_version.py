@@ -44,7 +44,7 @@ PINNED = {
     "63d4557371d8cde7": 3,  # the gateway tells a stream's closing [DONE] apart: same histories
     "35e9dcc10186801b": 2,  # the store's error class moved to the shared errors module: same histories
     "6025cf81b289c0ef": 3,  # a docstring names the diagnosis rules' new path: same histories
-    "f95fed085af197a6": 3,  # the dcgm-exporter field table moved to the core, read by the exporter: same histories
+    "f95fed085af197a6": 3,  # the dcgm-exporter field table moved to the core: same histories
 }
 
 
