@@ -140,8 +140,8 @@ def ensure_model(env: Path, log: Callable[[str], None] = print) -> Path:
     key = _digest(MODEL_SCRIPT.read_bytes(), env.name.encode())
 
     def make(tmp: Path) -> None:
-        _run([str(env_python(env)), str(MODEL_SCRIPT), str(tmp)], "generating the tiny model", MODEL_TIMEOUT_S,
-             log)
+        _run([str(env_python(env)), str(MODEL_SCRIPT), str(tmp)], "generating the tiny model",
+             MODEL_TIMEOUT_S, log)
     return _build(cache_root() / f"vllm-model-{key}", make)
 
 
