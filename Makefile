@@ -53,13 +53,15 @@ $(STAMP): pyproject.toml
 	@touch $(STAMP)
 
 # vLLM's CPU build in its own environment (its pins are not Oximeter's), with the tiny model the real-engine
-# tests serve (docs/real-vllm.md): built once per user and lock file under ~/.cache/oximeter
+# tests and `make demo ENGINE=vllm` serve (docs/real-vllm.md): built once per user and lock file under ~/.cache/oximeter
 # (stack/vllm/env.py; about 1 GB to download the first time, nothing after), reused by every clone.
 vllm-env: venv
 	@$(BIN)/python -m stack.vllm.env >/dev/null
 
-demo: setup
-	$(BIN)/oximeter demo $(ARGS)
+# ENGINE=vllm: real vLLM engines (the CPU build) instead of the simulator's.
+ENGINE ?= sim
+demo: setup $(if $(filter vllm,$(ENGINE)),vllm-env)
+	$(BIN)/oximeter demo --engine $(ENGINE) $(ARGS)
 
 # Workers: the live-stack tests mostly wait out real (scaled) persistence while the others compute;
 # tests/conftest.py schedules: the live-stack tests share one worker, the drill replays another.

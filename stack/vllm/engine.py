@@ -21,7 +21,7 @@ import requests
 
 from oximeter.errors import OximeterError
 from stack.procs import ManagedProcess, ProcessError, wait_until
-from stack.vllm.env import env_python
+from stack.vllm.env import ensure_env, ensure_model, env_python
 
 HOST = "127.0.0.1"
 ENGINE_CORE_TITLE = "VLLM::EngineCore"
@@ -98,9 +98,14 @@ class VllmEngine:
                                    env=self.spec.env(vllm_env))
         self.url = ""
 
+    def launch(self) -> VllmEngine:
+        """Start the process without waiting (engines of a fleet load side by side)."""
+        self.proc.start()
+        return self
+
     def start(self) -> VllmEngine:
         """Start and wait until ``/v1/models`` lists the model (the engine core answers through it)."""
-        self.proc.start()
+        self.launch()
         try:
             self.wait_serving(self.spec.start_timeout_s)
         except BaseException:
@@ -175,3 +180,16 @@ class VllmEngine:
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
+
+
+def launch_fleet(nodes: list[str], spec: EngineSpec, log_dir: Path, engines: dict[str, VllmEngine],
+                 started: list[ManagedProcess]) -> None:
+    """One engine per node into ``engines``, loading side by side, each process added to ``started``
+    as it starts (so a caller that stops ``started`` on a failure stops them); returns once all serve."""
+    env = ensure_env()
+    model = ensure_model(env)
+    for node in nodes:
+        engines[node] = VllmEngine(f"vllm-{node}", env, model, log_dir, spec).launch()
+        started.append(engines[node].proc)
+    for engine in engines.values():
+        engine.wait_serving(spec.start_timeout_s)

@@ -22,7 +22,7 @@ CONFIG = {
     "num_key_value_heads": 4,
     "num_hidden_layers": 2,
     "vocab_size": VOCAB_SIZE,
-    "max_position_embeddings": 2048,
+    "max_position_embeddings": 8192,  # the demo's engines take long prompts
     "rms_norm_eps": 1e-5,
     "rope_theta": 10000.0,
     "hidden_act": "silu",
