@@ -8,7 +8,7 @@ from __future__ import annotations
 from real_exposition import fixture
 from sim_exposition import Shape, shapes, simulated_stock
 
-from analyzer.stock_inputs import adapter_rules
+from analyzer.signals.stock_inputs import adapter_rules
 from exporter.dcgm import DCGM_COUNTER_FIELDS, DCGM_DEFAULT_FIELDS, DCGM_FIELDS
 
 # job -> its captures
@@ -66,7 +66,7 @@ def test_the_default_fields_are_the_real_default_counters() -> None:
     default-counters.csv that Oximeter's exporter can write."""
     from real_exposition import REAL
 
-    from analyzer.stock_inputs import read_counters_csv
+    from analyzer.signals.stock_inputs import read_counters_csv
 
     enabled = read_counters_csv(REAL / "dcgm-default-counters.csv")
     assert enabled & {name for name, _, _ in DCGM_FIELDS} == DCGM_DEFAULT_FIELDS
