@@ -21,7 +21,7 @@ from real_exposition import fixture, read
 from sim_exposition import shapes, simulated_stock
 from vllm_load import SPEC, completion, load, samples, summed
 
-from analyzer.stock_inputs import adapter_rules
+from analyzer.signals.stock_inputs import adapter_rules
 from stack.ports import wait_port
 from stack.procs import ManagedProcess, http_ok, oximeter_argv, wait_until
 from stack.vllm.engine import VllmEngine
