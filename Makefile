@@ -21,7 +21,7 @@ SERVICES := prometheus prometheus-alertmanager prometheus-node-exporter redis-se
 # outside PATH, one folder per major version.
 POSTGRES_BINDIRS := /usr/lib/postgresql/*/bin
 
-.PHONY: demo test fuzz-long bench lint doctor setup system-deps venv clean
+.PHONY: demo test fuzz-long bench lint doctor setup system-deps venv vllm-env clean
 
 setup: system-deps venv
 
@@ -52,8 +52,16 @@ $(STAMP): pyproject.toml
 	$(BIN)/python -m pip install -q --disable-pip-version-check --no-compile -e '.[dev]'
 	@touch $(STAMP)
 
-demo: setup
-	$(BIN)/oximeter demo $(ARGS)
+# vLLM's CPU build in its own environment (its pins are not Oximeter's), with the tiny model the real-engine
+# tests and `make demo ENGINE=vllm` serve (docs/real-vllm.md): built once per user and lock file under ~/.cache/oximeter
+# (stack/vllm/env.py; about 1 GB to download the first time, nothing after), reused by every clone.
+vllm-env: venv
+	@$(BIN)/python -m stack.vllm.env >/dev/null
+
+# ENGINE=vllm: real vLLM engines (the CPU build) instead of the simulator's.
+ENGINE ?= sim
+demo: setup $(if $(filter vllm,$(ENGINE)),vllm-env)
+	$(BIN)/oximeter demo --engine $(ENGINE) $(ARGS)
 
 # Workers: the live-stack tests mostly wait out real (scaled) persistence while the others compute;
 # tests/conftest.py schedules: the live-stack tests share one worker, the drill replays another.
@@ -61,7 +69,7 @@ TEST_WORKERS ?= 3
 
 # Collecting once first fills the bytecode cache (PYTHONPYCACHEPREFIX) for the workers, which would
 # otherwise all compile the same modules at once on a fresh clone: ~12 CPU-seconds less in all.
-test: setup
+test: setup vllm-env
 	@$(BIN)/python -m pytest -q --collect-only -p no:cacheprovider $(ARGS) >/dev/null || true
 	$(BIN)/python -m pytest -q -n $(TEST_WORKERS) --durations=15 $(ARGS)
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import dataclasses
 import json
 import secrets
 import signal
@@ -42,11 +43,15 @@ from stack.demo_stack import (
 )
 from stack.local import Endpoints, Stack, StackError, StackOptions
 from stack.procs import oximeter_argv
+from stack.vllm.engine import EngineSpec
 
 DEFAULT_WORKSPACE = Path(".oximeter/demo")
 DASHBOARDS = Path(__file__).resolve().parent.parent / "dashboards" / "build"
 # A finished backfill younger than this is reused: its "yesterday" still covers today's baselines.
 BACKFILL_REUSE_S = 6 * 3600.0
+# Context length of the demo's real engines: the traffic generator's longest prompts, in the tiny
+# model's 512-token vocabulary, plus their answers.
+VLLM_DEMO_MODEL_LEN = 8192
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
@@ -60,6 +65,10 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--backfill-step", type=float, default=120.0,
                         help="seconds between backfilled samples (a rate over 5 minutes needs ≤ 150)")
     parser.add_argument("--workspace", type=Path, default=DEFAULT_WORKSPACE)
+    parser.add_argument("--engine", choices=("sim", "vllm"), default="sim",
+                        help="the engines behind the gateways: the simulator's (default), or real vLLM "
+                             "engines (its CPU build, docs/real-vllm.md) whose engine core the drill hangs "
+                             "for --fault-s (no history, no GPU telemetry)")
     parser.set_defaults(func=run)
 
 
@@ -107,8 +116,9 @@ def run(args: argparse.Namespace) -> int:
     workspace.mkdir(parents=True, exist_ok=True)
     for old in workspace.glob("oximeter.db*"):
         old.unlink()  # incidents of an earlier run would re-open against a fresh Prometheus
+    vllm = args.engine == "vllm"
     try:
-        drill = DemoDrill.from_scenario(args.scenario, fault_s=args.fault_s)
+        drill = None if vllm else DemoDrill.from_scenario(args.scenario, fault_s=args.fault_s)
     except OximeterError as exc:
         console.print(f"[red]oximeter demo: {exc}[/]")
         return 2
@@ -124,6 +134,11 @@ def run(args: argparse.Namespace) -> int:
         alert_group_wait_s=ALERT_GROUP_WAIT_S, alert_group_interval_s=5.0,
         alert_repeat_interval_s=3600.0, relay_token_file=token_file,
         addons=(analyzer_addon(workspace, sink.url, token_file),))
+    if vllm:
+        # Real engines make their own history from now on; their prompts (the traffic generator's,
+        # a few hundred words with a shared prefix) need a longer context than the tests' engine.
+        options = dataclasses.replace(options, backfill=None, backfill_dir=None, daily_shape=False,
+                                      vllm=EngineSpec(max_model_len=VLLM_DEMO_MODEL_LEN))
     progress = Progress(SpinnerColumn(), TextColumn("{task.description}"), TimeElapsedColumn(),
                         console=console)
     observer = _ProgressObserver(progress)
@@ -132,20 +147,25 @@ def run(args: argparse.Namespace) -> int:
         try:
             sink.start()
             with progress:
-                observer.step("history", f"{spec.days:g} days of history for {spec.nodes} nodes, every "
-                                         f"{spec.step_s:g} s (reused for {BACKFILL_REUSE_S / 3600:g} h)")
-                t0 = time.monotonic()
-                prebuild_backfill(spec, backfill_dir)
-                history_s = time.monotonic() - t0
-                observer.done("history")
+                history_s = 0.0
+                if not vllm:
+                    observer.step("history", f"{spec.days:g} days of history for {spec.nodes} nodes, every "
+                                             f"{spec.step_s:g} s (reused for {BACKFILL_REUSE_S / 3600:g} h)")
+                    t0 = time.monotonic()
+                    prebuild_backfill(spec, backfill_dir)
+                    history_s = time.monotonic() - t0
+                    observer.done("history")
                 endpoints = stack.start()
-            steps = {"history": history_s, **stack.timings_s}
+            steps = {"history": history_s, **stack.timings_s} if not vllm else dict(stack.timings_s)
             console.print(f"set up in {time.monotonic() - started:.0f} s: "
                           + ", ".join(f"{k} {v:.0f} s" for k, v in steps.items()))
-            _print_endpoints(endpoints, workspace, console)
+            _print_endpoints(endpoints, workspace, console, vllm)
             deadline = None if args.duration is None else time.monotonic() + args.duration
-            _drill(stack, drill, deadline, console)
-            _digest(endpoints, workspace, console)
+            if drill is None:
+                _hang_drill(stack, args.fault_s, deadline, console)
+            else:
+                _drill(stack, drill, deadline, console)
+                _digest(endpoints, workspace, console)
             if deadline is None or time.monotonic() < deadline:
                 left = "" if deadline is None else f" for {deadline - time.monotonic():.0f} s more"
                 console.print(f"running{left}; Ctrl-C stops everything")
@@ -188,15 +208,43 @@ def _drill(stack: Stack, drill: DemoDrill, deadline: float | None, console: Cons
     limit = time.monotonic() + drill.fault_s + 240.0
     if deadline is not None:
         limit = min(limit, deadline)
+    _watch(watch, t0, limit, drill.fault_s, console)
+    if not watch.seen:
+        console.print("[red]no incident within the time left[/]")
+
+
+def _watch(watch: IncidentWatch, t0: float, limit: float, fault_s: float, console: Console) -> None:
+    """Print incidents as they open and resolve, until all have resolved after the fault, or ``limit``."""
     while time.monotonic() < limit:
         for incident, what in watch.poll():
             console.print(Panel(describe_incident(incident), title=f"incident {what} after "
                                 f"{time.monotonic() - t0:.0f} s", border_style="red" if what == "opened"
                                 else "green"))
         if watch.seen and all(i["state"] == "resolved" for i in watch.seen.values()) \
-                and time.monotonic() - t0 > drill.fault_s:
+                and time.monotonic() - t0 > fault_s:
             break
         time.sleep(1.0)
+
+
+def _hang_drill(stack: Stack, fault_s: float, deadline: float | None, console: Console) -> None:
+    """Hang the last node's vLLM engine core (SIGSTOP: its API server still answers /health) for
+    ``fault_s`` while traffic runs, then let it go on; report the incidents meanwhile."""
+    assert stack.endpoints is not None
+    node = stack.nodes[-1]
+    engine = stack.vllm_engines[node]
+    watch = IncidentWatch(stack.endpoints.addons["analyzer"])
+    console.rule(f"[bold]drill: {node}'s vLLM engine core hangs for {fault_s:.0f} s")
+    t0 = time.monotonic()
+    pid = engine.signal_engine_core(signal.SIGSTOP)
+    console.print(f"stopped {node}'s engine core (pid {pid}) at {datetime.now(UTC):%H:%M:%S} UTC; "
+                  f"its /health still answers")
+    limit = t0 + fault_s + 240.0 if deadline is None else min(t0 + fault_s + 240.0, deadline)
+    try:
+        _watch(watch, t0, min(t0 + fault_s, limit), fault_s, console)
+    finally:
+        engine.signal_engine_core(signal.SIGCONT)
+    console.print(f"{node}'s engine core resumed after {time.monotonic() - t0:.0f} s")
+    _watch(watch, t0, limit, fault_s, console)
     if not watch.seen:
         console.print("[red]no incident within the time left[/]")
 
@@ -229,9 +277,13 @@ def _print_message(message: SinkMessage, console: Console) -> None:
     console.print(Panel(message.text, title=f"WeCom robot ({message.msgtype})", border_style="cyan"))
 
 
-def _print_endpoints(ep: Endpoints, workspace: Path, console: Console) -> None:
-    console.print("[bold]SIMULATION[/]: engines and GPUs are simulated; gateways, exporters, Prometheus, "
-                  "Alertmanager and the analyzer are the real thing.")
+def _print_endpoints(ep: Endpoints, workspace: Path, console: Console, vllm: bool = False) -> None:
+    if vllm:
+        console.print("[bold]REAL vLLM[/] (CPU build, tiny model with random weights): no GPU, so no GPU "
+                      "telemetry; gateways, Prometheus, Alertmanager and the analyzer are the real thing.")
+    else:
+        console.print("[bold]SIMULATION[/]: engines and GPUs are simulated; gateways, exporters, "
+                      "Prometheus, Alertmanager and the analyzer are the real thing.")
     console.print(f"  Prometheus UI:  {ep.prometheus}/alerts")
     if ep.alertmanager:
         console.print(f"  Alertmanager:   {ep.alertmanager}")
@@ -239,7 +291,8 @@ def _print_endpoints(ep: Endpoints, workspace: Path, console: Console) -> None:
     console.print(f"  analyzer API:   {api}/api/incidents  (OpenAPI {api}/openapi.json, "
                   f"metrics {api}/metrics)")
     for node, url in ep.gateways.items():
+        exporter = f"exporter {ep.exporters[node]}/metrics  " if node in ep.exporters else ""
         console.print(f"  {node}: gateway {url}/v1/chat/completions  metrics {url}/metrics  "
-                      f"exporter {ep.exporters[node]}/metrics  engine {ep.engines[node]}/metrics")
+                      f"{exporter}engine {ep.engines[node]}/metrics")
     console.print(f"  dashboards JSON: {DASHBOARDS} (oximeter dashboards build)")
     console.print(f"  workspace: {workspace} (config oximeter.yaml, logs/, store oximeter.db)")

@@ -53,6 +53,7 @@ from stack.config import (
 from stack.options import Addon, Endpoints, Observer, QuietObserver, StackOptions
 from stack.ports import start_reserved, wait_port, wait_ports
 from stack.procs import ManagedProcess, http_ok, oximeter_argv, wait_until
+from stack.vllm.engine import VllmEngine, launch_fleet
 
 BINARIES = {"prometheus": "prometheus", "promtool": "prometheus", "alertmanager": "prometheus-alertmanager",
             "redis": "redis-server"}  # role -> Debian package
@@ -96,6 +97,7 @@ class Stack:
         self.backfill: BackfillResult | None = None
         self.prometheus_started_s: float | None = None
         self.timings_s: dict[str, float] = {}
+        self.vllm_engines: dict[str, VllmEngine] = {}  # by node, with ``options.vllm``
 
     # -- lifecycle --------------------------------------------------------------------------
     def __enter__(self) -> Stack:
@@ -161,9 +163,16 @@ class Stack:
         redis = None
         if opts.redis:
             redis = self._timed("redis", "redis", lambda: self._start_redis(bins["redis"]))
-        engines = self._timed("simulator", f"{opts.nodes} simulated engines", self._start_simulator)
+        if opts.vllm is None:
+            engines = self._timed("simulator", f"{opts.nodes} simulated engines", self._start_simulator)
+        else:
+            engine_spec = opts.vllm
+            self._timed("vllm", f"{opts.nodes} vLLM engines (minutes on a CPU)", lambda: launch_fleet(
+                self.nodes, engine_spec, ws / "logs", self.vllm_engines, self.processes))
+            engines = {node: engine.url for node, engine in self.vllm_engines.items()}
         exporters, gateways = self._timed(
-            "exporters+gateways", f"{opts.nodes} exporters and {opts.nodes} gateways",
+            "exporters+gateways", f"{opts.nodes} gateways" if opts.vllm else
+            f"{opts.nodes} exporters and {opts.nodes} gateways",
             lambda: self._start_node_services(engines, redis))
         self.endpoints = Endpoints(
             simulator=engines[self.nodes[0]], engines=engines, exporters=exporters, gateways=gateways,
@@ -244,12 +253,13 @@ class Stack:
         started: dict[tuple[str, str], tuple[ManagedProcess, Path]] = {}
         for node in self.nodes:
             queue = ["--redis-url", redis, "--queue", f"jobs=oximeter:jobs:{node}"] if redis else []
-            port_file = self._port_file(f"exporter-{node}")
-            naming = ["--naming", "dcgm-exporter"] if self.stock else []
-            started["exporter", node] = (self._launch(f"exporter-{node}", oximeter_argv(
-                "exporter", "--backend", "sim", "--sim-url", engines[self.nodes[0]], "--node", node,
-                "--host", "127.0.0.1", "--port", "0", "--port-file", str(port_file), *queue, *naming), None),
-                port_file)
+            if opts.vllm is None:  # a real engine's CPU host has no GPU to export
+                port_file = self._port_file(f"exporter-{node}")
+                naming = ["--naming", "dcgm-exporter"] if self.stock else []
+                started["exporter", node] = (self._launch(f"exporter-{node}", oximeter_argv(
+                    "exporter", "--backend", "sim", "--sim-url", engines[self.nodes[0]], "--node", node,
+                    "--host", "127.0.0.1", "--port", "0", "--port-file", str(port_file), *queue, *naming),
+                    None), port_file)
             if self.stock:
                 continue  # no gateway in front of a stock fleet's engines
             port_file = self._port_file(f"gateway-{node}")
@@ -264,7 +274,7 @@ class Stack:
         for (kind, node), (proc, _) in started.items():
             path = "/metrics" if kind == "exporter" else "/health/ready"
             proc.wait_ready(functools.partial(http_ok, f"{urls[kind, node]}{path}"), timeout_s=60)
-        return ({n: urls["exporter", n] for n in self.nodes},
+        return ({n: urls["exporter", n] for n in self.nodes if ("exporter", n) in urls},
                 {n: urls["gateway", n] for n in self.nodes if ("gateway", n) in urls})
 
     def _start_redis(self, binary: str) -> str:
@@ -317,7 +327,7 @@ class Stack:
                     for n in self.nodes if n in ep.gateways]
         exporter_job = DCGM_JOB if self.stock else EXPORTER_JOB
         targets += [Target(exporter_job, _hostport(ep.exporters[n]), stable_instance(exporter_job, n))
-                    for n in self.nodes]
+                    for n in self.nodes if n in ep.exporters]
         if self.stock:  # the simulator's kube-state-metrics, on its first engine's port
             targets.append(Target(KUBE_STATE_JOB, _hostport(ep.simulator), KUBE_STATE_INSTANCE,
                                   metrics_path="/kube-state/metrics"))
@@ -348,7 +358,9 @@ class Stack:
         # Add-ons start after Prometheus.
         core = {ENGINE_JOB, DCGM_JOB, KUBE_STATE_JOB} if self.stock else \
             {ENGINE_JOB, GATEWAY_JOB, EXPORTER_JOB}
-        expected = 2 * len(self.nodes) + 1 if self.stock else 3 * len(self.nodes)
+        ep = self.endpoints
+        assert ep is not None
+        expected = len(ep.engines) + len(ep.gateways) + len(ep.exporters) + (1 if self.stock else 0)
 
         def all_up() -> bool:
             reply = requests.get(f"{url}/api/v1/targets", timeout=5).json()

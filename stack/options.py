@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Protocol
 
 from stack.backfill import BackfillSpec
+from stack.vllm.engine import EngineSpec
 
 
 @dataclass(frozen=True)
@@ -64,6 +65,9 @@ class StackOptions:
     # exporters as dcgm-exporter with its default counters, kube-state-metrics from the simulator,
     # Prometheus with the adapter rules (docs/stock-telemetry.md).
     telemetry: str = "oximeter"
+    # Real vLLM engines (the CPU build, stack/vllm/) instead of the simulator's, one per node, with
+    # these flags: no GPU exporters then (a CPU host has no GPU to read) and no simulated backfill.
+    vllm: EngineSpec | None = None
     addons: tuple[Addon, ...] = ()
 
 

@@ -59,7 +59,9 @@ LIVE_ORDER = (
 # Units that take a worker 15-50 s each (most of it CPU), handed out right after the shared stack's
 # so that none of them starts when the other workers are nearly done and the suite waits for its
 # tail. On a fresh clone xdist knows no durations; docs/benchmarks.md ("Test suite") lists them.
+# The real vLLM engine's tests come first of these: its start takes minutes, mostly waiting.
 LONG_FIRST = (
+    "tests/real_vllm/",
     "tests/reporter/test_reporter_digest_e2e.py",
     "tests/simulator/test_live_history_agreement.py",
     "tests/test_ports.py",
@@ -93,9 +95,10 @@ STORE_SUITES = ("tests/test_store.py", "tests/incidents/test_incidents_store.py"
 # Tests that must share one pytest-xdist worker (``make test`` runs several): every user of the
 # session's live stack (a session fixture is per worker, and the stack is costly), and the drill
 # replays (they fill one history cache; apart they would generate the same windows twice).
-# The store suites on both backends share one worker too: one PostgreSQL server for all of them.
+# The store suites on both backends share one worker too: one PostgreSQL server for all of them, and
+# so do the real vLLM engine's tests: one engine for all of them.
 XDIST_GROUPS = {"live_stack": ("tests/live/", "tests/e2e/"), "drill_cache": ("tests/drills/test_drill.py",),
-                "postgres": STORE_SUITES}
+                "postgres": STORE_SUITES, "real_vllm": ("tests/real_vllm/",)}
 # Modules under those paths that do not use the shared stack: on its worker they would run in
 # series with it; elsewhere their module-scoped fixtures still keep each one unit. The stock e2e
 # starts its own stack; the configuration and chat-sink tests start none.

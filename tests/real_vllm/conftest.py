@@ -1,0 +1,21 @@
+"""The session's real vLLM engine (the pinned CPU build, ``stack/vllm/``), started once on first use and
+always stopped. Every test here shares one pytest-xdist worker (tests/conftest.py), so one engine
+serves them all."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+from vllm_load import SPEC
+
+from stack.vllm.engine import VllmEngine
+from stack.vllm.env import ensure_env, ensure_model
+
+
+@pytest.fixture(scope="session")
+def vllm_engine(tmp_path_factory: pytest.TempPathFactory) -> Iterator[VllmEngine]:
+    """One engine on the tiny model (``make test`` builds its environment first)."""
+    env = ensure_env()
+    with VllmEngine("vllm", env, ensure_model(env), tmp_path_factory.mktemp("vllm"), SPEC) as engine:
+        yield engine

