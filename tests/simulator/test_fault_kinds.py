@@ -7,7 +7,7 @@ import random
 
 import pytest
 
-from analyzer.diagnosis import RULE_IDS
+from analyzer.diagnosis.rules import RULE_IDS
 from drills.sweep import generate, patterns
 from simulator.clock import VirtualClock
 from simulator.engine import EngineParams
