@@ -33,11 +33,9 @@ import math
 import random
 import sys
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from concurrent.futures import ProcessPoolExecutor
-from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from functools import cache
 from pathlib import Path
 from typing import Any
 
@@ -52,13 +50,9 @@ from drills.cli import DEFAULT_CACHE  # noqa: E402
 from drills.history import DAY_S, drill_windows, history_dir, same_time_window  # noqa: E402
 from drills.replay import replay_windows  # noqa: E402
 from drills.score import expected_truths, parse_when, truth_matches  # noqa: E402
-from oximeter.xids import PAGING_XIDS  # noqa: E402
-from simulator.arrivals import mean_lengths  # noqa: E402
-from simulator.load_shape import RequestMix, daily_rate  # noqa: E402
-from simulator.scenario import EngineOverrides, GatewayLimits, load_scenario  # noqa: E402
-from simulator.trace import Capacity  # noqa: E402
+from drills.sweep import HOUR_S, KINDS, Kind, generate  # noqa: E402
+from simulator.scenario import load_scenario  # noqa: E402
 
-HOUR_S = 3600.0
 PAGING_SEVERITIES = ("critical", "warning")
 # A fault that leaves its node's served requests (mean time to first token and mean duration at the
 # gateway) within this factor of the same node at the same clock times a day earlier, fault-free,
@@ -66,151 +60,6 @@ PAGING_SEVERITIES = ("critical", "warning")
 # as not visible at its strength and traffic, not counted as a miss (a detector that names it
 # anyway still counts as right).
 HARMLESS = 1.2
-# The busiest a fault-free fleet gets at its daily peak, as a share of one node's modelled capacity
-# (``Capacity.rps``: every batch slot full). The simulator's engine, fed Poisson arrivals at a
-# constant rate, keeps its queue wait p99 at or under 0.5 s there, with the default engine and with
-# a ten times costlier prefill alike; at 0.6 its p99 reaches 1 s (default) to 2 s (the costlier
-# prefill stalls the whole batch, and a long prompt stalls it for seconds), the queue-wait P0 line:
-# a real capacity shortage every evening, not the fault-free stretch the truth says it is.
-PEAK_SHARE = 0.5
-
-
-@dataclass(frozen=True)
-class Kind:
-    """How to generate one fault pattern: its faults, truth and strength range."""
-
-    name: str  # the diagnosis rule the truth names
-    layer: str
-    faults: Callable[[random.Random, float], list[dict[str, Any]]]  # strength -> fault dicts (no node/start)
-    strength: tuple[float, float]  # (weak end, severe end); weak may be the larger number
-    per_gpu: bool = False
-    entity_extra: dict[str, str] = field(default_factory=dict)
-    fixed_duration_s: float | None = None  # a one-off event (an Xid, an uncorrectable error)
-    open_ended: bool = False  # a leak has no end
-    scenario: dict[str, Any] = field(default_factory=dict)  # fleet/engine/gateway settings it needs
-    # Only a busy engine feels it (a smaller KV pool, a colder prefix cache, a lower admission limit,
-    # more traffic): at light traffic it may harm no request, which the report then says (HARMLESS).
-    needs_load: bool = False
-
-
-def _one(kind: str) -> Callable[[random.Random, float], list[dict[str, Any]]]:
-    return lambda rng, s: [{"kind": kind, "strength": round(s, 3)}]
-
-
-def _xid(rng: random.Random, _s: float) -> list[dict[str, Any]]:
-    return [{"kind": "xid", "strength": float(rng.choice(PAGING_XIDS))}]
-
-
-def _dependency(rng: random.Random, s: float) -> list[dict[str, Any]]:
-    return [{"kind": "dependency_slow", "strength": round(s, 1)},
-            {"kind": "cache_hit_drop", "strength": round(rng.uniform(0.4, 0.8), 2)}]
-
-
-FLAT = {"daily_shape": False, "gateway": {"max_concurrency": 12}}
-KINDS: dict[str, Kind] = {k.name: k for k in (
-    Kind("thermal_throttle", "infrastructure", _one("thermal_throttle"), (0.85, 0.35), per_gpu=True),
-    Kind("ecc_storm", "infrastructure", _one("ecc_storm"), (5.0, 200.0), per_gpu=True),
-    Kind("ecc_uncorrectable", "infrastructure", _one("ecc_uncorrectable"), (1.0, 4.0), per_gpu=True,
-         fixed_duration_s=600.0),
-    Kind("xid_critical", "infrastructure", _xid, (1.0, 1.0), per_gpu=True, fixed_duration_s=60.0),
-    Kind("peer_outlier", "infrastructure", _one("gpu_slow"), (1.3, 2.5), per_gpu=True),
-    Kind("telemetry_lost", "platform", _one("telemetry_loss"), (1.0, 1.0)),
-    Kind("dependency_degraded", "dependency", _dependency, (2.0, 300.0),
-         entity_extra={"dependency": "vectordb"}, scenario=FLAT),
-    Kind("engine_leak", "engine", _one("rss_leak"), (16.0, 256.0), entity_extra={"process": "vllm"},
-         open_ended=True),
-    Kind("kv_pressure", "engine", _one("kv_shrink"), (0.3, 0.05), needs_load=True),
-    Kind("prefix_cache_collapse", "engine", _one("prefix_cache_drop"), (0.15, 0.0),
-         scenario={"engine": {"prefill_s_per_token": 0.001}}, needs_load=True),
-    Kind("capacity_exhausted", "scheduling", _one("traffic_spike"), (3.0, 8.0), needs_load=True),
-    Kind("scheduling_bottleneck", "scheduling", _one("admission_limit"), (3.0, 1.0), needs_load=True),
-    Kind("ingress_errors", "ingress", _one("ingress_errors"), (0.02, 0.3)),
-)}
-
-
-def capacity_rps(doc: dict[str, Any]) -> float:
-    """One node's capacity in requests per second under a scenario document's engine and gateway."""
-    engine, gateway = EngineOverrides(**doc.get("engine", {})), GatewayLimits(**doc.get("gateway", {}))
-    return Capacity.of(engine, gateway.max_concurrency).rps(*mean_lengths(RequestMix()))
-
-
-@cache
-def _peak_to_mean(shaped: bool) -> float:
-    return max(daily_rate(minute * 60.0, 86400.0, 1.0, shaped=shaped) for minute in range(1440))
-
-
-def peak_utilisation(doc: dict[str, Any]) -> float:
-    """The busiest hour's traffic (weekday, no fault) as a share of one node's capacity."""
-    return doc["base_rps"] * _peak_to_mean(doc.get("daily_shape", True)) / capacity_rps(doc)
-
-
-def _duration_s(rng: random.Random, kind: Kind) -> float | None:
-    if kind.open_ended:
-        return None
-    if kind.fixed_duration_s is not None:
-        return kind.fixed_duration_s
-    # Log-uniform 10 min .. 6 h: most faults are short, some last a shift.
-    return round(math.exp(rng.uniform(math.log(600.0), math.log(6 * HOUR_S))) / 60.0) * 60.0
-
-
-def _fault_set(rng: random.Random, kind: Kind, node: str, gpus: int, end_slack_s: float
-               ) -> tuple[list[dict[str, Any]], dict[str, Any], float]:
-    weak, severe = kind.strength
-    u = rng.random()
-    strength = weak + (severe - weak) * u
-    duration = _duration_s(rng, kind)
-    span = (duration or 2 * HOUR_S) + end_slack_s
-    start = -(span + rng.uniform(0.0, 18 * HOUR_S))  # the onset at any hour before the drill's end
-    gpu = rng.randrange(gpus) if kind.per_gpu else None
-    faults = []
-    for f in kind.faults(rng, strength):
-        f = {**f, "node": node, "start": round(start), **({"gpu": gpu} if gpu is not None else {})}
-        if duration is not None:
-            f["duration"] = duration
-        faults.append(f)
-    entity = {"node": node, **({"gpu": str(gpu)} if gpu is not None else {}), **kind.entity_extra}
-    return faults, {"layer": kind.layer, "entity": entity, "rule": kind.name}, strength
-
-
-def generate(rng: random.Random, index: int) -> dict[str, Any]:
-    """One scenario document: a single fault (70 %), two unrelated faults (15 %), or none."""
-    nodes = rng.choice([2, 2, 3, 4, 4, 5, 6, 8])
-    gpus = rng.choice([4, 4, 8])
-    roll = rng.random()
-    picked = [] if roll < 0.15 else rng.sample(sorted(KINDS), 2 if roll > 0.85 else 1)
-    doc: dict[str, Any] = {"name": f"sweep_{index:04d}", "nodes": nodes, "gpus_per_node": gpus,
-                           "seed": rng.randrange(10_000), "weekend_factor": round(rng.uniform(0.6, 1.0), 2)}
-    # Light to busy, but within capacity at the daily peak (about twice the mean) for the default
-    # engine and gateway: a fleet overloaded every evening is a true capacity incident on every
-    # node, not a fault-free stretch. Patterns that need load get it from their fault's strength.
-    # The level is drawn for the default engine and scaled by the capacity of the engine in use, so
-    # a pattern that slows every engine of its fleet (a costlier prefill) does not overload it.
-    level = math.exp(rng.uniform(math.log(0.3), math.log(1.4)))
-    for name in picked:  # a pattern that needs its fleet settings keeps them
-        for key, value in KINDS[name].scenario.items():
-            doc[key] = value
-    doc["base_rps"] = round(level * capacity_rps(doc) / capacity_rps({}), 2)
-    # The model's capacity is the saturated batch's throughput; past about half of it the queue's
-    # tail already breaks its P0 line at the peak (see PEAK_SHARE), so busier draws stay at that.
-    ceiling = PEAK_SHARE * capacity_rps(doc) / _peak_to_mean(doc.get("daily_shape", True))
-    doc["base_rps"] = min(doc["base_rps"], math.floor(ceiling * 100) / 100)
-    targets = rng.sample([f"n{i}" for i in range(1, nodes + 1)], len(picked))
-    faults, truths, strengths = [], [], []
-    for name, node in zip(picked, targets, strict=True):
-        f, truth, strength = _fault_set(rng, KINDS[name], node, gpus, end_slack_s=HOUR_S)
-        faults += f
-        truths.append(truth)
-        strengths.append(strength)
-    doc["description"] = ("Generated: " + (", ".join(f"{t['rule']} on {t['entity']['node']}" for t in truths)
-                                           or "fault-free"))
-    doc["faults"] = faults
-    doc["truth"] = truths[0] if truths else {"layer": "none", "entity": {}, "rule": "none"}
-    if len(truths) > 1:
-        doc["also"] = truths[1:]
-    doc["x_strengths"] = strengths  # read back by the report, ignored by the scenario loader
-    return doc
-
-
 def _epoch(text: str | None) -> float | None:
     moment = parse_when(text)
     return None if moment is None else moment.timestamp()

@@ -27,7 +27,7 @@ from drills.cli import DEFAULT_CACHE
 from drills.history import DRILL_END_S, HistoryWindow, history_dir
 from drills.replay import replay_history
 from oximeter.errors import ConfigError
-from simulator.scenario import Scenario, Truth, with_trace
+from simulator.scenario import GatewayLimits, Scenario, Truth, with_trace
 from simulator.trace import load_trace
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -63,7 +63,9 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     step_s = parse_duration(args.step, "--step").total_seconds()
     interval_s = parse_duration(args.interval, "--interval").total_seconds()
-    quiet = Scenario(name="trace_quiet", nodes=args.nodes, truth=Truth(layer="none", rule="none"))
+    # The library scenarios' gateway (12 of the engine's 16 batch slots, up to 10 s of queueing).
+    quiet = Scenario(name="trace_quiet", nodes=args.nodes, truth=Truth(layer="none", rule="none"),
+                     gateway=GatewayLimits(max_concurrency=12, max_queue_wait_s=10.0))
     try:
         sc = with_trace(quiet, args.trace, args.peak_utilisation)
         load_trace(args.trace)

@@ -31,7 +31,7 @@ class LiveTarget:
 
 def history_only_kinds(path: Path) -> list[str]:
     """The scenario's fault kinds that only ``oximeter sim history`` simulates."""
-    from simulator.faults import FAULT_KINDS
+    from simulator.fault_kinds import FAULT_KINDS
     from simulator.scenario import load_scenario
 
     kinds = {f.kind for f in load_scenario(path).faults}

@@ -24,7 +24,7 @@ def why_stock_cannot_judge(sc: Any, incidents: Sequence[Mapping[str, Any]]) -> s
     there are none."""
     from analyzer.signals.stock_inputs import describe
     from drills.score import expected_truths, truth_matches
-    from simulator.faults import FAULT_KINDS
+    from simulator.fault_kinds import FAULT_KINDS
 
     reasons = [f"{kind}: a fault in Oximeter's gateway, which a stock fleet does not run"
                for kind in sorted({f.kind for f in sc.faults}) if FAULT_KINDS[kind].gateway]

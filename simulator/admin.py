@@ -14,6 +14,7 @@ from aiohttp import web
 
 from oximeter.auth import bearer_refusal
 from oximeter.inputs import InputValueError, parse_json
+from simulator.fault_kinds import Effect
 from simulator.faults import FaultError
 
 if TYPE_CHECKING:
@@ -97,7 +98,7 @@ def add_routes(app: web.Application, server: SimServer) -> None:
         if name not in fleet.nodes:
             return _json({"error": f"node: unknown node {name!r} (known: {', '.join(fleet.nodes)})"}, 404)
         now = server.now()
-        if fleet.faults.strongest(now, name, "telemetry_loss") is not None:
+        if fleet.faults.strongest(now, name, effect=Effect.TELEMETRY_LOST) is not None:
             return _json({"simulation": True, "node": name, "error": "telemetry lost (simulated fault)"}, 503)
         return _json(fleet.gpus_json(name, now, server.wall_origin_s))
 

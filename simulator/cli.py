@@ -17,7 +17,7 @@ from oximeter.errors import ConfigError
 from oximeter.inputs import cli_type, parse_epoch_s
 from oximeter.secrets import read_secret
 from simulator.admin import TOKEN_ENV
-from simulator.faults import FAULT_KINDS
+from simulator.fault_kinds import FAULT_KINDS
 from simulator.scenario import Telemetry
 from simulator.settings import SimSettings
 

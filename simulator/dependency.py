@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from prometheus_client.core import CounterMetricFamily, HistogramMetricFamily, Metric
 from prometheus_client.registry import Collector
 
+from simulator.fault_kinds import Effect
 from simulator.faults import FaultBook
 from simulator.stats import DEPENDENCY_BUCKETS, Histogram
 
@@ -41,14 +42,14 @@ class DependencyModel:
         """One request's dependency step at ``now``; returns the seconds it waits (0 on a hit)."""
         if not self.enabled:
             return 0.0
-        drop = book.strongest(now, self.node, "cache_hit_drop")
+        drop = book.strongest(now, self.node, effect=Effect.RESPONSE_CACHE)
         self._credit += self.hit_rate if drop is None else drop.strength
         if self._credit >= 1.0:
             self._credit -= 1.0
             self.hits += 1
             return 0.0
         self.misses += 1
-        slow = book.strongest(now, self.node, "dependency_slow")
+        slow = book.strongest(now, self.node, effect=Effect.DEPENDENCY_LATENCY)
         latency = self.latency_s * (1.0 if slow is None else slow.strength)
         self.duration.observe(latency)
         return latency

@@ -2,8 +2,8 @@
 
 ``start`` is on the simulation clock (seconds since the simulation began; omitted = now), so a
 scenario's times and a live injection mean the same thing. ``strength``'s meaning depends on the
-kind (see ``FAULT_KINDS``); ``duration_s`` ``None`` lasts until deleted. ``link`` names one NVLink
-of the GPU, for the kinds that hit a single link.
+kind (see ``FAULT_KINDS`` in ``simulator/fault_kinds.py``); ``duration_s`` ``None`` lasts until
+deleted. ``link`` names one NVLink of the GPU, for the kinds that hit a single link.
 """
 
 from __future__ import annotations
@@ -15,82 +15,13 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from oximeter.errors import OximeterError
+from simulator.fault_kinds import FAULT_KINDS, FRACTION_EFFECTS, MULTIPLIER_EFFECTS, Effect
 
 
 class FaultError(OximeterError, ValueError):
     """A fault that cannot be injected; the message is safe to return to the client."""
 
 
-@dataclass(frozen=True)
-class FaultKind:
-    """What a kind does, its default strength and whether it targets one GPU."""
-
-    layer: str
-    default_strength: float
-    strength_means: str
-    per_gpu: bool = False
-    # Kinds about traffic or scraping that only ``sim history`` can play (live traffic and
-    # scraping belong to other processes).
-    history_only: bool = False
-    # Kinds that hit one NVLink of the GPU (``link``, default 0).
-    per_link: bool = False
-    # Kinds that act in Oximeter's gateway: a stock fleet (``telemetry: stock``) runs none, so has
-    # none of them.
-    gateway: bool = False
-
-
-FAULT_KINDS: dict[str, FaultKind] = {
-    # Engine-facing.
-    "decode_slowdown": FaultKind("engine", 3.0, "decode time multiplier (> 1 slows)"),
-    "engine_stall": FaultKind("engine", 1.0, "unused: the engine makes no progress"),
-    "kv_shrink": FaultKind("engine", 0.2, "fraction of the KV block pool left (0-1]"),
-    "prefix_cache_drop": FaultKind("engine", 0.05, "prefix-cache hit rate while active (0-1)"),
-    "rss_leak": FaultKind("engine", 64.0, "MiB of process RSS leaked per minute"),
-    # The engine's own allocations on one card (a leaked tensor, a growing cache): the hardware is
-    # fine, and ending the fault is restarting the engine, which frees what it held.
-    "gpu_memory_leak": FaultKind(
-        "engine", 180.0, "MiB of GPU memory leaked per minute; the engine fails once the card is full", True
-    ),
-    "engine_restart": FaultKind("platform", 30.0, "unused: counters reset once at start, engine down"),
-    # The engine's container killed for exceeding its memory limit (kube-state-metrics: last
-    # terminated reason OOMKilled), restarted once at start.
-    "engine_oom": FaultKind("platform", 30.0, "seconds the engine is down after the OOM kill"),
-    # The engine's container crashing again and again while active (a CrashLoopBackOff).
-    "crash_loop": FaultKind("platform", 120.0, "seconds between the container's crashes"),
-    # A new version of the engine's deployment: its spec generation rises by one at start and the
-    # node's engine is replaced (a new pod, so no container restart), down while it starts.
-    "rollout": FaultKind("platform", 60.0, "seconds the node's new engine pod takes to become ready"),
-    # GPU hardware; without ``gpu`` they hit GPU 0 of the node.
-    "thermal_throttle": FaultKind("infrastructure", 0.5, "SM clock fraction left (0-1)", True),
-    "ecc_storm": FaultKind("infrastructure", 60.0, "corrected ECC errors per minute", True),
-    "ecc_uncorrectable": FaultKind("infrastructure", 1.0, "uncorrectable ECC errors at start", True),
-    "xid": FaultKind("infrastructure", 79.0, "the Xid code, emitted once at start", True),
-    "gpu_lost": FaultKind("infrastructure", 1.0, "unused: the GPU falls off the bus", True),
-    "gpu_slow": FaultKind("infrastructure", 2.0, "compute time multiplier, no throttle reason", True),
-    "pcie_replay_burst": FaultKind("infrastructure", 200.0, "PCIe replays per minute", True),
-    # One NVLink failing its CRC checks (a dirty or loose connector, a marginal lane): each bad flit
-    # is replayed, so the link carries less and the tensor-parallel engine waits on it.
-    "nvlink_degraded": FaultKind(
-        "infrastructure", 300.0, "NVLink CRC errors per minute on the link; it carries half its traffic",
-        True, per_link=True,
-    ),
-    "telemetry_loss": FaultKind("platform", 1.0, "unused: the node's GPU telemetry answers 503"),
-    # Dependency (vector DB) in front of the engine.
-    "dependency_slow": FaultKind("dependency", 10.0, "vector-DB latency multiplier"),
-    "cache_hit_drop": FaultKind("dependency", 0.6, "response-cache hit rate while active (0-1)"),
-    # Gateway and traffic (history scenarios).
-    "admission_limit": FaultKind(
-        "scheduling", 1.0, "gateway max_concurrency while active", history_only=True, gateway=True
-    ),
-    "ingress_errors": FaultKind(
-        "ingress", 0.05, "share of requests cut with 504 at the edge", history_only=True, gateway=True
-    ),
-    "traffic_spike": FaultKind("scheduling", 3.0, "request-rate multiplier", history_only=True),
-    "scrape_gap": FaultKind("platform", 1.0, "unused: the node's targets are not scraped", history_only=True),
-}
-
-# Strength bounds that make a fault meaningless when crossed.
-_FRACTION_KINDS = {"kv_shrink", "prefix_cache_drop", "thermal_throttle", "cache_hit_drop", "ingress_errors"}
 _FIELDS = ("kind", "node", "gpu", "link", "start", "duration_s", "strength", "id")
 _ids = itertools.count(1)
 
@@ -185,9 +116,9 @@ def parse_fault(
         raise FaultError(f"duration_s: must be > 0 (or omitted for 'until deleted'), got {duration}")
     strength = _number(data, "strength", kind.default_strength)
     assert strength is not None and start is not None
-    if kind_name in _FRACTION_KINDS and not 0 <= strength <= 1:
+    if FRACTION_EFFECTS.intersection(kind.effects) and not 0 <= strength <= 1:
         raise FaultError(f"strength: {kind_name} takes {kind.strength_means}, got {strength}")
-    if kind_name in ("decode_slowdown", "gpu_slow", "dependency_slow") and strength < 1:
+    if MULTIPLIER_EFFECTS.intersection(kind.effects) and strength < 1:
         raise FaultError(f"strength: {kind_name} takes {kind.strength_means}, got {strength}")
     if strength < 0:
         raise FaultError(f"strength: must be >= 0, got {strength}")
@@ -207,8 +138,8 @@ class FaultBook:
         self._faults: dict[str, Fault] = {}
         # Bumped on every change, so derived caches (engine conditions) know to recompute.
         self.version = 0
-        self._by_kind: dict[tuple[str, str], list[Fault]] = {}
-        self._by_kind_version = -1
+        self._index: dict[tuple[str, str, str], list[Fault]] = {}
+        self._index_version = -1
 
     def add(self, fault: Fault) -> Fault:
         """Store ``fault``; an existing id is an error (delete it first)."""
@@ -232,9 +163,15 @@ class FaultBook:
         """Every fault, in start order."""
         return sorted(self._faults.values(), key=lambda f: (f.start, f.id))
 
-    def active(self, now: float, node: str, kind: str | None = None, gpu: int | None = None) -> list[Fault]:
-        """Faults active at ``now`` on ``node`` (optionally one kind, one GPU)."""
-        faults = self._faults.values() if kind is None else self._of_kind(node, kind)
+    def active(self, now: float, node: str, kind: str | None = None, gpu: int | None = None, *,
+               effect: Effect | None = None) -> list[Fault]:
+        """Faults active at ``now`` on ``node`` (optionally of one kind, or with one effect; one GPU)."""
+        if effect is not None:
+            faults: Iterable[Fault] = self._indexed(node, "effect", effect)
+        elif kind is not None:
+            faults = self._indexed(node, "kind", kind)
+        else:
+            faults = self._faults.values()
         return [
             f
             for f in faults
@@ -244,20 +181,28 @@ class FaultBook:
             and (gpu is None or f.gpu is None or f.gpu == gpu)
         ]
 
-    def _of_kind(self, node: str, kind: str) -> list[Fault]:
-        """``node``'s faults of ``kind``, in the book's order: a history asks for one kind on one
-        node for every request and GPU, and most kinds have no fault there."""
-        if self._by_kind_version != self.version:
-            self._by_kind = {}
+    def _indexed(self, node: str, by: str, key: str) -> list[Fault]:
+        """``node``'s faults of one kind (``by`` "kind") or with one effect (``by`` "effect"), in the
+        book's order: a history asks for one kind on one node for every request and GPU, and most
+        kinds have no fault there."""
+        if self._index_version != self.version:
+            self._index = {}
             for f in self._faults.values():
-                self._by_kind.setdefault((f.node, f.kind), []).append(f)
-            self._by_kind_version = self.version
-        return self._by_kind.get((node, kind), [])
+                self._index.setdefault((f.node, "kind", f.kind), []).append(f)
+                for e in FAULT_KINDS[f.kind].effects:
+                    self._index.setdefault((f.node, "effect", e), []).append(f)
+            self._index_version = self.version
+        return self._index.get((node, by, key), [])
 
-    def strongest(self, now: float, node: str, kind: str, gpu: int | None = None) -> Fault | None:
-        """The active fault of ``kind`` with the largest effect (ties: the latest started)."""
-        found = self.active(now, node, kind, gpu)
+    def strongest(self, now: float, node: str, kind: str | None = None, gpu: int | None = None, *,
+                  effect: Effect | None = None) -> Fault | None:
+        """The active fault of ``kind`` (or with ``effect``) with the largest effect (ties: the
+        latest started)."""
+        found = self.active(now, node, kind, gpu, effect=effect)
         if not found:
             return None
-        lowest_wins = kind in _FRACTION_KINDS
-        return sorted(found, key=lambda f: (-f.strength if lowest_wins else f.strength, f.start))[-1]
+
+        def size(f: Fault) -> tuple[float, float]:
+            return (-f.strength if FAULT_KINDS[f.kind].lowest_wins else f.strength, f.start)
+
+        return sorted(found, key=size)[-1]

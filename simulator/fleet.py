@@ -11,8 +11,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from simulator.clock import Clock
+from simulator.defaults import DEPENDENCY_LATENCY_S
 from simulator.dependency import DependencyModel
 from simulator.engine import Conditions, EngineModel, EngineParams, Seq
+from simulator.fault_kinds import FAULT_KINDS, Effect, has_effect
 from simulator.faults import Fault, FaultBook, parse_fault
 from simulator.gpu import GIB, MIB, GpuModel, GpuSpec
 
@@ -55,7 +57,7 @@ class Fleet:
         model_name: str,
         gpu_spec: GpuSpec | None = None,
         seed: int = 0,
-        dependency_latency_s: float = 0.0,
+        dependency_latency_s: float = DEPENDENCY_LATENCY_S,
     ) -> None:
         self.clock = clock
         self.faults = FaultBook()
@@ -117,7 +119,7 @@ class Fleet:
         book = self.faults
         node = self.nodes[name]
         slowdown = 1.0
-        decode = book.strongest(now, name, "decode_slowdown")
+        decode = book.strongest(now, name, effect=Effect.DECODE)
         if decode is not None:
             slowdown *= decode.strength
         # Tensor parallel: the engine runs at the pace of its slowest GPU, and of its slowest link
@@ -125,14 +127,14 @@ class Fleet:
         slowdown *= max((g.compute_slowdown(now, book) for g in node.gpus), default=1.0)
         slowdown *= max((g.interconnect_slowdown(now, book) for g in node.gpus), default=1.0)
         stalled = (
-            book.strongest(now, name, "engine_stall") is not None
+            book.strongest(now, name, effect=Effect.STALL) is not None
             or now < node.down_until
             or any(g.lost(now, book) for g in node.gpus)
             # A card full of leaked memory: the engine's allocations fail (CUDA out of memory).
             or any(g.out_of_memory(now, book) for g in node.gpus)
         )
-        kv = book.strongest(now, name, "kv_shrink")
-        prefix = book.strongest(now, name, "prefix_cache_drop")
+        kv = book.strongest(now, name, effect=Effect.KV_POOL)
+        prefix = book.strongest(now, name, effect=Effect.PREFIX_CACHE)
         return Conditions(
             slowdown=slowdown,
             stalled=stalled,
@@ -146,31 +148,34 @@ class Fleet:
         fault's strength in seconds (a crash: until the next one, at most _CRASH_DOWN_S)."""
         dropped: list[Seq] = []
         for node in self.nodes.values() if only is None else [self.nodes[only]]:
-            fired: list[tuple[str, str, float]] = []  # (key, seen-set name, seconds down)
-            for kind in ("engine_restart", "engine_oom", "rollout"):
-                for fault in self.faults.active(now, node.name, kind):
-                    fired.append((fault.id, kind, fault.strength))
-            for fault in self.faults.active(now, node.name, "crash_loop"):
+            fired: list[tuple[str, Fault, float]] = []  # (key, fault, seconds down)
+            for fault in self.faults.active(now, node.name, effect=Effect.RESTART):
+                fired.append((fault.id, fault, fault.strength))
+            for fault in self.faults.active(now, node.name, effect=Effect.ROLLOUT):
+                fired.append((fault.id, fault, fault.strength))
+            for fault in self.faults.active(now, node.name, effect=Effect.CRASH_LOOP):
                 period = max(fault.strength, 1.0)
                 crashes = int((now - fault.start) // period) + 1
                 down_s = min(period, _CRASH_DOWN_S)
-                fired += [(f"{fault.id}#{k}", "crash_loop", down_s) for k in range(crashes)]
-            for key, kind, down_s in fired:
-                seen = node.rollouts_seen if kind == "rollout" else node.restarts_seen
+                fired += [(f"{fault.id}#{k}", fault, down_s) for k in range(crashes)]
+            for key, fault, down_s in fired:
+                kind = FAULT_KINDS[fault.kind]
+                new_pod = Effect.ROLLOUT in kind.effects  # a new pod: no container terminated
+                seen = node.rollouts_seen if new_pod else node.restarts_seen
                 if key in seen:
                     continue
                 seen.add(key)
                 dropped.extend(node.engine.abort_all(now))
                 node.engine.reset_stats()
                 node.down_until = max(node.down_until, now + down_s)
-                if kind != "rollout":  # a rollout replaces the pod: no container terminated
-                    node.last_terminated = "OOMKilled" if kind == "engine_oom" else "Error"
+                if not new_pod:
+                    node.last_terminated = kind.terminated_reason
         return dropped
 
     def generation(self, now: float) -> int:
         """The engine deployment's spec generation: 1, and one more for every rollout begun by
         ``now`` on any node (every node's history sees the whole scenario's faults)."""
-        return 1 + sum(1 for f in self.faults.all() if f.kind == "rollout" and f.start <= now)
+        return 1 + sum(1 for f in self.faults.all() if has_effect(f.kind, Effect.ROLLOUT) and f.start <= now)
 
     def step_gpus(self, name: str, now: float, utilization: float, wall_origin_s: float) -> None:
         """Advance ``name``'s GPUs; in tensor parallel the slowest GPU is busy while its peers
@@ -185,7 +190,7 @@ class Fleet:
         """The engine process's RSS: flat when healthy, growing linearly under rss_leak."""
         leaked = 0.0
         for fault in self.faults.all():
-            if fault.node == name and fault.kind == "rss_leak" and fault.start <= now:
+            if fault.node == name and has_effect(fault.kind, Effect.RSS_LEAK) and fault.start <= now:
                 minutes = (min(now, fault.end) - fault.start) / 60.0
                 leaked += fault.strength * MIB * minutes
         return int(BASE_RSS_BYTES + leaked)

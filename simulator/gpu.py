@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from exporter.backends.base import NVLINK_ERROR_KINDS
+from simulator.fault_kinds import FAULT_KINDS, Effect
 from simulator.faults import FaultBook
 
 MIB = 1 << 20
@@ -31,6 +32,8 @@ NVLINK_DEGRADED_BANDWIDTH = 0.5
 # The share of a decode step a tensor-parallel engine spends in its NVLink all-reduce on healthy
 # links; the collective runs at its slowest link's pace, so that share stretches on a bad link.
 TP_COMM_SHARE = 0.15
+# Effects that happen once, when their fault starts.
+_ONCE = frozenset({Effect.ECC_UNCORRECTABLE, Effect.XID, Effect.GPU_LOST})
 
 
 @dataclass(frozen=True)
@@ -92,20 +95,20 @@ class GpuModel:
     # -- coupling to the engine -----------------------------------------------------------
     def clock_ratio(self, now: float, book: FaultBook) -> float:
         """SM clock as a fraction of its maximum (1 unless throttled)."""
-        fault = book.strongest(now, self.node, "thermal_throttle", self.index)
+        fault = book.strongest(now, self.node, gpu=self.index, effect=Effect.SM_CLOCK)
         return 1.0 if fault is None else max(0.05, fault.strength)
 
     def compute_slowdown(self, now: float, book: FaultBook) -> float:
         """How much longer this GPU takes for the same work (>= 1)."""
         slowdown = 1.0 / self.clock_ratio(now, book)
-        slow = book.strongest(now, self.node, "gpu_slow", self.index)
+        slow = book.strongest(now, self.node, gpu=self.index, effect=Effect.COMPUTE)
         if slow is not None:
             slowdown *= slow.strength
         return slowdown
 
     def degraded_links(self, now: float, book: FaultBook) -> set[int]:
         """The NVLinks of this GPU degraded at ``now``."""
-        return {f.link or 0 for f in book.active(now, self.node, "nvlink_degraded", self.index)}
+        return {f.link or 0 for f in book.active(now, self.node, gpu=self.index, effect=Effect.NVLINK_CRC)}
 
     def interconnect_slowdown(self, now: float, book: FaultBook) -> float:
         """How much longer the engine's steps take for this GPU's links (>= 1): the all-reduce's
@@ -117,7 +120,7 @@ class GpuModel:
     def leaked_bytes(self, now: float, book: FaultBook) -> float:
         """GPU memory the engine has leaked by ``now``: each active gpu_memory_leak's rate times
         the time since it began (an ended leak was an engine restart, which freed it)."""
-        leaks = book.active(now, self.node, "gpu_memory_leak", self.index)
+        leaks = book.active(now, self.node, gpu=self.index, effect=Effect.GPU_MEMORY_LEAK)
         return sum(f.strength * MIB * (now - f.start) / 60.0 for f in leaks)
 
     def reserved_bytes(self) -> int:
@@ -135,7 +138,7 @@ class GpuModel:
 
     def out_of_memory_at(self, now: float, book: FaultBook) -> float:
         """When the leaks active at ``now`` fill the card, if nothing changes (inf without a leak)."""
-        leaks = book.active(now, self.node, "gpu_memory_leak", self.index)
+        leaks = book.active(now, self.node, gpu=self.index, effect=Effect.GPU_MEMORY_LEAK)
         rate = sum(f.strength * MIB / 60.0 for f in leaks)
         if rate <= 0:
             return math.inf
@@ -144,7 +147,7 @@ class GpuModel:
 
     def lost(self, now: float, book: FaultBook) -> bool:
         """True while the GPU has fallen off the bus (Xid 79); the engine cannot run."""
-        return book.strongest(now, self.node, "gpu_lost", self.index) is not None
+        return book.strongest(now, self.node, gpu=self.index, effect=Effect.GPU_LOST) is not None
 
     # -- time -----------------------------------------------------------------------------
     def step(self, now: float, utilization: float, book: FaultBook, wall_origin_s: float) -> None:
@@ -155,7 +158,7 @@ class GpuModel:
         spec = self.spec
         target = spec.ambient_celsius + spec.load_rise_celsius * self.utilization
         self.temperature += (target - self.temperature) * (1 - math.exp(-dt / spec.thermal_tau_s))
-        if book.strongest(now, self.node, "thermal_throttle", self.index) is not None:
+        if book.strongest(now, self.node, gpu=self.index, effect=Effect.SM_CLOCK) is not None:
             # The fault is "the card has reached its slowdown temperature" (a failed fan, blocked
             # airflow): hot at once, and it cools with the thermal time constant afterwards.
             self.temperature = max(self.temperature, THROTTLE_CELSIUS)
@@ -166,27 +169,28 @@ class GpuModel:
         for fault in book.all():
             if fault.node != self.node or fault.gpu != self.index:
                 continue
+            effects = FAULT_KINDS[fault.kind].effects
             # Rates are integrated over the overlap of this step with the fault's window.
             overlap = max(0.0, min(now, fault.end) - max(start, fault.start))
-            if fault.kind == "ecc_storm":
+            if Effect.ECC_CORRECTED in effects:
                 self.ecc_corrected += fault.strength / 60.0 * overlap
-            elif fault.kind == "pcie_replay_burst":
+            if Effect.PCIE_REPLAYS in effects:
                 self.pcie_replays += fault.strength / 60.0 * overlap
-            elif fault.kind == "nvlink_degraded" and (fault.link or 0) < spec.nvlinks:
+            if Effect.NVLINK_CRC in effects and (fault.link or 0) < spec.nvlinks:
                 link = fault.link or 0
                 self.nvlink_bytes[link] -= link_rate * overlap * (1.0 - NVLINK_DEGRADED_BANDWIDTH)
                 for kind, per_flit in NVLINK_ERRORS_PER_CRC_FLIT.items():
                     self.nvlink_errors[link][kind] += fault.strength / 60.0 * per_flit * overlap
-            elif fault.id not in self._fired and fault.start <= now:
+            if fault.id not in self._fired and fault.start <= now and not _ONCE.isdisjoint(effects):
                 self._fired.add(fault.id)
-                if fault.kind == "ecc_uncorrectable":
+                if Effect.ECC_UNCORRECTABLE in effects:
                     self.ecc_uncorrected += max(1, int(fault.strength))
                     self.remapped_uncorrectable += 1
                     self.row_remap_pending = True
                     self.xid_events.append((48, wall_origin_s + fault.start))
-                elif fault.kind == "xid":
+                if Effect.XID in effects:
                     self.xid_events.append((int(fault.strength), wall_origin_s + fault.start))
-                elif fault.kind == "gpu_lost":
+                if Effect.GPU_LOST in effects:
                     self.xid_events.append((79, wall_origin_s + fault.start))
 
     def power_watts(self, now: float, book: FaultBook) -> float:
@@ -197,7 +201,7 @@ class GpuModel:
 
     def reasons(self, now: float, book: FaultBook) -> list[str]:
         """Active clock-event reasons, NVML names shortened as the exporter labels them."""
-        if book.strongest(now, self.node, "thermal_throttle", self.index) is not None:
+        if book.strongest(now, self.node, gpu=self.index, effect=Effect.SM_CLOCK) is not None:
             return ["hw_thermal", "sw_thermal"]
         return ["idle"] if self.utilization < 0.01 else []
 

@@ -27,7 +27,8 @@ from oximeter.errors import ConfigError
 from simulator.arrivals import Arrival
 from simulator.clock import VirtualClock
 from simulator.engine import EngineParams
-from simulator.faults import FAULT_KINDS, FaultError
+from simulator.fault_kinds import FAULT_KINDS
+from simulator.faults import FaultError
 from simulator.fleet import Fleet
 from simulator.node_history import NodeHistory
 from simulator.scenario import Scenario, load_scenario, parse_duration_s, with_trace

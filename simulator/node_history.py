@@ -20,10 +20,8 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 
-from prometheus_client.core import GaugeMetricFamily, Metric
+from prometheus_client.core import Metric
 
-from exporter.backends.base import HostProcess, NodeSnapshot
-from exporter.backends.sim import BadPayloadError, parse_gpu, parse_host_memory
 from exporter.collector import GpuCollector
 from gateway.admission import AdmissionController, AdmissionLimits, Outcome, RejectReason, Ticket
 from gateway.metrics import GatewayMetrics
@@ -31,9 +29,11 @@ from simulator.arrivals import MAX_PROMPT_TOKENS, Arrival, ArrivalStream
 from simulator.clock import VirtualClock
 from simulator.engine import Seq, SeqState
 from simulator.exposition import engine_families
+from simulator.fault_kinds import Effect
 from simulator.fleet import Fleet
 from simulator.kube_state import kube_state_families
 from simulator.load_shape import RequestMix, daily_rate
+from simulator.node_scrape import SKIP_FAMILIES, FleetBackend, record_scrape
 from simulator.scenario import Scenario
 from simulator.series import SeriesStore
 from simulator.stats import ChildSampler, PendingCount, PendingObservations
@@ -43,52 +43,8 @@ ROUTE = "/v1/chat/completions"
 # Clients give up on a request still queued after this long (counted 499 by the gateway).
 CLIENT_PATIENCE_S = 120.0
 MAX_TOKENS = 512
-JOBS = {"vllm": 8000, "oximeter-gateway": 9000, "oximeter-exporter": 9400, "dcgm-exporter": 9400,
-        "kube-state-metrics": 8080}
-# Jobs whose series name their node themselves (dcgm-exporter's Hostname, kube-state-metrics'
-# node label, fleet-wide for the deployment), so the scrape adds no node label.
-_CLUSTER_JOBS = {"dcgm-exporter", "kube-state-metrics"}
 _DAY_S = 86400.0
 _EDGE_S = 1e-3  # far more than the microsecond datetime rounds a timestamp to
-# Exporter self-timing is wall-clock noise, not part of the model.
-_SKIP_FAMILIES = {"oximeter_exporter_collect_duration_seconds"}
-
-
-class _FleetBackend:
-    """The exporter's GPU backend protocol over the in-process fleet (no HTTP in history)."""
-
-    name = "sim"
-    simulation = True
-
-    def __init__(self, fleet: Fleet, node: str, wall_origin_s: float) -> None:
-        self.fleet, self.node, self.wall_origin_s = fleet, node, wall_origin_s
-        self.now = 0.0
-
-    def start(self) -> None:
-        """Nothing to acquire."""
-
-    def close(self) -> None:
-        """Nothing to release."""
-
-    def read(self) -> NodeSnapshot:
-        """Same contract and parser as the HTTP sim backend."""
-        if self.fleet.faults.strongest(self.now, self.node, "telemetry_loss") is not None:
-            return NodeSnapshot(gpus=(), errors=("telemetry_lost",), read_ok=False)
-        doc = self.fleet.gpus_json(self.node, self.now, self.wall_origin_s)
-        gpus, errors = [], []
-        for obj in doc["gpus"]:
-            try:
-                reading = parse_gpu(obj)
-            except BadPayloadError:
-                errors.append("sim_bad_payload")
-                continue
-            if not reading.up:
-                errors.append("gpu_lost")
-            gpus.append(reading)
-        host = tuple(HostProcess(name=p["name"], rss_bytes=p["rss_bytes"]) for p in doc["processes"])
-        total = parse_host_memory(doc, errors)
-        return NodeSnapshot(gpus=tuple(gpus), errors=tuple(errors), host_processes=host,
-                            host_memory_total_bytes=total)
 
 
 @dataclass(eq=False, slots=True)
@@ -146,7 +102,7 @@ class NodeHistory:
             ],
         )
         self.stock = sc.telemetry == "stock"
-        self.backend = _FleetBackend(fleet, name, wall_origin_s)
+        self.backend = FleetBackend(fleet, name, wall_origin_s)
         self.exporter = GpuCollector(self.backend, name, naming="dcgm-exporter" if self.stock else "oximeter")
         self.arrivals = ArrivalStream(sc.seed, name, RequestMix(model=sc.model))
         self.heap: list[tuple[float, int, str, _Request | None]] = []
@@ -172,7 +128,7 @@ class NodeHistory:
         rate = daily_rate(wall % _DAY_S, _DAY_S, self.sc.base_rps, shaped=self.sc.daily_shape)
         if self._weekend(wall):
             rate *= self.sc.weekend_factor
-        spike = self.fleet.faults.strongest(t, self.name, "traffic_spike")
+        spike = self.fleet.faults.strongest(t, self.name, effect=Effect.TRAFFIC)
         return rate * (spike.strength if spike is not None else 1.0)
 
     def _weekend(self, wall: float) -> bool:
@@ -206,7 +162,7 @@ class NodeHistory:
         rng = random.Random(f"{self.sc.seed}/{self.name}/spike")
         times = at.tolist()
         for i, t in enumerate(times):
-            spike = self.fleet.faults.strongest(t, self.name, "traffic_spike")
+            spike = self.fleet.faults.strongest(t, self.name, effect=Effect.TRAFFIC)
             copies = 1
             if spike is not None:
                 copies = int(spike.strength) + (rng.random() < spike.strength % 1.0)
@@ -298,7 +254,7 @@ class NodeHistory:
 
     def _event(self, kind: str, req: _Request | None, t: float) -> None:
         if kind == "boundary":
-            cut = self.fleet.faults.strongest(t, self.name, "admission_limit")
+            cut = self.fleet.faults.strongest(t, self.name, effect=Effect.ADMISSION)
             limits = (
                 self.limits
                 if cut is None
@@ -326,7 +282,7 @@ class NodeHistory:
         if self.stock:  # no gateway: no edge errors, no admission, straight to the engine
             self._start(req, t)
             return
-        ingress = self.fleet.faults.strongest(t, self.name, "ingress_errors")
+        ingress = self.fleet.faults.strongest(t, self.name, effect=Effect.INGRESS_ERRORS)
         if ingress is not None:
             self._ingress_credit += ingress.strength
             if self._ingress_credit >= 1.0:
@@ -387,7 +343,7 @@ class NodeHistory:
         util = (work - self._last_work) / self.step_s
         self._last_work = work
         self.fleet.step_gpus(self.name, t, util, self.wall_origin_s)
-        if self.fleet.faults.strongest(t, self.name, "scrape_gap") is not None:
+        if self.fleet.faults.strongest(t, self.name, effect=Effect.SCRAPE_GAP) is not None:
             return  # nothing scraped: every series of the node has a hole
         engine_up = t >= self.node.down_until
         self.backend.now = t
@@ -403,17 +359,6 @@ class NodeHistory:
             if engine_up
             else [],
             "oximeter-gateway": self.gw_sampler.collect(),
-            "oximeter-exporter": [f for f in self.exporter.collect() if f.name not in _SKIP_FAMILIES],
+            "oximeter-exporter": [f for f in self.exporter.collect() if f.name not in SKIP_FAMILIES],
         }
-        for job, families in jobs.items():
-            host = job if job == "kube-state-metrics" else self.name  # one kube-state-metrics per cluster
-            labels = {"job": job, "instance": f"{host}:{JOBS[job]}"}
-            if job not in _CLUSTER_JOBS:
-                labels["node"] = self.name
-            self.store.add(i, [*families, _up(labels, job != "vllm" or engine_up)], labels)
-
-
-def _up(labels: dict[str, str], up: bool) -> Metric:
-    fam = GaugeMetricFamily("up", "1 if the target was scraped.", labels=list(labels))
-    fam.add_metric(list(labels.values()), 1 if up else 0)
-    return fam
+        record_scrape(self.store, i, self.name, jobs, engine_up)

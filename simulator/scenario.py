@@ -14,32 +14,24 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
+from gateway.settings import GatewaySettings
 from oximeter import inputs, vocabulary
 from oximeter.errors import ConfigError
+from simulator.defaults import DEPENDENCY_LATENCY_S, ENGINE, GPUS_PER_NODE, MODEL, NODES, SERVICE
+from simulator.fault_kinds import FAULT_KINDS
 
 LAYERS = (*vocabulary.LAYERS, "none")  # "none": a fault-free scenario
-RULES = (
-    "xid_critical",
-    "ecc_uncorrectable",
-    "ecc_storm",
-    "ecc_slow_burn",
-    "nvlink_degraded",
-    "thermal_throttle",
-    "peer_outlier",
-    "telemetry_lost",
-    "dependency_degraded",
-    "engine_leak",
-    "gpu_memory_leak",
-    "kv_pressure",
-    "prefix_cache_collapse",
-    "empty_outputs",
-    "capacity_exhausted",
-    "scheduling_bottleneck",
-    "queue_undrained",
-    "ingress_errors",
-    "unclassified",
-    "none",
-)
+# Diagnosis rules a truth may name besides those the fault kinds are diagnosed as
+# (``simulator/fault_kinds.py``): a slow ECC storm's, the ones no single fault kind causes, and
+# "none" for a fault-free scenario.
+OTHER_RULES = ("ecc_slow_burn", "empty_outputs", "queue_undrained", "unclassified", "none")
+
+
+def known_rules() -> tuple[str, ...]:
+    """Every rule a scenario's truth may name."""
+    return (*dict.fromkeys(k.rule for k in FAULT_KINDS.values() if k.rule is not None), *OTHER_RULES)
+
+
 def parse_duration_s(value: Any) -> float:
     """``90``, ``"90s"``, ``"15m"``, ``"1d6h"``, ``"-2h"`` → seconds (offsets may be negative)."""
     return inputs.parse_duration_s(value, "duration", allow_negative=True)
@@ -64,8 +56,9 @@ class Truth(BaseModel):
     @field_validator("rule")
     @classmethod
     def _rule(cls, value: str) -> str:
-        if value not in RULES:
-            raise ValueError(f"unknown rule {value!r} (known: {', '.join(RULES)})")
+        rules = known_rules()
+        if value not in rules:
+            raise ValueError(f"unknown rule {value!r} (known: {', '.join(rules)})")
         return value
 
 
@@ -108,30 +101,33 @@ class ScenarioMaintenance(BaseModel):
         return parse_duration_s(value)
 
 
+_GATEWAY = GatewaySettings()
+
+
 class GatewayLimits(BaseModel):
-    """The gateway in front of each engine (same knobs as ``oximeter gateway``)."""
+    """The gateway in front of each engine (same knobs and defaults as ``oximeter gateway``)."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    max_concurrency: int = Field(12, ge=1)
-    max_queue: int = Field(64, ge=0)
-    max_queue_wait_s: float = Field(10.0, gt=0)
-    first_byte_timeout_s: float = Field(30.0, gt=0)
+    max_concurrency: int = Field(_GATEWAY.max_concurrency, ge=1)
+    max_queue: int = Field(_GATEWAY.max_queue, ge=0)
+    max_queue_wait_s: float = Field(_GATEWAY.max_queue_wait_s, gt=0)
+    first_byte_timeout_s: float = Field(_GATEWAY.first_byte_timeout_s, gt=0)
 
 
 class EngineOverrides(BaseModel):
-    """Engine knobs a scenario may change (defaults: ``SimSettings``)."""
+    """Engine knobs a scenario may change (defaults: ``simulator/defaults.py``)."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    max_num_seqs: int = Field(16, ge=1)
-    prefill_s_per_token: float = Field(0.0001, ge=0)
-    decode_s_per_token: float = Field(0.02, ge=0)
-    decode_batch_factor: float = Field(0.02, ge=0)
-    kv_blocks: int = Field(1024, ge=1)
-    block_tokens: int = Field(16, ge=1)
-    prefix_hit_rate: float = Field(0.5, ge=0, le=1)
-    dependency_latency_s: float = Field(0.03, ge=0)
+    max_num_seqs: int = Field(ENGINE.max_num_seqs, ge=1)
+    prefill_s_per_token: float = Field(ENGINE.prefill_s_per_token, ge=0)
+    decode_s_per_token: float = Field(ENGINE.decode_s_per_token, ge=0)
+    decode_batch_factor: float = Field(ENGINE.decode_batch_factor, ge=0)
+    kv_blocks: int = Field(ENGINE.kv_blocks, ge=1)
+    block_tokens: int = Field(ENGINE.block_tokens, ge=1)
+    prefix_hit_rate: float = Field(ENGINE.prefix_hit_rate, ge=0, le=1)
+    dependency_latency_s: float = Field(DEPENDENCY_LATENCY_S, ge=0)
     # History runs coarse iterations (several tokens each) so days simulate in seconds.
     tokens_per_iteration: int = Field(8, ge=1)
 
@@ -159,10 +155,10 @@ class Scenario(BaseModel):
 
     name: str
     description: str = ""
-    nodes: int = Field(2, ge=1)
-    gpus_per_node: int = Field(4, ge=1)
-    model: str = "sim-llama-3-8b"
-    service: str = "chat"
+    nodes: int = Field(NODES, ge=1)
+    gpus_per_node: int = Field(GPUS_PER_NODE, ge=1)
+    model: str = MODEL
+    service: str = SERVICE
     seed: int = 0
     base_rps: float = Field(1.0, gt=0, description="daily mean requests per second, per node")
     weekend_factor: float = Field(1.0, gt=0, description="traffic multiplier on Saturdays and Sundays")

@@ -23,6 +23,7 @@ from typing import Any
 import yaml
 
 from oximeter.errors import OximeterError
+from simulator.defaults import DEPENDENCY_LATENCY_S, MODEL, NODES, SERVICE, STACK_GPUS_PER_NODE
 from stack.ports import start_reserved
 from stack.procs import ManagedProcess, http_ok, oximeter_argv
 
@@ -35,15 +36,15 @@ class BackfillError(OximeterError):
 class BackfillSpec:
     """The simulated past: a fault-free fleet (unless ``faults`` say otherwise) over ``days``."""
 
-    nodes: int = 2
-    gpus_per_node: int = 2
+    nodes: int = NODES
+    gpus_per_node: int = STACK_GPUS_PER_NODE
     seed: int = 0
-    model: str = "sim-llama-3-8b"
-    service: str = "chat"
+    model: str = MODEL
+    service: str = SERVICE
     base_rps: float = 1.0  # per node, as in scenario files
     days: float = 1.0
     step_s: float = 15.0
-    dependency_latency_s: float = 0.03
+    dependency_latency_s: float = DEPENDENCY_LATENCY_S
     daily_shape: bool = True  # False: traffic at base_rps at every hour
     faults: tuple[dict[str, Any], ...] = ()
 

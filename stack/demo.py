@@ -126,10 +126,11 @@ def run(args: argparse.Namespace) -> int:
     token_file = workspace / "relay.token"
     token_file.write_text(secrets.token_urlsafe(24), encoding="utf-8")
     token_file.chmod(0o600)
-    spec = BackfillSpec(nodes=2, gpus_per_node=2, days=args.backfill_days, step_s=args.backfill_step)
+    spec = BackfillSpec(days=args.backfill_days, step_s=args.backfill_step)
     backfill_dir = _backfill_dir(workspace, spec)
     options = StackOptions(
-        nodes=2, gpus_per_node=2, time_scale=DEMO_SCALE, scrape_interval_s=2.0, eval_interval_s=2.0,
+        nodes=spec.nodes, gpus_per_node=spec.gpus_per_node, time_scale=DEMO_SCALE, scrape_interval_s=2.0,
+        eval_interval_s=2.0,
         lookback_delta_s=300 / DEMO_SCALE, backfill=spec, backfill_dir=backfill_dir,
         alert_group_wait_s=ALERT_GROUP_WAIT_S, alert_group_interval_s=5.0,
         alert_repeat_interval_s=3600.0, relay_token_file=token_file,

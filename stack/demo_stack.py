@@ -139,7 +139,7 @@ class DemoDrill:
     @classmethod
     def from_scenario(cls, name_or_path: str, *, fault_s: float) -> DemoDrill:
         """Load ``simulator/scenarios/<name>.yaml`` (or a path); history-only faults are refused."""
-        from simulator.faults import FAULT_KINDS
+        from simulator.fault_kinds import FAULT_KINDS
         from simulator.scenario import load_scenario
 
         path = Path(name_or_path)

@@ -28,31 +28,23 @@ from typing import Any
 
 import requests
 
-from alert_rules import ADAPTERS_DIR, rule_files
-from alert_rules.scale import format_duration, write_scaled_rules
+from alert_rules import rule_files
+from alert_rules.scale import format_duration
 from oximeter.errors import DependencyError, OximeterError
-from oximeter.inputs import parse_timestamp
 from oximeter.prometheus import PrometheusClient
 from simulator.admin import TOKEN_ENV
 from stack.backfill import BackfillResult, BackfillSpec, build_backfill
 from stack.config import (
     ANALYZER_JOB,
-    DCGM_JOB,
-    ENGINE_JOB,
-    EXPORTER_JOB,
-    GATEWAY_JOB,
-    KUBE_STATE_INSTANCE,
-    KUBE_STATE_JOB,
-    Target,
     Webhook,
     alertmanager_config,
     prometheus_config,
-    stable_instance,
     write_yaml,
 )
 from stack.options import Addon, Endpoints, Observer, QuietObserver, StackOptions
 from stack.ports import start_reserved, wait_port, wait_ports
-from stack.procs import ManagedProcess, http_ok, oximeter_argv, wait_until
+from stack.procs import ManagedProcess, http_ok, oximeter_argv
+from stack.scrape_setup import hostport, rule_paths, scrape_targets, wait_ready
 from stack.vllm.engine import VllmEngine, launch_fleet
 
 BINARIES = {"prometheus": "prometheus", "promtool": "prometheus", "alertmanager": "prometheus-alertmanager",
@@ -312,30 +304,11 @@ class Stack:
     def _write_prometheus_config(self) -> Path:
         opts, ep = self.options, self.endpoints
         assert ep is not None
-        if opts.time_scale != 1.0:
-            rules = write_scaled_rules(self.workspace / "rules", opts.time_scale)
-            adapters = write_scaled_rules(self.workspace / "rules" / "adapters", opts.time_scale,
-                                          ADAPTERS_DIR)
-        else:
-            rules, adapters = rule_files(), rule_files(ADAPTERS_DIR)
-        if self.stock:
-            # The adapters, and the area rules without platform's checks of Oximeter's own jobs.
-            rules = [*adapters, *(p for p in rules if p.name != "platform.rules.yml")]
-        targets = [Target(ENGINE_JOB, _hostport(ep.engines[n]), stable_instance(ENGINE_JOB, n), {"node": n})
-                   for n in self.nodes]
-        targets += [Target(GATEWAY_JOB, _hostport(ep.gateways[n]), stable_instance(GATEWAY_JOB, n))
-                    for n in self.nodes if n in ep.gateways]
-        exporter_job = DCGM_JOB if self.stock else EXPORTER_JOB
-        targets += [Target(exporter_job, _hostport(ep.exporters[n]), stable_instance(exporter_job, n))
-                    for n in self.nodes if n in ep.exporters]
-        if self.stock:  # the simulator's kube-state-metrics, on its first engine's port
-            targets.append(Target(KUBE_STATE_JOB, _hostport(ep.simulator), KUBE_STATE_INSTANCE,
-                                  metrics_path="/kube-state/metrics"))
-        targets += [Target(a.scrape_job, _hostport(ep.addons[a.name]), f"{a.name}:{a.scrape_job}")
-                    for a in opts.addons if a.scrape_job and a.name in ep.addons]
         return write_yaml(self.workspace / "prometheus.yml", prometheus_config(
-            targets, rules, scrape_interval_s=opts.scrape_interval_s, eval_interval_s=opts.eval_interval_s,
-            alertmanager=_hostport(ep.alertmanager) if ep.alertmanager else None))
+            scrape_targets(self.nodes, ep, opts.addons, stock=self.stock),
+            rule_paths(self.workspace, opts.time_scale, stock=self.stock),
+            scrape_interval_s=opts.scrape_interval_s, eval_interval_s=opts.eval_interval_s,
+            alertmanager=hostport(ep.alertmanager) if ep.alertmanager else None))
 
     def _start_prometheus(self, binary: str, prom_dir: Path) -> str:
         opts = self.options
@@ -355,35 +328,8 @@ class Stack:
         _, port = start_reserved(lambda port: self._launch("prometheus", argv(port), None),
                                  lambda port: http_ok(f"http://127.0.0.1:{port}/-/ready"))
         url = f"http://127.0.0.1:{port}"
-        # Add-ons start after Prometheus.
-        core = {ENGINE_JOB, DCGM_JOB, KUBE_STATE_JOB} if self.stock else \
-            {ENGINE_JOB, GATEWAY_JOB, EXPORTER_JOB}
-        ep = self.endpoints
-        assert ep is not None
-        expected = len(ep.engines) + len(ep.gateways) + len(ep.exporters) + (1 if self.stock else 0)
-
-        def all_up() -> bool:
-            reply = requests.get(f"{url}/api/v1/targets", timeout=5).json()
-            active = reply["data"]["activeTargets"]
-            mine = [t for t in active if t["labels"]["job"] in core]
-            return len(mine) == expected and all(t["health"] == "up" for t in mine)
-        wait_until(all_up, 60, interval_s=0.2, what="every scrape target up")
-        # Up says each target was scraped, not that a rule has read it since: a caller querying a
-        # recording rule at once could find some nodes and not others. Every rule group evaluates
-        # once more first (a rule that reads another rule's output may need one interval more).
-        # A group's evaluation reads the samples up to its scheduled tick, which may lag the wall
-        # clock it reports by up to an interval: one that started an interval after now has a tick
-        # after every scrape so far.
-        since = time.time() + opts.eval_interval_s
-
-        def evaluated_since() -> bool:
-            groups = requests.get(f"{url}/api/v1/rules", timeout=5).json()["data"]["groups"]
-            # Year 1 is Prometheus's "not evaluated yet": unbounded, so it reads as long ago.
-            return all("lastEvaluation" in g and
-                       parse_timestamp(g["lastEvaluation"], "lastEvaluation", bounded=False).timestamp()
-                       > since for g in groups)
-        wait_until(evaluated_since, max(60.0, 10 * opts.eval_interval_s), interval_s=0.2,
-                   what="every rule group evaluated after the targets came up")
+        assert self.endpoints is not None
+        wait_ready(url, self.endpoints, opts.eval_interval_s, stock=self.stock)
         return url
 
     # -- helpers for the demo and tests -----------------------------------------------------
@@ -431,10 +377,6 @@ class Stack:
                                 env={**os.environ, TOKEN_ENV: self.admin_token}, check=False)
         if result.returncode != 0:
             raise StackError(f"oximeter {' '.join(args[:3])} failed: {result.stdout}{result.stderr}")
-
-
-def _hostport(url: str) -> str:
-    return url.split("://", 1)[1].rstrip("/")
 
 
 __all__ = ["ANALYZER_JOB", "Addon", "BackfillSpec", "Endpoints", "Observer", "Stack", "StackError",

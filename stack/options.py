@@ -11,8 +11,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
 
+from gateway.settings import GatewaySettings
+from simulator.defaults import DEPENDENCY_LATENCY_S, MODEL, NODES, SERVICE, STACK_GPUS_PER_NODE
 from stack.backfill import BackfillSpec
 from stack.vllm.engine import EngineSpec
+
+_GATEWAY = GatewaySettings()
 
 
 @dataclass(frozen=True)
@@ -36,12 +40,12 @@ class Addon:
 class StackOptions:
     """What to run and how fast time goes; defaults are the demo's, tests shorten the intervals."""
 
-    nodes: int = 2
-    gpus_per_node: int = 2
+    nodes: int = NODES
+    gpus_per_node: int = STACK_GPUS_PER_NODE
     seed: int = 0
-    model: str = "sim-llama-3-8b"
-    service: str = "chat"
-    dependency_latency_s: float = 0.03  # the scenario files' default, so live matches history
+    model: str = MODEL
+    service: str = SERVICE
+    dependency_latency_s: float = DEPENDENCY_LATENCY_S
     time_scale: float = 1.0  # rule durations divided by this (alert_rules/scale.py)
     scrape_interval_s: float = 15.0
     eval_interval_s: float = 15.0
@@ -58,9 +62,10 @@ class StackOptions:
     stream_ratio: float = 1.0  # history models streaming requests: TTFT is the first chunk
     day_seconds: float = 86400.0
     daily_shape: bool = True  # the history's daily_shape: False keeps traffic at its base rate all day
-    max_concurrency: int = 12  # the scenario gateway's limits
-    max_queue: int = 64
-    max_queue_wait_s: float = 10.0
+    # The gateways' limits (the backfilled history's too: it runs the same defaults).
+    max_concurrency: int = _GATEWAY.max_concurrency
+    max_queue: int = _GATEWAY.max_queue
+    max_queue_wait_s: float = _GATEWAY.max_queue_wait_s
     # "stock": the fleet as a stock one presents it: no gateways (traffic straight to the engines),
     # exporters as dcgm-exporter with its default counters, kube-state-metrics from the simulator,
     # Prometheus with the adapter rules (docs/stock-telemetry.md).

@@ -4,16 +4,14 @@ Failure modes: NOT_SUPPORTED or FUNCTION_NOT_FOUND → that series is absent, no
 GPU_IS_LOST / UNKNOWN → ``oximeter_gpu_up 0`` and an error counted, the other GPUs and the
 exporter carry on; TIMEOUT or any other NVML error on one field → that field absent, error
 counted. NVML's "not available" sentinels (all bits set) are never exported. Xid critical errors
-arrive on a background thread blocked in ``nvmlEventSetWait`` and are counted per code.
+arrive on a background thread blocked in ``nvmlEventSetWait`` and are counted per code
+(``exporter/backends/nvml_xid.py``).
 """
 
 from __future__ import annotations
 
-import ctypes
 import logging
 import os
-import threading
-import time
 from dataclasses import dataclass
 from functools import partial
 from typing import TYPE_CHECKING, Any, Self
@@ -25,8 +23,8 @@ from exporter.backends.base import (
     GpuReading,
     NodeSnapshot,
     NvLinkStat,
-    XidStat,
 )
+from exporter.backends.nvml_xid import XidListener
 from exporter.deadline import DeadlineReader
 
 if TYPE_CHECKING:
@@ -88,14 +86,6 @@ def _text(value: Any) -> str:
     return value.decode(errors="replace") if isinstance(value, bytes) else str(value)
 
 
-def _handle_key(handle: Any) -> int:
-    """A key equal for two handles of the same device (ctypes pointers compare by identity)."""
-    try:
-        return int(ctypes.cast(handle, ctypes.c_void_p).value or 0)
-    except (TypeError, ctypes.ArgumentError):
-        return id(handle)
-
-
 class NvmlBackend:
     """Reads every GPU of this host through NVML at scrape time."""
 
@@ -107,19 +97,11 @@ class NvmlBackend:
         self._nvml_override = nvml
         self._nvml: Any = None
         self._timeout_s = timeout_s
-        self._xid_poll_ms = xid_poll_ms
         self._slots: list[_Slot] = []
         self._reader: DeadlineReader[int, tuple[GpuReading, list[str]]] | None = None
         self._absent: tuple[type[BaseException], ...] = ()
         self._process_names: dict[int, str] = {}
-        # Xid state, written by the listener thread.
-        self._xid_lock = threading.Lock()
-        self._xid: dict[int, dict[int, tuple[int, float]]] = {}
-        self._index_by_key: dict[int, int] = {}
-        self._pending_errors: list[str] = []
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
-        self._event_set: Any = None
+        self._xids = XidListener(xid_poll_ms)
         self._started = False
 
     @classmethod
@@ -152,17 +134,12 @@ class NvmlBackend:
             raise BackendStartError(f"NVML cannot count GPUs: {exc}") from None
         self._slots = [self._open(index) for index in range(count)]
         self._reader = DeadlineReader(max_workers=count, thread_name_prefix="oximeter-nvml")
-        self._start_xid_listener()
+        self._xids.start(nvml, ((slot.index, slot.handle) for slot in self._slots))
 
     def close(self) -> None:
         """Stop the listener, free the event set, nvmlShutdown. Safe to call twice."""
-        self._stop.set()
-        if self._thread is not None:
-            self._thread.join(timeout=self._xid_poll_ms / 1000 * 2 + 1)
-            stuck = self._thread.is_alive()
-            self._thread = None
-        else:
-            stuck = False
+        if self._started:
+            self._xids.stop()
         if self._reader is not None:
             self._reader.close()
             self._reader = None
@@ -170,12 +147,6 @@ class NvmlBackend:
             return
         self._started = False
         nvml = self._nvml
-        if self._event_set is not None and not stuck:
-            try:
-                nvml.nvmlEventSetFree(self._event_set)
-            except nvml.NVMLError as exc:
-                log.warning("nvmlEventSetFree failed: %s", exc)
-            self._event_set = None
         try:
             nvml.nvmlShutdown()
         except nvml.NVMLError as exc:
@@ -188,8 +159,7 @@ class NvmlBackend:
             raise RuntimeError("NvmlBackend.read() before start()")
         calls = {slot.index: partial(self._read_gpu, slot) for slot in self._slots}
         results, failed = self._reader.run(calls, self._timeout_s)
-        with self._xid_lock:
-            errors, self._pending_errors = self._pending_errors, []
+        errors = self._xids.take_errors()
         gpus: list[GpuReading] = []
         for slot in self._slots:
             if slot.index in results:
@@ -204,7 +174,7 @@ class NvmlBackend:
         return NodeSnapshot(gpus=tuple(gpus), errors=tuple(errors))
 
     def _down(self, slot: _Slot) -> GpuReading:
-        return GpuReading(identity=slot.identity, up=False, xid=self._xid_stats(slot.index))
+        return GpuReading(identity=slot.identity, up=False, xid=self._xids.stats(slot.index))
 
     def _call(self, errors: list[str], fn: Any, *args: Any) -> Any:
         nvml = self._nvml
@@ -299,7 +269,7 @@ class NvmlBackend:
             pcie_replay_total=_uint(replays),
             pcie_transmit_bytes_per_second=_per_kib(_uint(pcie_tx)),
             pcie_receive_bytes_per_second=_per_kib(_uint(pcie_rx)),
-            xid=self._xid_stats(slot.index),
+            xid=self._xids.stats(slot.index),
             processes=None if processes is None else self._processes(processes),
             nvlinks=nvlinks,
         )
@@ -363,68 +333,6 @@ class NvmlBackend:
                 self._process_names.clear()
             self._process_names[pid] = name
         return name
-
-    # -- Xid listener ------------------------------------------------------------------------
-    def _start_xid_listener(self) -> None:
-        nvml = self._nvml
-        xid_type = int(nvml.nvmlEventTypeXidCriticalError)
-        try:
-            self._event_set = nvml.nvmlEventSetCreate()
-        except nvml.NVMLError as exc:
-            log.warning("no Xid events (nvmlEventSetCreate: %s); Xid series absent", exc)
-            return
-        for slot in self._slots:
-            if slot.handle is None:
-                continue
-            try:
-                if not int(nvml.nvmlDeviceGetSupportedEventTypes(slot.handle)) & xid_type:
-                    continue
-                nvml.nvmlDeviceRegisterEvents(slot.handle, xid_type, self._event_set)
-            except nvml.NVMLError as exc:
-                # Unsupported here: this GPU's Xid series stay absent rather than a false 0.
-                log.warning("GPU %d: no Xid events (%s)", slot.index, exc)
-                continue
-            self._xid[slot.index] = {}
-            self._index_by_key[_handle_key(slot.handle)] = slot.index
-        if self._xid:
-            self._thread = threading.Thread(target=self._listen, name="oximeter-xid", daemon=True)
-            self._thread.start()
-
-    def _listen(self) -> None:
-        nvml = self._nvml
-        xid_type = int(nvml.nvmlEventTypeXidCriticalError)
-        while not self._stop.is_set():
-            try:
-                data = nvml.nvmlEventSetWait(self._event_set, self._xid_poll_ms)
-            except nvml.NVMLError_Timeout:
-                continue
-            except nvml.NVMLError as exc:
-                log.warning("nvmlEventSetWait failed: %s", exc)
-                with self._xid_lock:
-                    self._pending_errors.append("xid_listener")
-                self._stop.wait(1.0)  # back off instead of spinning on a broken event set
-                continue
-            if not int(data.eventType) & xid_type:
-                continue
-            index = self._index_by_key.get(_handle_key(data.device))
-            if index is None:
-                log.warning("Xid %d on an unknown device", int(data.eventData))
-                continue
-            self.record_xid(index, int(data.eventData), time.time())
-
-    def record_xid(self, index: int, xid: int, timestamp_seconds: float) -> None:
-        """Count one Xid on GPU ``index`` (called by the listener thread)."""
-        with self._xid_lock:
-            codes = self._xid.setdefault(index, {})
-            count, _ = codes.get(xid, (0, 0.0))
-            codes[xid] = (count + 1, timestamp_seconds)
-
-    def _xid_stats(self, index: int) -> tuple[XidStat, ...] | None:
-        with self._xid_lock:
-            codes = self._xid.get(index)
-            if codes is None:
-                return None
-            return tuple(XidStat(xid, count, ts) for xid, (count, ts) in sorted(codes.items()))
 
 
 def _divided(value: int | None, divisor: int) -> float | None:

@@ -1,5 +1,5 @@
-"""bench/drill_sweep.py's truth: traffic within capacity, harmless faults out of attribution, and
-coverage only of faults that last."""
+"""bench/drill_sweep.py's truth: traffic within capacity (drills/sweep.py generates it), harmless
+faults out of attribution, and coverage only of faults that last."""
 
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ from datetime import UTC, datetime
 import pytest
 
 from analyzer.incidents.model import Change
+from drills import sweep
 from simulator.arrivals import ArrivalStream, mean_lengths
 from simulator.load_shape import RequestMix
 from simulator.scenario import EngineOverrides
@@ -38,11 +39,12 @@ def test_generated_traffic_stays_within_capacity_at_the_daily_peak() -> None:
     """Whatever the pattern's engine settings: a fleet overloaded every evening would be a real
     capacity incident on every node, not the fault-free stretch the truth says it is."""
     rng = random.Random(3)
-    docs = [ds.generate(rng, i) for i in range(150)]
+    docs = [sweep.generate(rng, i) for i in range(150)]
     for doc in docs:
-        assert ds.peak_utilisation(doc) <= ds.PEAK_SHARE, (doc["name"], doc.get("engine"), doc["base_rps"])
+        assert sweep.peak_utilisation(doc) <= sweep.PEAK_SHARE, (doc["name"], doc.get("engine"),
+                                                                 doc["base_rps"])
     # Light to busy: the range is used, not squeezed to one end.
-    levels = [ds.peak_utilisation(d) for d in docs]
+    levels = [sweep.peak_utilisation(d) for d in docs]
     assert min(levels) < 0.2 and max(levels) > 0.45
 
 

@@ -45,6 +45,9 @@ PINNED = {
     "35e9dcc10186801b": 2,  # the store's error class moved to the shared errors module: same histories
     "6025cf81b289c0ef": 3,  # a docstring names the diagnosis rules' new path: same histories
     "f95fed085af197a6": 3,  # the dcgm-exporter field table moved to the core: same histories
+    "69c588e6d254a806": 3,  # fault kinds' effects from one registry, one defaults module: same histories
+    "9537e5193ec65202": 3,  # both of the above merged: same histories
+    "ac58da7ff50d2cc2": 3,  # the field table in the core and the fault-kind registry together: same histories
 }
 
 

@@ -14,6 +14,8 @@ def test_a_stalled_engine_ages_the_queue_head_by_one_step_per_sample() -> None:
     stall = ScenarioFault(kind="engine_stall", node="n1", start=-1200.0, duration=600.0)
     scenario = Scenario.model_validate({
         "name": "stall", "nodes": 1, "gpus_per_node": 1, "base_rps": 2.0,
+        # 12 slots and a 10 s predicted-wait limit: the queue the stall fills, sample by sample.
+        "gateway": {"max_concurrency": 12, "max_queue_wait_s": 10},
         "faults": [stall.model_dump(exclude_none=True)],
         "truth": {"layer": "none", "entity": {}, "rule": "none"},
     })
