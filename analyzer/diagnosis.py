@@ -271,14 +271,23 @@ def kv_pressure(case: Case) -> Diagnosis | None:
     threshold too, now or in the last 15 minutes) wait for KV blocks, not for a batch slot: with
     the engine's queue seen, or its own TTFT up, TTFT up is that wait, as it is for
     ``capacity_exhausted``, and the pool is the cause.
+
+    An engine whose pool is far smaller than its same-model peers' (``kv_pool_peer``) is KV pressure
+    waiting for load, at any traffic: the cause by itself, and named beside the other evidence.
     """
     waiting = max(case.context(ENGINE_WAITING).values(), default=0.0)
     # Requests held up inside the engine: in its waiting queue, or its own TTFT up.
     held = waiting > 0 or bool(case.of("engine_ttft_p99"))
     queue = case.of(*QUEUE_UP) or (case.of(*TTFT_UP) if held else [])
     preempt = case.of("preemption_rate")
+    small = case.of("kv_pool_peer")
+    pool = _pool_text(small[0]) if small else ""
     if not queue and not preempt:
-        return None
+        if not small:
+            return None
+        return verdict(case, "kv_pressure", "engine", RootCause(small[0].signal, small[0].labels),
+                       f"KV-cache pool {pool}: it runs out of blocks before its peers as load rises"
+                       + impact_text(case, ["kv_pool_peer"]), "warning", ["kv_pool_peer"])
     kv = {k: v for k, v in case.context("kv_cache_usage").items() if v >= case.limit("kv_cache_usage")}
     evicting = {k: v for k, v in case.context("preemption_rate").items() if v > 0} if held else {}
     if kv:
@@ -296,12 +305,24 @@ def kv_pressure(case: Case) -> Diagnosis | None:
         cause = RootCause("preemption_rate", labels)
         text = (f"its engine {'held requests waiting and ' if waiting > 0 else ''}preempted "
                 f"{evicted[labels]:.0f} sequence(s) in the last 15 min")
+    elif small:
+        cause, text = RootCause(small[0].signal, small[0].labels), f"its KV-cache pool is {pool}"
     else:
         return None
-    causes = ["kv_cache_usage", "preemption_rate"]
+    if small and cause.signal != "kv_pool_peer":
+        text += f" (its KV-cache pool {pool})"
+    causes = ["kv_cache_usage", "preemption_rate", *(["kv_pool_peer"] if small else [])]
     sentence = f"{describe(queue[0])} while {text}" if queue else \
         f"{describe(preempt[0])}: KV cache exhausted" + impact_text(case, causes)
     return verdict(case, "kv_pressure", "engine", cause, sentence, "warning", causes)
+
+
+def _pool_text(event: AnomalyEvent) -> str:
+    """``2772 blocks, 10 % of its same-model peers' 27720`` (the peer median is the baseline)."""
+    peers = event.baseline
+    share = f", {event.value / peers * 100:.0f} % of its same-model peers' {peers:.0f}" \
+        if peers is not None and math.isfinite(peers) and peers > 0 else ""
+    return f"{event.value:.0f} blocks{share}"
 
 
 def _preempted_lately(case: Case) -> dict[Labels, float]:

@@ -23,6 +23,7 @@ import numpy as np
 from analyzer.query import aggregate
 from analyzer.sources.kube import kube_translated
 from analyzer.sources.raw import Labeled, RawStore
+from analyzer.sources.vllm_info import cache_config_translated
 from oximeter.xids import APPLICATION_XIDS, PAGING_XIDS
 
 _MIB = 1048576.0
@@ -170,6 +171,7 @@ def translated(store: RawStore) -> Iterator[tuple[str, Labeled]]:
         for counted in _xid_counters(store):
             yield "oximeter_gpu_xid_errors_total", counted
     yield from kube_translated(store)
+    yield from cache_config_translated(store)
     for source, record in VLLM_GAUGES.items():
         data = aggregate(store.select(source), ("engine",), "sum")
         yield record, Labeled(data.values, tuple(_model_labels(la) for la in data.labels))

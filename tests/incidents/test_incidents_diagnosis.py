@@ -268,6 +268,21 @@ ROWS = [
         root="preemption_rate",
         sentence="ttft p99 1.2 s = 3.0 × baseline while its engine held requests waiting and preempted "
                  "0.03/s"),
+    Row("a pool far below its peers' is KV pressure at any traffic", dx.kv_pressure,
+        (ev("kv_pool_peer", 2772, 27720, node="node-0", model="m", engine="0"),), KV_OK,
+        root="kv_pool_peer", severity="warning",
+        sentence="KV-cache pool 2772 blocks, 10 % of its same-model peers' 27720: it runs out of "
+                 "blocks before its peers as load rises"),
+    Row("a queue beside a small pool names the pool", dx.kv_pressure,
+        (Q, ev("kv_pool_peer", 2772, 27720, node="node-0", model="m", engine="0")), merge(UTIL_LOW, KV_OK),
+        root="kv_pool_peer",
+        sentence="queue_wait p99 4.8 s = 6.1 × baseline while its KV-cache pool is 2772 blocks, 10 % of its "
+                 "same-model peers' 27720"),
+    Row("a full cache beside a small pool names the cache, and the pool", dx.kv_pressure,
+        (Q, ev("kv_pool_peer", 2772, 27720, node="node-0", model="m", engine="0")), merge(UTIL_HIGH, KV_FULL),
+        root="kv_cache_usage",
+        sentence="queue_wait p99 4.8 s = 6.1 × baseline while KV cache 97 % full (its KV-cache pool "
+                 "2772 blocks, 10 % of its same-model peers' 27720)"),
     Row("TTFT up while its engine queues with the KV cache full", dx.kv_pressure, (TTFT,),
         merge(UTIL_LOW, ENGINE_WAITED, KV_FULL), root="kv_cache_usage"),
     Row("a preempting engine that never queued: TTFT alone is not KV pressure", dx.kv_pressure, (TTFT,),
