@@ -22,6 +22,12 @@ from simulator.stats import Histogram
 
 # vLLM v1 labels every engine series with model_name and the engine index.
 _LABELS = ["model_name", "engine"]
+# The CacheConfig fields of vllm:cache_config_info besides the pool's size, as a default engine
+# writes them.
+_CACHE_CONFIG = (("cache_dtype", "auto"), ("cpu_kvcache_space_bytes", "4294967296"),
+                 ("enable_prefix_caching", "True"), ("gpu_memory_utilization", "0.9"),
+                 ("num_cpu_blocks", "0"), ("num_gpu_blocks_override", "None"), ("sliding_window", "None"),
+                 ("swap_space_bytes", "4294967296"))
 
 
 def _hist(name: str, doc: str, labels: list[str], values: list[str], h: Histogram) -> HistogramMetricFamily:
@@ -65,8 +71,16 @@ def engine_families(model_name: str, engine: EngineModel, node: str) -> list[Met
         labels=["node", "model_name"],
     )
     info.add_metric([node, model_name], 1)
+    # vLLM's CacheConfig as labels of a gauge fixed at 1 (no model_name): num_gpu_blocks is the pool
+    # the engine holds now (a shrunken pool stands for an engine restarted with a smaller one).
+    cache = GaugeMetricFamily(
+        "vllm:cache_config_info", "Information of the LLMEngine CacheConfig",
+        labels=[name for name, _ in _CACHE_CONFIG] + ["block_size", "num_gpu_blocks", "engine"])
+    cache.add_metric([value for _, value in _CACHE_CONFIG]
+                     + [str(engine.params.block_tokens), str(engine.pool_blocks), "0"], 1)
     return [
         info,
+        cache,
         gauge(
             "vllm:num_requests_running", "Number of requests in model execution batches.", len(engine.running)
         ),

@@ -28,6 +28,7 @@ from exporter.collector import GpuCollector
 from gateway.admission import AdmissionController, AdmissionLimits, Outcome, RejectReason, Ticket
 from gateway.metrics import GatewayMetrics
 from simulator.arrivals import MAX_PROMPT_TOKENS, Arrival, ArrivalStream
+from simulator.cadvisor import cadvisor_families
 from simulator.clock import VirtualClock
 from simulator.engine import Seq, SeqState
 from simulator.exposition import engine_families
@@ -44,7 +45,7 @@ ROUTE = "/v1/chat/completions"
 CLIENT_PATIENCE_S = 120.0
 MAX_TOKENS = 512
 JOBS = {"vllm": 8000, "oximeter-gateway": 9000, "oximeter-exporter": 9400, "dcgm-exporter": 9400,
-        "kube-state-metrics": 8080}
+        "kube-state-metrics": 8080, "kubelet": 10250}
 # Jobs whose series name their node themselves (dcgm-exporter's Hostname, kube-state-metrics'
 # node label, fleet-wide for the deployment), so the scrape adds no node label.
 _CLUSTER_JOBS = {"dcgm-exporter", "kube-state-metrics"}
@@ -395,6 +396,8 @@ class NodeHistory:
             "vllm": engine_families(self.sc.model, self.engine, self.name) if engine_up else [],
             "dcgm-exporter": list(self.exporter.collect()),
             "kube-state-metrics": list(kube_state_families(self.fleet, t, only=self.name)),
+            # The kubelet's cAdvisor endpoint: the engine container's memory while it runs.
+            "kubelet": list(cadvisor_families(self.fleet, self.name, t)) if engine_up else [],
         } if self.stock else {
             "vllm": [
                 *engine_families(self.sc.model, self.engine, self.name),

@@ -43,6 +43,7 @@ from stack.config import (
     GATEWAY_JOB,
     KUBE_STATE_INSTANCE,
     KUBE_STATE_JOB,
+    KUBELET_JOB,
     Target,
     Webhook,
     alertmanager_config,
@@ -321,6 +322,9 @@ class Stack:
         if self.stock:  # the simulator's kube-state-metrics, on its first engine's port
             targets.append(Target(KUBE_STATE_JOB, _hostport(ep.simulator), KUBE_STATE_INSTANCE,
                                   metrics_path="/kube-state/metrics"))
+            # Each node's kubelet cAdvisor endpoint, on its engine's port; the node from the target.
+            targets += [Target(KUBELET_JOB, _hostport(ep.engines[n]), f"{n}:10250", {"node": n},
+                               metrics_path="/metrics/cadvisor") for n in self.nodes]
         targets += [Target(a.scrape_job, _hostport(ep.addons[a.name]), f"{a.name}:{a.scrape_job}")
                     for a in opts.addons if a.scrape_job and a.name in ep.addons]
         return write_yaml(self.workspace / "prometheus.yml", prometheus_config(
@@ -346,9 +350,9 @@ class Stack:
                                  lambda port: http_ok(f"http://127.0.0.1:{port}/-/ready"))
         url = f"http://127.0.0.1:{port}"
         # Add-ons start after Prometheus.
-        core = {ENGINE_JOB, DCGM_JOB, KUBE_STATE_JOB} if self.stock else \
+        core = {ENGINE_JOB, DCGM_JOB, KUBE_STATE_JOB, KUBELET_JOB} if self.stock else \
             {ENGINE_JOB, GATEWAY_JOB, EXPORTER_JOB}
-        expected = 2 * len(self.nodes) + 1 if self.stock else 3 * len(self.nodes)
+        expected = 3 * len(self.nodes) + 1 if self.stock else 3 * len(self.nodes)
 
         def all_up() -> bool:
             reply = requests.get(f"{url}/api/v1/targets", timeout=5).json()

@@ -21,6 +21,7 @@ from collections.abc import Iterator, Mapping
 import numpy as np
 
 from analyzer.query import aggregate
+from analyzer.sources.cadvisor import cadvisor_translated
 from analyzer.sources.kube import kube_translated
 from analyzer.sources.raw import Labeled, RawStore
 from analyzer.sources.vllm_info import cache_config_translated
@@ -172,6 +173,7 @@ def translated(store: RawStore) -> Iterator[tuple[str, Labeled]]:
             yield "oximeter_gpu_xid_errors_total", counted
     yield from kube_translated(store)
     yield from cache_config_translated(store)
+    yield from cadvisor_translated(store)
     for source, record in VLLM_GAUGES.items():
         data = aggregate(store.select(source), ("engine",), "sum")
         yield record, Labeled(data.values, tuple(_model_labels(la) for la in data.labels))

@@ -13,6 +13,7 @@ from real_exposition import Sample, fixture, read
 
 from analyzer.stock_inputs import adapter_rules
 from exporter.dcgm import DCGM_COUNTER_FIELDS, DCGM_DEFAULT_FIELDS, DCGM_FIELDS
+from simulator.cadvisor import cadvisor_families
 from simulator.exposition import engine_families
 from simulator.history import build_fleet
 from simulator.kube_state import kube_state_families
@@ -25,6 +26,7 @@ CAPTURES = {
     "dcgm-exporter": ("dcgm-exporter.prom", "dcgm-exporter-derived.prom"),
     "vllm": ("vllm-v1.prom",),
     "kube-state-metrics": ("kube-state-metrics.prom",),
+    "kubelet": ("kubelet-cadvisor.prom",),
 }
 # Families only the simulator writes, and why no capture has them.
 SIMULATION_ONLY = {
@@ -57,6 +59,7 @@ def _simulated() -> dict[str, tuple[dict[str, str], list[Sample]]]:
         node = NodeHistory(sc, fleet, name, SeriesStore([0.0]), 60.0, 0.0)
         jobs["dcgm-exporter"] += node.exporter.collect()
         jobs["vllm"] += engine_families(sc.model, node.engine, name)
+        jobs["kubelet"] += cadvisor_families(fleet, name, 1.0)
     jobs["kube-state-metrics"] += kube_state_families(fleet, 1.0)
     out = {}
     for job, families in jobs.items():
