@@ -229,20 +229,27 @@ def _traffic_share(case: Case, signal: str, entity: Mapping[str, str]) -> float 
 
 
 RESTART_SIGNALS = ("container_restarts", "pod_not_ready")
+# Each restart signal's words, in the order they name the cause: an OOM kill says why the
+# container restarted, a loop in 5 min or in 15 min how often, not Ready how long it was out.
+_RESTARTS = {"container_oom_killed": "OOM-killed at its container's memory limit and restarted",
+             "container_restarts": "restarted {value:.0f} times in 5 min: a restart loop",
+             "restart_loop": "restarted {value:.0f} times in 15 min: a crash loop",
+             "pod_not_ready": "not Ready for 10 min"}
 
 
 def restart_loop(case: Case) -> Diagnosis | None:
-    """An engine's pod restarting again and again, or kept out of service: the platform layer,
-    whatever the engine's own series show while it is down (they are its impact)."""
-    e = first(case, "container_restarts") or first(case, "pod_not_ready")
+    """An engine's pod restarting again and again, killed at its memory limit, or kept out of
+    service: the platform layer, whatever the engine's own series show while it is down (they are
+    its impact)."""
+    e = next(filter(None, (first(case, signal) for signal in _RESTARTS)), None)
     if e is None:
         return None
     cause = RootCause(e.signal, e.labels)
     pod = f"{e.entity.get('namespace', '?')}/{e.entity.get('pod', '?')} on {e.entity.get('node', '?')}"
-    what = (f"restarted {e.value:.0f} times in 5 min: a restart loop" if e.signal == "container_restarts"
-            else "not Ready for 10 min")
-    return verdict(case, "restart_loop", "platform", cause, f"pod {pod} {what}"
-                    + impact_text(case, RESTART_SIGNALS), "warning", RESTART_SIGNALS)
+    causes = [s for s in _RESTARTS if s in RESTART_SIGNALS or case.of(s)]
+    what = _RESTARTS[e.signal].format(value=e.value)
+    return verdict(case, "restart_loop", "platform", cause, f"pod {pod} {what}" + impact_text(case, causes),
+                   "warning", causes)
 
 
 def dependency_degraded(case: Case) -> Diagnosis | None:

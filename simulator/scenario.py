@@ -26,6 +26,8 @@ RULES = (
     "nvlink_degraded",
     "thermal_throttle",
     "peer_outlier",
+    "node_not_ready",
+    "restart_loop",
     "telemetry_lost",
     "dependency_degraded",
     "engine_leak",

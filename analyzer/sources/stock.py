@@ -23,6 +23,7 @@ import numpy as np
 from analyzer.query import aggregate
 from analyzer.sources.cadvisor import cadvisor_translated
 from analyzer.sources.kube import kube_translated
+from analyzer.sources.kube_ready import ready_translated
 from analyzer.sources.raw import Labeled, RawStore
 from analyzer.sources.vllm_info import cache_config_translated
 from oximeter.xids import APPLICATION_XIDS, PAGING_XIDS
@@ -172,6 +173,7 @@ def translated(store: RawStore) -> Iterator[tuple[str, Labeled]]:
         for counted in _xid_counters(store):
             yield "oximeter_gpu_xid_errors_total", counted
     yield from kube_translated(store)
+    yield from ready_translated(store)
     yield from cache_config_translated(store)
     yield from cadvisor_translated(store)
     for source, record in VLLM_GAUGES.items():

@@ -44,6 +44,7 @@ PINNED = {
     "63d4557371d8cde7": 3,  # the gateway tells a stream's closing [DONE] apart: same histories
     "35e9dcc10186801b": 2,  # the store's error class moved to the shared errors module: same histories
     "f41c70fcd4c1b6d1": 4,  # vLLM's cache_config_info; stock: cAdvisor engine memory, node memory capacity
+    "14ea111acc965f33": 4,  # a scenario's truth may name restart_loop and node_not_ready: same histories
 }
 
 
