@@ -12,11 +12,11 @@ import numpy as np
 import pandas as pd
 
 from alert_rules import ADAPTERS_DIR, load_groups
-from analyzer.catalogue import CATALOGUE
-from analyzer.evaluate import evaluate_signal
-from analyzer.frame import SeriesFrame
-from analyzer.sources.cadvisor import cadvisor_translated
-from analyzer.sources.raw import RawStore
+from analyzer.detection.evaluate import evaluate_signal
+from analyzer.signals.catalogue import CATALOGUE
+from analyzer.signals.frame import SeriesFrame
+from analyzer.signals.raw import RawStore
+from analyzer.signals.sources.cadvisor import cadvisor_translated
 from drills.replay import signal_frames
 from oximeter.promql import metric_names
 from simulator.fleet import BASE_RSS_BYTES, HOST_MEMORY_BYTES

@@ -9,11 +9,11 @@ import numpy as np
 import pandas as pd
 
 from alert_rules import ADAPTERS_DIR, load_groups
-from analyzer.catalogue import CATALOGUE
-from analyzer.evaluate import evaluate_signal
-from analyzer.label_value import as_values
-from analyzer.sources.matrix import decode_matrix
-from analyzer.sources.raw import RawStore
+from analyzer.detection.evaluate import evaluate_signal
+from analyzer.signals.catalogue import CATALOGUE
+from analyzer.signals.label_value import as_values
+from analyzer.signals.raw import RawStore
+from analyzer.signals.sources.matrix import decode_matrix
 from drills.replay import signal_frames
 from oximeter.promql import metric_names
 

@@ -43,8 +43,10 @@ PINNED = {
     "70df6b062104c93b": 3,  # the store error moved to the core errors module: same histories
     "63d4557371d8cde7": 3,  # the gateway tells a stream's closing [DONE] apart: same histories
     "35e9dcc10186801b": 2,  # the store's error class moved to the shared errors module: same histories
+    "6025cf81b289c0ef": 3,  # a docstring names the diagnosis rules' new path: same histories
     "f41c70fcd4c1b6d1": 4,  # vLLM's cache_config_info; stock: cAdvisor engine memory, node memory capacity
     "14ea111acc965f33": 4,  # a scenario's truth may name restart_loop and node_not_ready: same histories
+    "95d6b74b048ff635": 4,  # the above merged with the analyzer's stage packages: same histories
 }
 
 

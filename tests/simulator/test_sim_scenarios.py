@@ -73,7 +73,7 @@ def test_scenario_fingerprint(name: str, check: Check) -> None:
 
 
 def test_a_scenario_may_name_every_diagnosis_rule_as_its_truth() -> None:
-    from analyzer.diagnosis import RULE_IDS
+    from analyzer.diagnosis.rules import RULE_IDS
     from simulator.scenario import RULES
 
     assert sorted(RULES) == sorted({*RULE_IDS, "none"})
