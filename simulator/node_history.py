@@ -26,6 +26,7 @@ from exporter.collector import GpuCollector
 from gateway.admission import AdmissionController, AdmissionLimits, Outcome, RejectReason, Ticket
 from gateway.metrics import GatewayMetrics
 from simulator.arrivals import MAX_PROMPT_TOKENS, Arrival, ArrivalStream
+from simulator.cadvisor import cadvisor_families
 from simulator.clock import VirtualClock
 from simulator.engine import Seq, SeqState
 from simulator.exposition import engine_families
@@ -351,6 +352,8 @@ class NodeHistory:
             "vllm": engine_families(self.sc.model, self.engine, self.name) if engine_up else [],
             "dcgm-exporter": list(self.exporter.collect()),
             "kube-state-metrics": list(kube_state_families(self.fleet, t, only=self.name)),
+            # The kubelet's cAdvisor endpoint: the engine container's memory while it runs.
+            "kubelet": list(cadvisor_families(self.fleet, self.name, t)) if engine_up else [],
         } if self.stock else {
             "vllm": [
                 *engine_families(self.sc.model, self.engine, self.name),

@@ -13,7 +13,7 @@ from simulator.fleet import Fleet
 from simulator.series import SeriesStore
 
 JOBS = {"vllm": 8000, "oximeter-gateway": 9000, "oximeter-exporter": 9400, "dcgm-exporter": 9400,
-        "kube-state-metrics": 8080}
+        "kube-state-metrics": 8080, "kubelet": 10250}
 # Jobs whose series name their node themselves (dcgm-exporter's Hostname, kube-state-metrics'
 # node label, fleet-wide for the deployment), so the scrape adds no node label.
 _CLUSTER_JOBS = {"dcgm-exporter", "kube-state-metrics"}

@@ -24,7 +24,8 @@ LAYERS = (*vocabulary.LAYERS, "none")  # "none": a fault-free scenario
 # Diagnosis rules a truth may name besides those the fault kinds are diagnosed as
 # (``simulator/fault_kinds.py``): a slow ECC storm's, the ones no single fault kind causes, and
 # "none" for a fault-free scenario.
-OTHER_RULES = ("ecc_slow_burn", "empty_outputs", "queue_undrained", "unclassified", "none")
+OTHER_RULES = ("ecc_slow_burn", "empty_outputs", "queue_undrained", "node_not_ready", "restart_loop",
+               "unclassified", "none")
 
 
 def known_rules() -> tuple[str, ...]:

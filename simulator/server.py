@@ -26,6 +26,7 @@ from pydantic import SecretStr
 from oximeter.inputs import InputValueError, parse_json
 from oximeter.ports import write_port_file
 from simulator import admin
+from simulator.cadvisor import CadvisorCollector
 from simulator.dependency import DependencyCollector
 from simulator.engine import EngineModel, Seq, SeqState
 from simulator.exposition import EngineCollector
@@ -171,6 +172,13 @@ def engine_app(server: SimServer, rt: NodeRuntime) -> web.Application:
     async def kube_state_metrics(_request: web.Request) -> web.Response:
         return web.Response(body=generate_latest(kube_state), headers={"Content-Type": CONTENT_TYPE_LATEST})
 
+    # The node's kubelet cAdvisor endpoint: its engine container's memory.
+    cadvisor = CollectorRegistry(auto_describe=False)
+    cadvisor.register(CadvisorCollector(fleet, name, server.now))
+
+    async def cadvisor_metrics(_request: web.Request) -> web.Response:
+        return web.Response(body=generate_latest(cadvisor), headers={"Content-Type": CONTENT_TYPE_LATEST})
+
     async def generate(request: web.Request, chat: bool) -> web.StreamResponse:
         try:
             body = parse_json(await request.read())
@@ -263,6 +271,7 @@ def engine_app(server: SimServer, rt: NodeRuntime) -> web.Application:
     app.router.add_get("/v1/models", models)
     app.router.add_get("/metrics", metrics)
     app.router.add_get("/kube-state/metrics", kube_state_metrics)
+    app.router.add_get("/metrics/cadvisor", cadvisor_metrics)
     app.router.add_post("/v1/chat/completions", chat)
     app.router.add_post("/v1/completions", completions)
     admin.add_routes(app, server)

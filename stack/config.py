@@ -21,10 +21,13 @@ DEPLOY_DIR = Path(__file__).resolve().parent.parent / "deploy"
 GATEWAY_JOB = "oximeter-gateway"
 ENGINE_JOB = "vllm"
 EXPORTER_JOB = "oximeter-exporter"
-# A stock fleet's jobs: dcgm-exporter on every node, one kube-state-metrics for the cluster.
+# A stock fleet's jobs: dcgm-exporter and the kubelet on every node, one kube-state-metrics for the
+# cluster.
 DCGM_JOB = "dcgm-exporter"
 KUBE_STATE_JOB = "kube-state-metrics"
 KUBE_STATE_INSTANCE = "kube-state-metrics:8080"
+# Each node's kubelet, for its cAdvisor endpoint (the engine container's memory).
+KUBELET_JOB = "kubelet"
 ANALYZER_JOB = "oximeter-analyzer"
 RELAY_RECEIVER = "analyzer-relay"
 # The port part of the stable instance names ``oximeter sim history`` writes (``n1:9400``); a live

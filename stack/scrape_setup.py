@@ -19,6 +19,7 @@ from stack.config import (
     GATEWAY_JOB,
     KUBE_STATE_INSTANCE,
     KUBE_STATE_JOB,
+    KUBELET_JOB,
     Target,
     stable_instance,
 )
@@ -58,6 +59,9 @@ def scrape_targets(nodes: Sequence[str], ep: Endpoints, addons: Sequence[Addon],
     if stock:  # the simulator's kube-state-metrics, on its first engine's port
         targets.append(Target(KUBE_STATE_JOB, hostport(ep.simulator), KUBE_STATE_INSTANCE,
                               metrics_path="/kube-state/metrics"))
+        # Each node's kubelet cAdvisor endpoint, on its engine's port; the node from the target.
+        targets += [Target(KUBELET_JOB, hostport(ep.engines[n]), f"{n}:10250", {"node": n},
+                           metrics_path="/metrics/cadvisor") for n in nodes]
     targets += [Target(a.scrape_job, hostport(ep.addons[a.name]), f"{a.name}:{a.scrape_job}")
                 for a in addons if a.scrape_job and a.name in ep.addons]
     return targets
@@ -67,9 +71,11 @@ def wait_ready(url: str, ep: Endpoints, eval_interval_s: float, *, stock: bool) 
     """Wait until Prometheus at ``url`` has every core target up and every rule group evaluated
     after that."""
     # Add-ons start after Prometheus.
-    core = {ENGINE_JOB, DCGM_JOB, KUBE_STATE_JOB} if stock else {ENGINE_JOB, GATEWAY_JOB, EXPORTER_JOB}
-    # A real engine's CPU host has no exporter; a stock fleet adds kube-state-metrics.
-    expected = len(ep.engines) + len(ep.gateways) + len(ep.exporters) + (1 if stock else 0)
+    core = {ENGINE_JOB, DCGM_JOB, KUBE_STATE_JOB, KUBELET_JOB} if stock else \
+        {ENGINE_JOB, GATEWAY_JOB, EXPORTER_JOB}
+    # A real engine's CPU host has no exporter; a stock fleet adds kube-state-metrics and each
+    # node's kubelet.
+    expected = len(ep.engines) + len(ep.gateways) + len(ep.exporters) + (1 + len(ep.engines) if stock else 0)
 
     def all_up() -> bool:
         reply = requests.get(f"{url}/api/v1/targets", timeout=5).json()

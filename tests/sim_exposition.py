@@ -10,6 +10,7 @@ from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.core import Metric
 from real_exposition import Sample, read
 
+from simulator.cadvisor import cadvisor_families
 from simulator.exposition import engine_families
 from simulator.history import build_fleet
 from simulator.kube_state import kube_state_families
@@ -17,7 +18,7 @@ from simulator.node_history import NodeHistory
 from simulator.scenario import Scenario, ScenarioFault, Truth
 from simulator.series import SeriesStore
 
-JOBS = ("dcgm-exporter", "vllm", "kube-state-metrics")
+JOBS = ("dcgm-exporter", "vllm", "kube-state-metrics", "kubelet")
 Shape = tuple[str, set[frozenset[str]], set[str]]
 
 
@@ -43,6 +44,7 @@ def simulated_stock() -> dict[str, tuple[dict[str, str], list[Sample]]]:
         node = NodeHistory(sc, fleet, name, SeriesStore([0.0]), 60.0, 0.0)
         jobs["dcgm-exporter"] += node.exporter.collect()
         jobs["vllm"] += engine_families(sc.model, node.engine, name)
+        jobs["kubelet"] += cadvisor_families(fleet, name, 1.0)
     jobs["kube-state-metrics"] += kube_state_families(fleet, 1.0)
     out = {}
     for job, families in jobs.items():

@@ -99,20 +99,27 @@ def thermal_throttle(case: Case) -> Diagnosis | None:
 
 
 RESTART_SIGNALS = ("container_restarts", "pod_not_ready")
+# Each restart signal's words, in the order they name the cause: an OOM kill says why the
+# container restarted, a loop in 5 min or in 15 min how often, not Ready how long it was out.
+_RESTARTS = {"container_oom_killed": "OOM-killed at its container's memory limit and restarted",
+             "container_restarts": "restarted {value:.0f} times in 5 min: a restart loop",
+             "restart_loop": "restarted {value:.0f} times in 15 min: a crash loop",
+             "pod_not_ready": "not Ready for 10 min"}
 
 
 def restart_loop(case: Case) -> Diagnosis | None:
-    """An engine's pod restarting again and again, or kept out of service: the platform layer,
-    whatever the engine's own series show while it is down (they are its impact)."""
-    e = first(case, "container_restarts") or first(case, "pod_not_ready")
+    """An engine's pod restarting again and again, killed at its memory limit, or kept out of
+    service: the platform layer, whatever the engine's own series show while it is down (they are
+    its impact)."""
+    e = next(filter(None, (first(case, signal) for signal in _RESTARTS)), None)
     if e is None:
         return None
     cause = RootCause(e.signal, e.labels)
     pod = f"{e.entity.get('namespace', '?')}/{e.entity.get('pod', '?')} on {e.entity.get('node', '?')}"
-    what = (f"restarted {e.value:.0f} times in 5 min: a restart loop" if e.signal == "container_restarts"
-            else "not Ready for 10 min")
-    return verdict(case, "restart_loop", "platform", cause, f"pod {pod} {what}"
-                    + impact_text(case, RESTART_SIGNALS), "warning", RESTART_SIGNALS)
+    causes = [s for s in _RESTARTS if s in RESTART_SIGNALS or case.of(s)]
+    what = _RESTARTS[e.signal].format(value=e.value)
+    return verdict(case, "restart_loop", "platform", cause, f"pod {pod} {what}" + impact_text(case, causes),
+                   "warning", causes)
 
 
 def dependency_degraded(case: Case) -> Diagnosis | None:
@@ -141,14 +148,23 @@ def kv_pressure(case: Case) -> Diagnosis | None:
     threshold too, now or in the last 15 minutes) wait for KV blocks, not for a batch slot: with
     the engine's queue seen, or its own TTFT up, TTFT up is that wait, as it is for
     ``capacity_exhausted``, and the pool is the cause.
+
+    An engine whose pool is far smaller than its same-model peers' (``kv_pool_peer``) is KV pressure
+    waiting for load, at any traffic: the cause by itself, and named beside the other evidence.
     """
     waiting = max(case.context(ENGINE_WAITING).values(), default=0.0)
     # Requests held up inside the engine: in its waiting queue, or its own TTFT up.
     held = waiting > 0 or bool(case.of("engine_ttft_p99"))
     queue = case.of(*QUEUE_UP) or (case.of(*TTFT_UP) if held else [])
     preempt = case.of("preemption_rate")
+    small = case.of("kv_pool_peer")
+    pool = _pool_text(small[0]) if small else ""
     if not queue and not preempt:
-        return None
+        if not small:
+            return None
+        return verdict(case, "kv_pressure", "engine", RootCause(small[0].signal, small[0].labels),
+                       f"KV-cache pool {pool}: it runs out of blocks before its peers as load rises"
+                       + impact_text(case, ["kv_pool_peer"]), "warning", ["kv_pool_peer"])
     kv = {k: v for k, v in case.context("kv_cache_usage").items() if v >= case.limit("kv_cache_usage")}
     evicting = {k: v for k, v in case.context("preemption_rate").items() if v > 0} if held else {}
     if kv:
@@ -166,12 +182,24 @@ def kv_pressure(case: Case) -> Diagnosis | None:
         cause = RootCause("preemption_rate", labels)
         text = (f"its engine {'held requests waiting and ' if waiting > 0 else ''}preempted "
                 f"{evicted[labels]:.0f} sequence(s) in the last 15 min")
+    elif small:
+        cause, text = RootCause(small[0].signal, small[0].labels), f"its KV-cache pool is {pool}"
     else:
         return None
-    causes = ["kv_cache_usage", "preemption_rate"]
+    if small and cause.signal != "kv_pool_peer":
+        text += f" (its KV-cache pool {pool})"
+    causes = ["kv_cache_usage", "preemption_rate", *(["kv_pool_peer"] if small else [])]
     sentence = f"{describe(queue[0])} while {text}" if queue else \
         f"{describe(preempt[0])}: KV cache exhausted" + impact_text(case, causes)
     return verdict(case, "kv_pressure", "engine", cause, sentence, "warning", causes)
+
+
+def _pool_text(event: AnomalyEvent) -> str:
+    """``2772 blocks, 10 % of its same-model peers' 27720`` (the peer median is the baseline)."""
+    peers = event.baseline
+    share = f", {event.value / peers * 100:.0f} % of its same-model peers' {peers:.0f}" \
+        if peers is not None and math.isfinite(peers) and peers > 0 else ""
+    return f"{event.value:.0f} blocks{share}"
 
 
 def _preempted_lately(case: Case) -> dict[Labels, float]:

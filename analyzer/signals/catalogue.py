@@ -16,6 +16,8 @@ from typing import Any
 from pydantic import ValidationError
 
 from analyzer.signals import query as q
+from analyzer.signals.label_value import LabelValue
+from analyzer.signals.sources.vllm_info import KV_POOL_INFO
 from analyzer.signals.spec import SignalSpec, TrafficGuard
 from oximeter.errors import ConfigError
 from oximeter.xids import xid_pattern
@@ -274,6 +276,15 @@ CATALOGUE: dict[str, SignalSpec] = {s.name: s for s in (
                                        q.select("vllm:gpu_cache_usage_perc")))),
        entity_labels=("node", "model"), threshold=0.95, for_s=300,
        description="KV-cache usage ≥ 0.95"),
+    _s(name="kv_pool_peer", layer="engine", kind="peer", unit="blocks",
+       # The pool each engine sized at start (vLLM's cache_config_info, through its adapter): one
+       # a sixth or more below its same-model peers' (the peer detector's 5 robust σ, floored at a
+       # thirtieth of their median) runs out of blocks first, whatever the traffic now. Peers are
+       # engines of one model, so a fleet that serves a model on cards of two sizes sees the
+       # smaller cards' engines here.
+       expr=LabelValue(q.gauge(KV_POOL_INFO), "num_gpu_blocks"),
+       entity_labels=("node", "model", "engine"), peer_labels=("model",), direction="down", for_s=300,
+       description="an engine's KV-cache pool (blocks) far below its same-model peers'"),
     _s(name="preemption_rate", layer="engine", kind="gauge", unit="1/s",
        record="node_model:vllm_num_preemptions:rate5m",
        # The series is `..._total`: vLLM's own example rule on `vllm:num_preemptions` never fires.

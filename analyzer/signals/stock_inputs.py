@@ -1,7 +1,8 @@
 """Which signals a stock fleet can feed, and which it cannot for want of an input.
 
 With ``analyzer.inputs: stock`` the series the signals read come from the adapter recording rules
-(``alert_rules/adapters/``), which translate dcgm-exporter, vLLM and kube-state-metrics. This
+(``alert_rules/adapters/``), which translate dcgm-exporter, vLLM, kube-state-metrics and the
+kubelet's cAdvisor series. This
 module reads those rules to learn which exporter inputs feed which translated series, so that the
 answer follows the rules as written: a signal is unavailable when a series it reads has no adapter
 rule whose inputs are exported (an ECC field dcgm-exporter was not told to collect), or when no
@@ -22,7 +23,8 @@ from analyzer.signals.spec import SignalSpec
 from oximeter.dcgm_fields import DCGM_DEFAULT_FIELDS, counters_line
 from oximeter.promql import metric_names
 
-_EXPORTER_NAME = re.compile(r"^(DCGM_|vllm:|kube_)")
+# The stock exporters' series: dcgm-exporter's, vLLM's, kube-state-metrics' and the kubelet's cAdvisor's.
+_EXPORTER_NAME = re.compile(r"^(DCGM_|vllm:|kube_|container_)")
 # Producers of the metric catalogue that a stock fleet runs too: vLLM itself, Prometheus, and
 # Oximeter's analyzer and reporter (the gateway, the exporter and the simulator it does not run).
 RUN_ON_STOCK = frozenset({"vllm", "prometheus", "analyzer", "reporter"})
@@ -64,7 +66,8 @@ def adapter_rules(adapters_dir: Path = ADAPTERS_DIR) -> list[AdapterRule]:
 
 
 def _exported(name: str, dcgm_fields: frozenset[str]) -> bool:
-    # vLLM serves all its series and kube-state-metrics its default families; only dcgm-exporter
+    # vLLM serves all its series, kube-state-metrics its default families and every kubelet its
+    # cAdvisor series; only dcgm-exporter
     # collects just the fields its counters file lists.
     return name in dcgm_fields if name.startswith("DCGM_") else True
 

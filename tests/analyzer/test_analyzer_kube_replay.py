@@ -21,7 +21,7 @@ from simulator.history import generate
 from simulator.scenario import Scenario, ScenarioFault, Truth
 
 END_S = 1767808800.0
-SIGNALS = ("container_oom_killed", "restart_loop", "container_restarts")
+SIGNALS = ("container_oom_killed", "restart_loop", "container_restarts", "pod_not_ready", "node_not_ready")
 
 
 @cache
@@ -64,7 +64,21 @@ def test_increase_counts_a_reset_as_a_restart_from_zero() -> None:
     assert np.isnan(increase(counts, 2)[5, 0])
 
 
+def test_readiness_is_recorded_per_node_and_pod_and_brief_outages_are_no_event() -> None:
+    # Both nodes stay Ready; each engine's pod is not Ready while its engine is down (n1 for the
+    # 30 s after its OOM kill, n2 after each crash), far under pod_not_ready's 10 minutes.
+    nodes = _frames()["node_not_ready"]
+    assert {nodes.labels_of(c)["node"]: float(nodes.values[c].min()) for c in nodes.values.columns} == \
+        {"n1": 1.0, "n2": 1.0}
+    pods = _frames()["pod_not_ready"]
+    ready = {pods.labels_of(c)["node"]: pods.values[c] for c in pods.values.columns}
+    assert sorted(ready) == ["n1", "n2"]
+    assert {pods.labels_of(c)["pod"] for c in pods.values.columns} == {"vllm-n1", "vllm-n2"}
+    assert ready["n1"].min() == 0 and ready["n1"].iloc[-1] == 1 and ready["n2"].min() == 0
+    assert _nodes("pod_not_ready") == set() and _nodes("node_not_ready") == set()
+
+
 def test_the_replay_writes_the_records_the_adapter_rules_write() -> None:
     rules = {r["record"] for g in load_groups(ADAPTERS_DIR / "kubernetes.rules.yml") for r in g["rules"]}
-    for signal in ("container_oom_killed", "restart_loop"):
+    for signal in ("container_oom_killed", "restart_loop", "pod_not_ready", "node_not_ready"):
         assert metric_names(CATALOGUE[signal].promql) <= rules

@@ -18,6 +18,7 @@ import yaml
 from analyzer.service.pipeline import CONTEXT
 from analyzer.signals import query as q
 from analyzer.signals.catalogue import CATALOGUE, build_catalogue
+from analyzer.signals.label_value import LabelValue
 from analyzer.signals.raw import RawStore
 from analyzer.signals.sources.frames import FrameSource
 from analyzer.signals.spec import SignalSpec
@@ -75,6 +76,9 @@ def fixture() -> list[Series]:
         add("oximeter_host_memory_total_bytes", _const(100 * 2**30), node=node)
         engine = {"node": node, "model_name": "m", "engine": "0"}
         add("vllm:kv_cache_usage_perc", _const(0.4 * load), **engine)
+        # The vLLM adapter's record of each engine's pool: its size is a label.
+        add("node_model_engine:vllm_cache_config:info", _const(1), node=node, model="m", engine="0",
+            num_gpu_blocks=str(int(1000 * load)), block_size="16")
         add("vllm:num_preemptions_total", _counter(0.1 * load), **engine)
         add("vllm:prefix_cache_hits_total", _counter(3.0), **engine)
         add("vllm:prefix_cache_queries_total", _counter(4.0 * load), **engine)
@@ -151,6 +155,13 @@ def test_every_signal_replays_as_prometheus_computes_it(tmp_path: Path) -> None:
         frame = source.fetch(spec, at, at, STEP)
         row = frame.values.iloc[-1].dropna()
         assert len(row), f"{name}: the fixture gives it no value"
+        if isinstance(spec.expr, LabelValue):
+            # PromQL answers the info series (value 1); the source reads the number from its label.
+            pools = {frame.labels_of(str(k))["node"]: v for k, v in row.items()}
+            assert pools == {"n1": 1000.0, "n2": 2000.0}
+            checks.append({"expr": f"count({spec.promql})", "eval_time": f"{EVAL * STEP}s",
+                           "exp_samples": [{"labels": "{}", "value": len(row)}]})
+            continue
         for key, value in row.items():
             marked = {**frame.labels_of(str(key)), "signal": name}
             inputs.append({"series": f"frame_value{_labels(marked)}",

@@ -48,6 +48,11 @@ PINNED = {
     "69c588e6d254a806": 3,  # fault kinds' effects from one registry, one defaults module: same histories
     "9537e5193ec65202": 3,  # both of the above merged: same histories
     "ac58da7ff50d2cc2": 3,  # the field table in the core and the fault-kind registry together: same histories
+    "f41c70fcd4c1b6d1": 4,  # vLLM's cache_config_info; stock: cAdvisor engine memory, node memory capacity
+    "14ea111acc965f33": 4,  # a scenario's truth may name restart_loop and node_not_ready: same histories
+    "95d6b74b048ff635": 4,  # the above merged with the analyzer's stage packages: same histories
+    "2b6c339303e9ed9a": 4,  # the above with the fault-kind registry and the core field table
+    "3bf54b4b47d7083d": 5,  # vllm:cache_config_info labelled as a real vLLM 0.32.0 engine labels it
 }
 
 

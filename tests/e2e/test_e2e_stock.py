@@ -62,7 +62,7 @@ def _thermal_on(api: str, node: str, gpu: str) -> list[dict[str, Any]]:
 def test_a_stock_fleet_scrapes_no_oximeter_producer(stock_stack: Stack) -> None:
     jobs = {r["metric"]["job"] for r in stock_stack.query("count by (job) (up)")}
     # The analyzer's own job joins once its port is known; Oximeter's gateway and exporter never.
-    assert jobs - {"oximeter-analyzer"} == {"vllm", "dcgm-exporter", "kube-state-metrics"}
+    assert jobs - {"oximeter-analyzer"} == {"vllm", "dcgm-exporter", "kube-state-metrics", "kubelet"}
     assert stock_stack.query('count({__name__=~"oximeter_(gpu_ecc|queue_limit|requests_total).*"})') == []
     # The adapters translate dcgm-exporter's fields: every GPU has a temperature under our name.
     # Targets being up says each was scraped once, not that a rule evaluation has run since, so a

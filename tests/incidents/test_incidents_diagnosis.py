@@ -268,6 +268,21 @@ ROWS = [
         root="preemption_rate",
         sentence="ttft p99 1.2 s = 3.0 × baseline while its engine held requests waiting and preempted "
                  "0.03/s"),
+    Row("a pool far below its peers' is KV pressure at any traffic", dx.kv_pressure,
+        (ev("kv_pool_peer", 2772, 27720, node="node-0", model="m", engine="0"),), KV_OK,
+        root="kv_pool_peer", severity="warning",
+        sentence="KV-cache pool 2772 blocks, 10 % of its same-model peers' 27720: it runs out of "
+                 "blocks before its peers as load rises"),
+    Row("a queue beside a small pool names the pool", dx.kv_pressure,
+        (Q, ev("kv_pool_peer", 2772, 27720, node="node-0", model="m", engine="0")), merge(UTIL_LOW, KV_OK),
+        root="kv_pool_peer",
+        sentence="queue_wait p99 4.8 s = 6.1 × baseline while its KV-cache pool is 2772 blocks, 10 % of its "
+                 "same-model peers' 27720"),
+    Row("a full cache beside a small pool names the cache, and the pool", dx.kv_pressure,
+        (Q, ev("kv_pool_peer", 2772, 27720, node="node-0", model="m", engine="0")), merge(UTIL_HIGH, KV_FULL),
+        root="kv_cache_usage",
+        sentence="queue_wait p99 4.8 s = 6.1 × baseline while KV cache 97 % full (its KV-cache pool "
+                 "2772 blocks, 10 % of its same-model peers' 27720)"),
     Row("TTFT up while its engine queues with the KV cache full", dx.kv_pressure, (TTFT,),
         merge(UTIL_LOW, ENGINE_WAITED, KV_FULL), root="kv_cache_usage"),
     Row("a preempting engine that never queued: TTFT alone is not KV pressure", dx.kv_pressure, (TTFT,),
@@ -456,6 +471,15 @@ ROWS = [
          ev("container_restarts", 2, 0, onset=1, node="node-0", namespace="llm", pod="vllm-0")),
         winner="xid_critical", root="xid_paging"),
     Row("restarts need a restart event", dx.restart_loop, (PREEMPT,), fires=False, winner="kv_pressure"),
+    Row("an engine killed at its memory limit: the OOM kill names the cause", dx.restart_loop,
+        (ev("container_restarts", 2, 0, node="node-0", namespace="llm", pod="vllm-0"),
+         ev("container_oom_killed", 1, 0, node="node-0", namespace="llm", pod="vllm-0"), TTFT),
+        root="container_oom_killed", severity="warning",
+        sentence="pod llm/vllm-0 on node-0 OOM-killed at its container's memory limit and restarted; "
+                 "impact: ttft p99 1.2 s = 3.0 × baseline"),
+    Row("a crash loop the 5-minute count misses", dx.restart_loop,
+        (ev("restart_loop", 3, 0, node="node-0", namespace="llm", pod="vllm-0"),), root="restart_loop",
+        sentence="pod llm/vllm-0 on node-0 restarted 3 times in 15 min: a crash loop"),
     Row("a node not Ready takes its pods and telemetry with it", dx.node_not_ready,
         (ev("node_not_ready", 0, 1, node="node-0"),
          ev("pod_not_ready", 0, 1, onset=1, node="node-0", namespace="llm", pod="vllm-0"),

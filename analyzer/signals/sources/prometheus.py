@@ -23,6 +23,7 @@ import requests
 from pydantic import SecretStr
 
 from analyzer.signals.frame import SeriesFrame
+from analyzer.signals.label_value import as_values
 from analyzer.signals.sources.base import align, grid_index
 from analyzer.signals.sources.matrix import decode_matrix
 from analyzer.signals.sources.prometheus_settings import PrometheusSettings
@@ -68,6 +69,9 @@ class PrometheusSource:
 
     def fetch(self, spec: SignalSpec, start: datetime, end: datetime, step_s: float) -> SeriesFrame:
         """``spec`` on the aligned grid [start, end], one family-wide query per chunk."""
+        return as_values(spec, self._fetch(spec, start, end, step_s))
+
+    def _fetch(self, spec: SignalSpec, start: datetime, end: datetime, step_s: float) -> SeriesFrame:
         grid = grid_index(start, end, step_s)
         if not (self.use_recording_rules and spec.record):
             return self._frame(spec.promql, grid, step_s)

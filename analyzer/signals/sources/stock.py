@@ -22,7 +22,10 @@ import numpy as np
 
 from analyzer.signals.query import aggregate
 from analyzer.signals.raw import Labeled, RawStore
+from analyzer.signals.sources.cadvisor import cadvisor_translated
 from analyzer.signals.sources.kube import kube_translated
+from analyzer.signals.sources.kube_ready import ready_translated
+from analyzer.signals.sources.vllm_info import cache_config_translated
 from oximeter.dcgm_fields import DCGM_FIELDS, MIB
 from oximeter.xids import APPLICATION_XIDS, PAGING_XIDS
 
@@ -154,6 +157,9 @@ def translated(store: RawStore) -> Iterator[tuple[str, Labeled]]:
         for counted in _xid_counters(store):
             yield "oximeter_gpu_xid_errors_total", counted
     yield from kube_translated(store)
+    yield from ready_translated(store)
+    yield from cache_config_translated(store)
+    yield from cadvisor_translated(store)
     for source, record in VLLM_GAUGES.items():
         data = aggregate(store.select(source), ("engine",), "sum")
         yield record, Labeled(data.values, tuple(_model_labels(la) for la in data.labels))
