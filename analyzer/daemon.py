@@ -37,17 +37,20 @@ from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
 from analyzer.api import build_app, start_api
 from analyzer.blindness import BlindWatch
+from analyzer.burn import burn_specs
 from analyzer.catalogue import CATALOGUE
 from analyzer.daemon_metrics import DaemonMetrics, LogNotifier, Notifier
 from analyzer.frame import SeriesFrame
+from analyzer.harm import graded
 from analyzer.incident_store import IncidentStore
 from analyzer.incidents import IncidentSettings, IncidentTracker, findings
 from analyzer.kube_changes import KubeChangePoller
 from analyzer.maintenance import MaintenanceStore, MaintenanceWindow
 from analyzer.oncall import OnCall
-from analyzer.pipeline import CyclePipeline, Pipeline, topology_from_frames
+from analyzer.pipeline import CONTEXT, CyclePipeline, Pipeline, topology_from_frames
 from analyzer.settings import AnalyzerSettings, InputProfile
 from analyzer.signals import SignalSpec
+from analyzer.slo import SloSettings
 from analyzer.sources.base import ReplayClock, Source
 from analyzer.topology import Topology, TopologySettings
 from analyzer.unsaved import Unsaved
@@ -79,8 +82,10 @@ class Analyzer:
                  catalogue: Mapping[str, SignalSpec] = CATALOGUE,
                  change_feed: Callable[[datetime], object] | None = None,
                  unreadable: frozenset[str] = frozenset(), not_judged: Sequence[str] = (),
-                 maintenance: Sequence[MaintenanceWindow] = ()) -> None:
+                 maintenance: Sequence[MaintenanceWindow] = (), slos: SloSettings | None = None) -> None:
         self.pipeline, self.store, self.settings, self.catalogue = pipeline, store, settings, catalogue
+        # Severity follows the harm these objectives measure (analyzer/harm.py); None: the rules'.
+        self.slos = slos
         self.unreadable = unreadable  # context the inputs cannot feed (AnalyzerSettings.unreadable_context)
         # Records changes found in the telemetry itself (Kubernetes restarts and rollouts).
         self.change_feed = change_feed
@@ -111,8 +116,11 @@ class Analyzer:
             except (*SOURCE_ERRORS, sqlite3.Error) as exc:  # the signals were read: judge them, retry later
                 logger.warning("analyzer: cannot read platform changes: {}", exc)
         topology = topology_from_frames(frames, self.topology)
-        found = findings(events, topology, now=now, snapshot=self.pipeline.snapshot(frames, now),
+        snapshot = self.pipeline.snapshot(frames, now)
+        found = findings(events, topology, now=now, snapshot=snapshot,
                          settings=self.settings, catalogue=self.catalogue, unreadable=self.unreadable)
+        if self.slos is not None:
+            found = graded(found, snapshot, self.slos)
         lookback = timedelta(seconds=self.settings.lookback_s + self.settings.reopen_window_s)
         windows = self.windows(now - lookback, now)
         # A declared change under a maintenance window is the planned work: expected, not evidence.
@@ -262,15 +270,17 @@ class AnalyzeConfig:
     incidents: IncidentSettings
     topology: TopologySettings
     reporter: ReporterSettings
+    slos: SloSettings = dataclasses.field(default_factory=SloSettings)
 
     @classmethod
     def load(cls, path: str | None) -> AnalyzeConfig:
-        """Read ``path`` (or ./oximeter.yaml) and validate the four sections."""
+        """Read ``path`` (or ./oximeter.yaml) and validate the five sections."""
         sections, where = read_config(path)
         return cls(section(sections, "analyzer", AnalyzerSettings, where),
                    section(sections, "incidents", IncidentSettings, where),
                    section(sections, "topology", TopologySettings, where),
-                   section(sections, "reporter", ReporterSettings, where))
+                   section(sections, "reporter", ReporterSettings, where),
+                   section(sections, "slos", SloSettings, where))
 
 
 def _source(args: argparse.Namespace, config: AnalyzeConfig) -> Source:
@@ -331,7 +341,8 @@ def _run(args: argparse.Namespace, config: AnalyzeConfig, store: IncidentStore) 
         return 2
     pipeline = CyclePipeline(source, config.analyzer.catalogue(), config.analyzer.step_s,
                              config.analyzer.live_window_s, policy=config.analyzer.baseline.policy(),
-                             change_events=store.change_events)
+                             change_events=store.change_events,
+                             context_specs={**CONTEXT, **burn_specs(config.slos)})
     metrics = DaemonMetrics()
     try:
         from reporter.wiring import build_reporting
@@ -353,7 +364,7 @@ def _run(args: argparse.Namespace, config: AnalyzeConfig, store: IncidentStore) 
                         change_feed=kube.poll if kube is not None else None,
                         unreadable=config.analyzer.unreadable_context(),
                         not_judged=config.analyzer.not_judged(),
-                        maintenance=[m.window() for m in settings.maintenance])
+                        maintenance=[m.window() for m in settings.maintenance], slos=config.slos)
     # A restart into an ongoing fault: its evidence stays out of the first cycle's baselines.
     pipeline.remember(e for inc in analyzer.tracker.incidents if inc.state == "open" for e in inc.evidence)
     if args.once:

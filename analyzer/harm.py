@@ -1,0 +1,51 @@
+"""An incident's severity from the harm it does: the fastest error-budget burn among the SLOs it
+harms (``analyzer/burn.py``), never a fixed line alone.
+
+A finding harms the objectives of the requests its nodes served (its services' burns when it names
+no node): burning fast enough to page makes it critical, a ticket's burn a warning. What the rules
+say without an SLO (a paging Xid, an ECC storm, a queue wait over a static line) is evidence of a
+fault that needs a hand, at most a warning, until users feel it. Each cycle grades again, so an
+incident rises as its burn does (the tracker never lowers a severity).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import replace
+
+from analyzer.burn import Burn, burns, fastest
+from analyzer.case import Snapshot
+from analyzer.incidents import Finding
+from analyzer.slo import SloSettings
+from oximeter.vocabulary import SEVERITY_RANK, Severity
+
+# The most a rule's own verdict may say without a burn behind it: a ticket, not a page.
+EVIDENCE_CEILING: Severity = "warning"
+
+
+def harmed(found: Sequence[Burn], services: Sequence[str], nodes: Sequence[str]) -> list[Burn]:
+    """The burns of the requests ``nodes`` served (of ``services``, where named); without nodes,
+    every burn of ``services``."""
+    own = [b for b in found if not services or b.service in services]
+    if nodes:
+        return [b for b in own if b.node in nodes]
+    return own
+
+
+def _ceiling(severity: Severity) -> Severity:
+    return min(severity, EVIDENCE_CEILING, key=SEVERITY_RANK.__getitem__)
+
+
+def graded(found: Sequence[Finding], snapshot: Snapshot, slos: SloSettings) -> list[Finding]:
+    """``found`` with each diagnosis' severity the fastest burn it harms, or its rule's (at most a
+    warning) when that is higher."""
+    now = burns(snapshot, slos)
+    out = []
+    for finding in found:
+        burn, _ = fastest(harmed(now, finding.services, sorted(finding.group.nodes)), slos)
+        rule = _ceiling(finding.diagnosis.severity)
+        severity = max(burn, rule, key=SEVERITY_RANK.__getitem__)
+        if severity != finding.diagnosis.severity:
+            finding = replace(finding, diagnosis=replace(finding.diagnosis, severity=severity))
+        out.append(finding)
+    return out
