@@ -9,6 +9,11 @@ at ``page_fast_burn``, or 6 h and 30 min at ``page_slow_burn``); a ticket, the 3
 windows at ``ticket_burn``. On a history shorter than a window, the window holds what there is, as
 Prometheus's ``increase`` over a range longer than its samples does.
 
+A stuck queue finishes no request, so no count sees it: where the gateway exports the age of its
+oldest waiting request (and of the oldest admitted one without a first byte), an age that stayed
+beyond a queue-wait (time-to-first-token) objective's threshold for a whole minute is every
+waiting request bad, and pages like the fastest burn.
+
 The same expressions run on Prometheus (their PromQL) and on a replayed history (evaluated here).
 """
 
@@ -61,6 +66,35 @@ class CountBy(q.Expr):
         return q.aggregate(Labeled(inc, raw.labels), others, "sum")
 
 
+# The age of the oldest request each latency indicator waits on, where the gateway exports one.
+OLDEST: dict[str, str] = {"queue_wait": "oximeter_queue_oldest_wait_seconds",
+                          "ttft": "oximeter_upstream_oldest_unanswered_seconds"}
+# How long the oldest request's age must stay beyond the threshold: the queue has not moved since.
+STUCK_S = 60.0
+
+
+@dataclass(frozen=True)
+class LeastBy(q.Expr):
+    """``max by (<by>) (min_over_time(series[window]))``: the least a gauge was over the window,
+    its highest per entity."""
+
+    series: q.Selector
+    window_s: float
+    by: tuple[str, ...] = BY
+
+    @property
+    def promql(self) -> str:
+        """The rolling minimum, kept by entity."""
+        return (f"max by ({', '.join(self.by)}) "
+                f"(min_over_time({self.series.promql}[{q.duration(self.window_s)}]))")
+
+    def evaluate(self, store: RawStore) -> Labeled:
+        """Rolling minimum per raw series, the highest per entity."""
+        data = q.OverTime(self.series, self.window_s, 0.0).evaluate(store)
+        others = tuple(sorted({k for lab in data.labels for k in lab} - set(self.by)))
+        return q.aggregate(data, others, "max")
+
+
 def _le(threshold_s: float) -> str:
     # A whole bound is "1" from Prometheus 3 and "1.0" from client libraries (slo_rules' _le).
     return f"~{int(threshold_s)}(\\.0)?" if threshold_s.is_integer() else f"{threshold_s!r}"
@@ -103,6 +137,10 @@ def burn_specs(slos: SloSettings) -> dict[str, SignalSpec]:
                     name = spec_name(objective.name, sli, part, window)
                     out[name] = SignalSpec.of(CountBy(selector, seconds), name=name, layer="ingress",
                                               kind="gauge", entity_labels=BY)
+            if sli in OLDEST:
+                name = spec_name(objective.name, sli, "oldest", "1m")
+                oldest = LeastBy(q.select(OLDEST[sli], _scope(objective)), STUCK_S)
+                out[name] = SignalSpec.of(oldest, name=name, layer="ingress", kind="gauge", entity_labels=BY)
     return out
 
 
@@ -114,6 +152,17 @@ class Burn:
     sli: str
     labels: Labels
     rates: Mapping[str, float]
+    # One minus the target: the share of bad requests the window allows.
+    budget: float = 1.0
+    # The oldest waiting request's age, at least, over the last minute, where the gateway exports
+    # it; past the objective's threshold the queue is stuck (``stuck``).
+    oldest_s: float = 0.0
+    threshold_s: float = math.inf
+
+    @property
+    def stuck(self) -> bool:
+        """Whether no request left the queue for a minute while one waited past the threshold."""
+        return self.oldest_s >= self.threshold_s
 
     @property
     def service(self) -> str:
@@ -132,7 +181,10 @@ class Burn:
 
 
 def grade(burn: Burn, slos: SloSettings) -> Severity:
-    """``critical`` (page), ``warning`` (ticket) or ``info``, by the burn-rate alerts' rule."""
+    """``critical`` (page), ``warning`` (ticket) or ``info``, by the burn-rate alerts' rule; a
+    stuck queue pages."""
+    if burn.stuck:
+        return "critical"
     if burn.both("1h", "5m") >= slos.page_fast_burn or burn.both("6h", "30m") >= slos.page_slow_burn:
         return "critical"
     if burn.both("3d", "6h") >= slos.ticket_burn:
@@ -143,6 +195,8 @@ def grade(burn: Burn, slos: SloSettings) -> Severity:
 def headline(burn: Burn, slos: SloSettings) -> float:
     """The burn a reader is told: that of the fastest pair of windows the grade rests on (the
     1 h and 5 min pair when nothing fires)."""
+    if burn.stuck:  # every waiting request is bad: the whole share, over the budget
+        return 1.0 / burn.budget
     pairs = {"critical": (("1h", "5m"), ("6h", "30m")), "warning": (("3d", "6h"),)}
     return max(burn.both(*pair) for pair in pairs.get(grade(burn, slos), (("1h", "5m"),)))
 
@@ -156,6 +210,7 @@ def burns(snapshot: Snapshot, slos: SloSettings) -> list[Burn]:
     """Every indicator's burn on every entity the snapshot has counts for (``burn_specs``' series)."""
     out = []
     for objective in slos.objectives:
+        thresholds: dict[str, float] = {lat.indicator: lat.threshold_s for lat in objective.latency}
         for sli, target, _bad in indicators(objective):
             budget = 1.0 - target
             counted_is_bad = _selectors(objective, sli)[2]
@@ -168,7 +223,11 @@ def burns(snapshot: Snapshot, slos: SloSettings) -> list[Burn]:
                     bad = part if counted_is_bad else total - part
                     ratio = min(max(bad / total, 0.0), 1.0) if total > 0 and math.isfinite(bad) else math.nan
                     rates.setdefault(labels, {})[window] = ratio / budget
-            out += [Burn(objective.name, sli, labels, by_window)
+            oldest = _counts(snapshot, spec_name(objective.name, sli, "oldest", "1m"))
+            for labels in oldest.keys() - rates.keys():  # a queue so stuck that nothing has finished
+                rates[labels] = dict.fromkeys(WINDOWS_S, math.nan)
+            out += [Burn(objective.name, sli, labels, by_window, budget, oldest.get(labels, 0.0),
+                         thresholds.get(sli, math.inf))
                     for labels, by_window in sorted(rates.items())]
     return out
 

@@ -103,7 +103,30 @@ def test_counts_are_the_same_query_on_prometheus_and_on_a_history() -> None:
 
 def test_every_objective_has_its_counts_for_every_window() -> None:
     specs = burn_specs(SLOS)
-    assert len(specs) == 2 * len(WINDOWS_S) * 2  # availability and queue wait, counted and all
+    # Availability and queue wait, counted and all, and the queue's oldest wait.
+    assert len(specs) == 2 * len(WINDOWS_S) * 2 + 1
     within = specs[spec_name("requests", "queue_wait", "counted", "1h")]
     assert within.promql == ('sum by (service, node) (increase('
                              'oximeter_queue_wait_seconds_bucket{le=~"1(\\.0)?"}[1h]))')
+
+
+def test_a_queue_whose_oldest_request_waited_past_the_threshold_a_whole_minute_pages() -> None:
+    # 15 s scrapes: n1's queue stopped moving (its oldest request ages with the clock); n2's drains
+    # (its oldest request is always a fresh one, now and then past a second).
+    index = pd.date_range("2026-01-01", periods=12, freq="15s", tz="UTC")
+    stuck = np.arange(12) * 15.0
+    draining = np.tile([0.2, 1.5, 0.4, 0.9], 3)
+    labels = [{"node": node, "service": "chat", "model": "m"} for node in ("n1", "n2")]
+    store = RawStore(index, ["oximeter_queue_oldest_wait_seconds"] * 2, labels,
+                     np.array([stuck, draining]).T.astype(np.float32))
+    spec = burn_specs(SLOS)[spec_name("requests", "queue_wait", "oldest", "1m")]
+    assert spec.promql == ('max by (service, node) (min_over_time(oximeter_queue_oldest_wait_seconds[1m]))')
+    assert spec.expr is not None
+    got = spec.expr.evaluate(store)
+    snap = {spec.name: {tuple(sorted(lab.items())): float(v) for lab, v in zip(got.labels, got.values[-1],
+                                                                                strict=True)}}
+    # No request finished on n1 for a minute: nothing counted, yet every waiting request is bad.
+    found = {b.node: b for b in burns(snap, SLOS) if b.sli == "queue_wait"}
+    assert found["n1"].stuck and grade(found["n1"], SLOS) == "critical"
+    assert not found["n2"].stuck and grade(found["n2"], SLOS) == "info"
+    assert fastest(list(found.values()), SLOS) == ("critical", found["n1"])
