@@ -96,15 +96,16 @@ class LeastBy(q.Expr):
 
 
 def _le(threshold_s: float) -> str:
-    # A whole bound is "1" from Prometheus 3 and "1.0" from client libraries (slo_rules' _le).
-    return f"~{int(threshold_s)}(\\.0)?" if threshold_s.is_integer() else f"{threshold_s!r}"
+    # A whole bound is "1" from Prometheus 3 and "1.0" from client libraries (slo_rules' _le); the
+    # dot unescaped, as the matcher is written into PromQL as it stands.
+    return f"~{int(threshold_s)}(.0)?" if threshold_s.is_integer() else f"{threshold_s!r}"
 
 
 def _scope(objective: Objective) -> dict[str, str]:
     return {k: v for k, v in (("service", objective.service), ("model", objective.model)) if v}
 
 
-def _selectors(objective: Objective, sli: str) -> tuple[q.Selector, q.Selector, bool]:
+def selectors(objective: Objective, sli: str) -> tuple[q.Selector, q.Selector, bool]:
     """``(counted, all, counted_is_bad)``: a latency indicator counts the requests within its
     threshold, availability the bad answers."""
     scope = _scope(objective)
@@ -131,7 +132,7 @@ def burn_specs(slos: SloSettings) -> dict[str, SignalSpec]:
     out: dict[str, SignalSpec] = {}
     for objective in slos.objectives:
         for sli, _target, _bad in indicators(objective):
-            counted, every, _ = _selectors(objective, sli)
+            counted, every, _ = selectors(objective, sli)
             for window, seconds in WINDOWS_S.items():
                 for part, selector in (("counted", counted), ("all", every)):
                     name = spec_name(objective.name, sli, part, window)
@@ -213,7 +214,7 @@ def burns(snapshot: Snapshot, slos: SloSettings) -> list[Burn]:
         thresholds: dict[str, float] = {lat.indicator: lat.threshold_s for lat in objective.latency}
         for sli, target, _bad in indicators(objective):
             budget = 1.0 - target
-            counted_is_bad = _selectors(objective, sli)[2]
+            counted_is_bad = selectors(objective, sli)[2]
             rates: dict[Labels, dict[str, float]] = {}
             for window in WINDOWS_S:
                 counted = _counts(snapshot, spec_name(objective.name, sli, "counted", window))

@@ -349,7 +349,7 @@ def _run(args: argparse.Namespace, config: AnalyzeConfig, store: IncidentStore) 
 
         # The outbox lives in this store; chat channels read their URLs from the environment.
         reporting = build_reporting(store, config.reporter, read_secret("OXIMETER_API_TOKEN"),
-                                    metrics.registry)
+                                    metrics.registry, config.slos)
     except OximeterError as exc:
         if isinstance(exc, ConfigError) and exc.path is None:  # a channel's secret: name the file too
             exc = ConfigError(exc.problems, str(args.config or DEFAULT_CONFIG_PATH))

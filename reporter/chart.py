@@ -1,4 +1,5 @@
-"""The digest's PNG: queue_wait p99, 504 ratio and GPU utilisation over the day (matplotlib, Agg)."""
+"""The digest's PNG: queue_wait p99, 504 ratio, GPU utilisation and every SLO's burn over the day
+(matplotlib, Agg)."""
 
 from __future__ import annotations
 
@@ -13,10 +14,14 @@ matplotlib.use("Agg")  # no display: render to bytes only (must precede pyplot's
 import matplotlib.dates as mdates
 import matplotlib.pyplot as plt
 
+from reporter.digest_budget import CHART_PREFIX
+
 PANELS = (
     ("queue_wait_p99_s", "queue wait p99 (s)", 1.0),
     ("ratio_504", "504 ratio", 0.01),
     ("gpu_utilization", "GPU utilisation (fleet mean)", None),
+    # Every SLO's 1 h burn in one panel, a line each; drawn against the ticket's burn of 1.
+    (CHART_PREFIX, "error-budget burn, 1 h (×)", 1.0),
 )
 WIDTH_PX, HEIGHT_PX, DPI = 1000, 750, 100  # well under WeCom's 2 MB image limit
 
@@ -28,11 +33,14 @@ def render_chart(series: Mapping[str, Sequence[tuple[float, float]]], title: str
                              sharex=True)
     try:
         for ax, (key, label, threshold) in zip(axes, PANELS, strict=True):
-            points = series.get(key, ())
-            if points:
+            lines = {name: points for name, points in series.items() if points and
+                     (name == key or (key == CHART_PREFIX and name.startswith(CHART_PREFIX)))}
+            for name, points in lines.items():
                 ax.plot([datetime.fromtimestamp(t, tz) for t, _ in points], [v for _, v in points],
-                        linewidth=1.2)
-            else:
+                        linewidth=1.2, label=name.removeprefix(CHART_PREFIX))
+            if key == CHART_PREFIX and lines:
+                ax.legend(fontsize=7, loc="upper left")
+            if not lines:
                 ax.text(0.5, 0.5, "no data", transform=ax.transAxes, ha="center", va="center")
             if threshold is not None:
                 ax.axhline(threshold, color="red", linestyle="--", linewidth=0.8)

@@ -5,8 +5,9 @@ Three numbers with their colours: the largest queue length
 ``avg_over_time(stddev(oximeter_gpu_utilization_ratio)[1d:1m])`` (yellow over 0.30). Then each
 service's peak use of its limits and whether the fleet could lose a node at its peak
 (``reporter/digest_capacity.py``), incidents by layer and rule with MTTD/MTTR from the store, SLO
-attainment and error budget left (TTFT p99 and availability), the noisiest signals of the day,
-GPU health by node and a chart.
+attainment and error budget left (TTFT p99 and availability), each SLO's budget left and burn
+over the day (``reporter/digest_budget.py``), the noisiest signals of the day, GPU health by node
+and a chart.
 
 Counter totals are exact: the day's samples are fetched at a one-minute step and their increase
 summed in Python (a reset counts from zero), rather than ``increase()``, which extrapolates to the
@@ -22,14 +23,12 @@ from dataclasses import dataclass, field
 from datetime import UTC, date, datetime, time, timedelta, tzinfo
 from zoneinfo import ZoneInfo
 
-import numpy as np
-
-from analyzer.detectors.counter import counter_steps
 from analyzer.incident_store import IncidentQuery, IncidentStore
 from analyzer.incidents import Incident
-from oximeter.prometheus import Series
+from analyzer.slo import SloSettings
+from reporter.digest_budget import BudgetRow, budget_rows, burn_chart
 from reporter.digest_capacity import Headroom, NMinusOne, headroom, n_minus_one, placement
-from reporter.prom import PromQuery
+from reporter.prom import PromQuery, increases
 from reporter.settings import DigestSettings
 
 STEP_S = 60.0  # the contract's 1m resolution
@@ -158,14 +157,9 @@ class Digest:
     headroom: tuple[Headroom, ...] = ()
     n_minus_one: tuple[NMinusOne, ...] = ()
     noisy_signals: tuple[NoisySignal, ...] = ()
+    budgets: tuple[BudgetRow, ...] = ()  # each SLO's burn over the day and budget left, per service
     simulated_nodes: tuple[str, ...] = ()  # nodes whose exporter said ``oximeter_simulation_info``
     chart: dict[str, list[tuple[float, float]]] = field(default_factory=dict, compare=False)
-
-
-def increases(series: Iterable[Series]) -> list[tuple[dict[str, str], float]]:
-    """Each series' exact increase over its points (a reset counts from 0)."""
-    return [(dict(s.labels), float(counter_steps(np.array([v for _, v in s.points], dtype=np.float64)).sum()))
-            for s in series]
 
 
 def _sum_by(rows: Iterable[tuple[dict[str, str], float]], *keys: str) -> dict[tuple[str, ...], float]:
@@ -263,8 +257,10 @@ def _chart(prom: PromQuery, start: datetime, end: datetime) -> dict[str, list[tu
 
 
 def collect(prom: PromQuery, store: IncidentStore | None, day: date, settings: DigestSettings,
-            *, with_chart: bool = True) -> Digest:
-    """Query yesterday (``day``) from Prometheus and the store."""
+            *, with_chart: bool = True, slos: SloSettings | None = None) -> Digest:
+    """Query yesterday (``day``) from Prometheus and the store (``slos``: the objectives whose
+    budgets it shows; the configuration's defaults when None)."""
+    slos = slos or SloSettings()
     start, end = day_bounds(day, zone(settings.timezone))
     span = f"{int((end - start).total_seconds())}s"
     queue = prom.instant(f"max by (service, node) (max_over_time(oximeter_queue_length[{span}]))", end)
@@ -296,6 +292,8 @@ def collect(prom: PromQuery, store: IncidentStore | None, day: date, settings: D
         headroom=headroom(prom, start, end, STEP_S, placement(prom, start, end)),
         n_minus_one=n_minus_one(prom, start, end, STEP_S),
         noisy_signals=_noisy(prom, start, end, incidents, settings.top_signals),
+        budgets=budget_rows(prom, slos, start, end, STEP_S),
         simulated_nodes=tuple(sorted({s.label("node") for s in prom.instant(
             f"max by (node) (max_over_time(oximeter_simulation_info[{span}]))", end) if s.last >= 1})),
-        chart=_chart(prom, start, end) if with_chart else {})
+        chart={**_chart(prom, start, end), **burn_chart(prom, slos, start, end, CHART_STEP_S)}
+        if with_chart else {})

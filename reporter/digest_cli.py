@@ -8,6 +8,7 @@ import sys
 import time
 from dataclasses import asdict
 from datetime import date, datetime, timedelta
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -55,6 +56,7 @@ def run(args: argparse.Namespace) -> int:
     """Entry point of ``oximeter report``."""
     from analyzer.incident_store import IncidentStore
     from analyzer.settings import IncidentSettings
+    from analyzer.slo import SloSettings
     from reporter.digest_schedule import build, send
     from reporter.prom import digest_client
 
@@ -67,9 +69,10 @@ def run(args: argparse.Namespace) -> int:
         # A preview must not create an empty store as a side effect.
         there = is_postgres_url(store_path) or Path(store_path).exists()
         store = IncidentStore(connect(store_path)) if there or not args.dry_run else None
+        slos = section(sections, "slos", SloSettings, where)
         if args.dry_run:
-            return _preview(build(prom, store, day, settings), Path(args.out))
-        return _send(prom, store, day, settings, args.channel, send)
+            return _preview(build(prom, store, day, settings, slos), Path(args.out))
+        return _send(prom, store, day, settings, args.channel, partial(send, slos=slos))
     except (OximeterError, StoreError) as exc:
         print(f"oximeter report: {exc}", file=sys.stderr)
         return 1

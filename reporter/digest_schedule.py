@@ -17,6 +17,7 @@ from datetime import UTC, date, datetime, time, timedelta
 from loguru import logger
 
 from analyzer.incident_store import IncidentStore
+from analyzer.slo import SloSettings
 from oximeter.errors import OximeterError
 from oximeter.store import lock_for
 from reporter.chart import render_chart
@@ -30,9 +31,10 @@ from reporter.settings import ReporterSettings
 
 
 def build(prom: PromQuery, store: IncidentStore | None, day: date,
-          settings: ReporterSettings) -> tuple[Digest, Message]:
-    """Collect ``day`` and render the message with its chart."""
-    digest = collect(prom, store, day, settings.digest)
+          settings: ReporterSettings, slos: SloSettings | None = None) -> tuple[Digest, Message]:
+    """Collect ``day`` and render the message with its chart (``slos``: the objectives whose
+    budgets it shows)."""
+    digest = collect(prom, store, day, settings.digest, slos=slos)
     png = render_chart(digest.chart, f"Oximeter {day.isoformat()}", zone(settings.digest.timezone))
     return digest, to_message(digest, settings, png)
 
@@ -46,9 +48,10 @@ def already_queued(outbox: Outbox, day: date) -> bool:
 
 
 def send(prom: PromQuery, store: IncidentStore | None, outbox: Outbox, day: date, settings: ReporterSettings,
-         channels: Iterable[str] | None = None, now: float | None = None) -> Message:
+         channels: Iterable[str] | None = None, now: float | None = None,
+         slos: SloSettings | None = None) -> Message:
     """Queue ``day``'s digest on ``channels`` (default: ``digest.channels``, else every channel)."""
-    _, message = build(prom, store, day, settings)
+    _, message = build(prom, store, day, settings, slos)
     if message.image_png:  # before it is queued: the link in the message must already resolve
         save_chart(outbox.conn, message.image_png, day.isoformat(), keep=settings.digest.keep_charts)
     chosen = list(channels) if channels is not None else settings.digest.channels

@@ -23,6 +23,7 @@ from pydantic import SecretStr
 
 from analyzer.api import CLOCK
 from analyzer.incident_store import IncidentStore
+from analyzer.slo import SloSettings
 from oximeter.errors import OximeterError
 from oximeter.secrets import read_secret
 from reporter import callbacks, chart_link, digest_schedule
@@ -75,15 +76,16 @@ class Reporting:
 
 
 def build_reporting(store: IncidentStore, settings: ReporterSettings, token: SecretStr | None,
-                    registry: CollectorRegistry | None = None) -> Reporting:
-    """Build from the ``reporter:`` section; channels read their URLs and secrets from the environment."""
+                    registry: CollectorRegistry | None = None, slos: SloSettings | None = None) -> Reporting:
+    """Build from the ``reporter:`` section (``slos``: the objectives the digest shows the budgets
+    of); channels read their URLs and secrets from the environment."""
     outbox = Outbox(store.conn, build_channels(settings.channels), OutboxPolicy.from_settings(settings),
                     registry=registry)
     router = Router.from_settings(settings.routes, outbox.channels)
     prom = digest_client(settings.digest)
 
     def send_day(day: date) -> None:
-        digest_schedule.send(prom, store, outbox, day, settings)
+        digest_schedule.send(prom, store, outbox, day, settings, slos=slos)
 
     scheduler = digest_schedule.DigestScheduler(
         settings, send_day, sent=lambda day: digest_schedule.already_queued(outbox, day))
