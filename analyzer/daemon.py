@@ -134,6 +134,8 @@ class Analyzer:
                              self.notifier.notify, self.notifier.notice):
             self.flush(now, windows)
         self.metrics.update(self.tracker.incidents, events)
+        if isinstance(self.pipeline, CyclePipeline):  # a replay's detection ran ahead: nothing to learn
+            self.metrics.update_learning(self.pipeline.learning())
         self.metrics.cycle.observe(time.monotonic() - started)
         return True
 

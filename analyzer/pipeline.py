@@ -181,6 +181,11 @@ class CyclePipeline:
         self.context = {name: LiveWindow(spec, self.live_s, self.step_s)
                         for name, spec in self.context_specs.items()}
 
+    def learning(self) -> dict[str, int]:
+        """Per signal, how many of its series are still learning (no same-time baseline yet)."""
+        return {name: count for name, cycle in self.cycles.items()
+                if (count := max((t.learning() for t in cycle.trackers.values()), default=0))}
+
     def remember(self, spans: Iterable[Span]) -> None:
         """The open incidents' evidence (the caller's, every cycle; after a restart, before the
         first): each stays out of its signal's baselines from its onset for as long as its

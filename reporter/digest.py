@@ -36,6 +36,9 @@ CHART_STEP_S = 300.0
 THROTTLE_REASONS = 'reason!="idle"'
 # The analyzer's own gauge (scraped from its /metrics): how many anomaly events each signal has open.
 ANOMALIES = "max by (signal, layer) (oximeter_anomalies_active)"
+# The analyzer's own too: per signal, how many series have no same-time baseline yet; the newest
+# value of the day's last hour (the analyzer may be scraped every few minutes).
+LEARNING = "max by (signal) (last_over_time(oximeter_series_learning[1h]))"
 
 
 def zone(name: str | None) -> tzinfo:
@@ -157,7 +160,10 @@ class Digest:
     headroom: tuple[Headroom, ...] = ()
     n_minus_one: tuple[NMinusOne, ...] = ()
     noisy_signals: tuple[NoisySignal, ...] = ()
-    budgets: tuple[BudgetRow, ...] = ()  # each SLO's burn over the day and budget left, per service
+    budgets: tuple[BudgetRow, ...] = ()
+    # Signals with series still learning at the day's end (the analyzer's ``oximeter_series_learning``):
+    # judged against their recent window alone until they have a day of history.
+    learning: tuple[tuple[str, float], ...] = ()  # each SLO's burn over the day and budget left, per service
     simulated_nodes: tuple[str, ...] = ()  # nodes whose exporter said ``oximeter_simulation_info``
     chart: dict[str, list[tuple[float, float]]] = field(default_factory=dict, compare=False)
 
@@ -293,6 +299,8 @@ def collect(prom: PromQuery, store: IncidentStore | None, day: date, settings: D
         n_minus_one=n_minus_one(prom, start, end, STEP_S),
         noisy_signals=_noisy(prom, start, end, incidents, settings.top_signals),
         budgets=budget_rows(prom, slos, start, end, STEP_S),
+        learning=tuple(sorted(((s.label("signal"), s.last) for s in prom.instant(LEARNING, end)
+                               if math.isfinite(s.last) and s.last > 0), key=lambda p: (-p[1], p[0]))),
         simulated_nodes=tuple(sorted({s.label("node") for s in prom.instant(
             f"max by (node) (max_over_time(oximeter_simulation_info[{span}]))", end) if s.last >= 1})),
         chart={**_chart(prom, start, end), **burn_chart(prom, slos, start, end, CHART_STEP_S)}

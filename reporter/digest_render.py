@@ -95,7 +95,10 @@ def sections(d: Digest, settings: ReporterSettings) -> tuple[Section, ...]:
         for g in d.gpu_health]
     gpus = Section("GPU health by node", table=tuple(gpu_rows) if d.gpu_health else (),
                    body="" if d.gpu_health else "no GPU series")
-    return (seed, *capacity_sections(d, zone(ds.timezone)), incidents, slo, budget_section(d), signals, gpus)
+    learning = Section("Still learning (judged against their last hour alone until a day of history)",
+                       ", ".join(f"{signal} ({count:.0f} series)" for signal, count in d.learning) or "none")
+    return (seed, *capacity_sections(d, zone(ds.timezone)), incidents, slo, budget_section(d), signals,
+            learning, gpus)
 
 
 def _times(burn: float | None) -> str:

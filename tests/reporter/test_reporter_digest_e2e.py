@@ -75,6 +75,12 @@ def _add_anomalies(om: Path) -> None:
         for ts in range(int(START.timestamp()), int(END.timestamp()) + 1, 60):
             value = events if first <= ts < first + minutes * 60 else 0
             lines.append(f"oximeter_anomalies_active{labels} {value} {ts}\n")
+    # Its ``oximeter_series_learning``: GPU temperature's series learnt their day but three, new
+    # for the day's last two hours.
+    lines.append("# TYPE oximeter_series_learning gauge\n")
+    labels = '{signal="gpu_temperature",job="oximeter-analyzer",instance="analyzer:9471"}'
+    for ts in range(int(END.timestamp()) - 2 * 3600, int(END.timestamp()) + 1, 60):
+        lines.append(f"oximeter_series_learning{labels} 3 {ts}\n")
     om.write_text(text[: -len("# EOF\n")] + "".join(lines) + "# EOF\n")
 
 
@@ -334,6 +340,8 @@ def test_incidents_markdown_and_link(preview: Preview) -> None:
         {"signal": "gpu_temperature", "layer": "infrastructure", "anomalous_minutes": 10.0,
          "peak_events": 1.0, "incidents": 1, "max_ratio": 91.0 / 62.0}]
     assert "## Noisiest signals" in markdown
+    assert numbers["learning"] == [["gpu_temperature", 3.0]]
+    assert "gpu_temperature (3 series)" in markdown
     assert "| queue_wait_p99 | scheduling | 30 | 2 | 1 | 20 |" in markdown
     start_ms, end_ms = int(START.timestamp() * 1000), int(END.timestamp() * 1000)
     assert f"(http://grafana.example:3000/d/oximeter-overview?from={start_ms}&to={end_ms})" in markdown
