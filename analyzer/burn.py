@@ -11,8 +11,10 @@ Prometheus's ``increase`` over a range longer than its samples does.
 
 A stuck queue finishes no request, so no count sees it: where the gateway exports the age of its
 oldest waiting request (and of the oldest admitted one without a first byte), an age that stayed
-beyond a queue-wait (time-to-first-token) objective's threshold for a whole minute is every
-waiting request bad, and pages like the fastest burn.
+beyond a queue-wait (time-to-first-token) objective's threshold, and beyond half a minute, for a
+whole minute is every waiting request bad, and pages like the fastest burn. (A busy queue that
+moves has a new oldest request every few seconds; a gateway that times waits out at a minute
+keeps a stuck queue's oldest age near that minute.)
 
 The same expressions run on Prometheus (their PromQL) and on a replayed history (evaluated here).
 """
@@ -21,7 +23,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 import pandas as pd
@@ -71,6 +73,9 @@ OLDEST: dict[str, str] = {"queue_wait": "oximeter_queue_oldest_wait_seconds",
                           "ttft": "oximeter_upstream_oldest_unanswered_seconds"}
 # How long the oldest request's age must stay beyond the threshold: the queue has not moved since.
 STUCK_S = 60.0
+# The least age that says stuck whatever the threshold: no request waits that long in a queue that
+# moves, and a single sample of a second's wait (one scrape of a busy queue) is not a stall.
+STUCK_AGE_S = 30.0
 
 
 @dataclass(frozen=True)
@@ -159,11 +164,13 @@ class Burn:
     # it; past the objective's threshold the queue is stuck (``stuck``).
     oldest_s: float = 0.0
     threshold_s: float = math.inf
+    # The bad requests each window counted (how many the rate rests on).
+    bad: Mapping[str, float] = field(default_factory=dict)
 
     @property
     def stuck(self) -> bool:
-        """Whether no request left the queue for a minute while one waited past the threshold."""
-        return self.oldest_s >= self.threshold_s
+        """Whether the oldest waiting request stayed past the threshold (and half a minute) for a minute."""
+        return self.oldest_s >= max(self.threshold_s, STUCK_AGE_S)
 
     @property
     def service(self) -> str:
@@ -216,6 +223,7 @@ def burns(snapshot: Snapshot, slos: SloSettings) -> list[Burn]:
             budget = 1.0 - target
             counted_is_bad = selectors(objective, sli)[2]
             rates: dict[Labels, dict[str, float]] = {}
+            counts: dict[Labels, dict[str, float]] = {}
             for window in WINDOWS_S:
                 counted = _counts(snapshot, spec_name(objective.name, sli, "counted", window))
                 every = _counts(snapshot, spec_name(objective.name, sli, "all", window))
@@ -224,11 +232,12 @@ def burns(snapshot: Snapshot, slos: SloSettings) -> list[Burn]:
                     bad = part if counted_is_bad else total - part
                     ratio = min(max(bad / total, 0.0), 1.0) if total > 0 and math.isfinite(bad) else math.nan
                     rates.setdefault(labels, {})[window] = ratio / budget
+                    counts.setdefault(labels, {})[window] = bad if math.isfinite(bad) else 0.0
             oldest = _counts(snapshot, spec_name(objective.name, sli, "oldest", "1m"))
             for labels in oldest.keys() - rates.keys():  # a queue so stuck that nothing has finished
                 rates[labels] = dict.fromkeys(WINDOWS_S, math.nan)
             out += [Burn(objective.name, sli, labels, by_window, budget, oldest.get(labels, 0.0),
-                         thresholds.get(sli, math.inf))
+                         thresholds.get(sli, math.inf), counts.get(labels, {}))
                     for labels, by_window in sorted(rates.items())]
     return out
 

@@ -37,7 +37,8 @@ from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
 from analyzer.api import build_app, start_api
 from analyzer.blindness import BlindWatch
-from analyzer.burn import burn_specs
+from analyzer.burn import burn_specs, burns
+from analyzer.burn_events import BurnWatch
 from analyzer.catalogue import CATALOGUE
 from analyzer.daemon_metrics import DaemonMetrics, LogNotifier, Notifier
 from analyzer.frame import SeriesFrame
@@ -86,6 +87,8 @@ class Analyzer:
         self.pipeline, self.store, self.settings, self.catalogue = pipeline, store, settings, catalogue
         # Severity follows the harm these objectives measure (analyzer/harm.py); None: the rules'.
         self.slos = slos
+        # Fast burns open an incident in the cycle they are seen (analyzer/burn_events.py).
+        self.burn_watch = None if slos is None else BurnWatch(slos, settings.lookback_s)
         self.unreadable = unreadable  # context the inputs cannot feed (AnalyzerSettings.unreadable_context)
         # Records changes found in the telemetry itself (Kubernetes restarts and rollouts).
         self.change_feed = change_feed
@@ -117,10 +120,13 @@ class Analyzer:
                 logger.warning("analyzer: cannot read platform changes: {}", exc)
         topology = topology_from_frames(frames, self.topology)
         snapshot = self.pipeline.snapshot(frames, now)
+        harm = burns(snapshot, self.slos) if self.slos is not None else []
+        if self.burn_watch is not None:
+            events = [*events, *self.burn_watch.events(harm, now)]
         found = findings(events, topology, now=now, snapshot=snapshot,
                          settings=self.settings, catalogue=self.catalogue, unreadable=self.unreadable)
         if self.slos is not None:
-            found = graded(found, snapshot, self.slos)
+            found = graded(found, harm, self.slos)
         lookback = timedelta(seconds=self.settings.lookback_s + self.settings.reopen_window_s)
         windows = self.windows(now - lookback, now)
         # A declared change under a maintenance window is the planned work: expected, not evidence.

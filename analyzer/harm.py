@@ -13,8 +13,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import replace
 
-from analyzer.burn import Burn, burns, fastest
-from analyzer.case import Snapshot
+from analyzer.burn import Burn, fastest
 from analyzer.incidents import Finding
 from analyzer.slo import SloSettings
 from oximeter.vocabulary import SEVERITY_RANK, Severity
@@ -36,10 +35,9 @@ def _ceiling(severity: Severity) -> Severity:
     return min(severity, EVIDENCE_CEILING, key=SEVERITY_RANK.__getitem__)
 
 
-def graded(found: Sequence[Finding], snapshot: Snapshot, slos: SloSettings) -> list[Finding]:
-    """``found`` with each diagnosis' severity the fastest burn it harms, or its rule's (at most a
-    warning) when that is higher."""
-    now = burns(snapshot, slos)
+def graded(found: Sequence[Finding], now: Sequence[Burn], slos: SloSettings) -> list[Finding]:
+    """``found`` with each diagnosis' severity the fastest burn (of this cycle's, ``now``) it
+    harms, or its rule's (at most a warning) when that is higher."""
     out = []
     for finding in found:
         burn, _ = fastest(harmed(now, finding.services, sorted(finding.group.nodes)), slos)

@@ -81,7 +81,8 @@ class BurnReader:
             labels = [AnomalyEvent.labels_from(frame.labels_of(str(c))) for c in frame.values.columns]
             self.parts.append((name, labels, frame.values.reindex(raw.index).to_numpy(np.float64)))
 
-    def _snapshot(self, row: int) -> Snapshot:
+    def snapshot(self, row: int) -> Snapshot:
+        """The burn counts at ``row``, as a cycle's snapshot holds them."""
         return {name: {lab: float(v) for lab, v in zip(labels, values[row], strict=True) if math.isfinite(v)}
                 for name, labels, values in self.parts}
 
@@ -94,7 +95,7 @@ class BurnReader:
             t += every_s
             if row < 0:
                 continue
-            found = burns(self._snapshot(row), self.slos)
+            found = burns(self.snapshot(row), self.slos)
             grade, burn = fastest(harmed(found, (), [node] if node else []), self.slos)
             if burn is None:
                 continue
@@ -144,3 +145,24 @@ def harm_lines(expected: Sequence[Mapping[str, Any]], incidents: Sequence[Mappin
         lines.append({"rule": "none", "severity": severity, "burn": peak.to_dict(),
                       "follows": follows(severity, peak)})
     return lines
+
+
+# How long after a fault's onset its harm is measured: the fast page's short window.
+ONSET_WINDOW_S = 300.0
+
+
+def onset_burn(readers: Sequence[tuple[BurnReader, Sequence[Mapping[str, Any]]]], node: str,
+               start_s: float) -> float:
+    """The fastest 5-minute burn on ``node`` over the first 5 minutes of its fault starting at
+    ``start_s`` (every indicator of every objective; a stuck queue burns every waiting request),
+    read in the history that holds that time; 0 when none does."""
+    at = start_s + ONSET_WINDOW_S
+    for reader, _faults in readers:
+        index = reader.index
+        if not len(index) or not index[0].timestamp() <= at <= index[-1].timestamp():
+            continue
+        row = int(index.searchsorted(datetime.fromtimestamp(at, tz=UTC), side="right")) - 1
+        rates = [1.0 / b.budget if b.stuck else b.rates.get("5m", math.nan)
+                 for b in harmed(burns(reader.snapshot(row), reader.slos), (), [node])]
+        return max((r for r in rates if math.isfinite(r)), default=0.0)
+    return 0.0

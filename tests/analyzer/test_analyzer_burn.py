@@ -81,7 +81,7 @@ def _finding(node: str, severity: str) -> Finding:
 ])
 def test_severity_is_the_fastest_burn_the_finding_harms(node: str, rule_severity: str, expected: str) -> None:
     snap = _snapshot({N1: dict.fromkeys(WINDOWS_S, 20.0), N2: dict.fromkeys(WINDOWS_S, 0.5)})
-    [out] = graded([_finding(node, rule_severity)], snap, SLOS)
+    [out] = graded([_finding(node, rule_severity)], burns(snap, SLOS), SLOS)
     assert out.diagnosis.severity == expected
 
 
@@ -111,11 +111,11 @@ def test_every_objective_has_its_counts_for_every_window() -> None:
 
 
 def test_a_queue_whose_oldest_request_waited_past_the_threshold_a_whole_minute_pages() -> None:
-    # 15 s scrapes: n1's queue stopped moving (its oldest request ages with the clock); n2's drains
-    # (its oldest request is always a fresh one, now and then past a second).
+    # 15 s scrapes: n1's queue stopped moving (its oldest request ages with the clock); n2's is busy
+    # but moves: its oldest request is past the second every scrape, yet always a fresh one.
     index = pd.date_range("2026-01-01", periods=12, freq="15s", tz="UTC")
     stuck = np.arange(12) * 15.0
-    draining = np.tile([0.2, 1.5, 0.4, 0.9], 3)
+    draining = np.tile([1.2, 2.5, 1.4, 1.9], 3)
     labels = [{"node": node, "service": "chat", "model": "m"} for node in ("n1", "n2")]
     store = RawStore(index, ["oximeter_queue_oldest_wait_seconds"] * 2, labels,
                      np.array([stuck, draining]).T.astype(np.float32))

@@ -130,6 +130,10 @@ def test_json_output(library: dict[str, Any]) -> None:
 def test_every_drill_states_a_severity_that_follows_its_burn(library: dict[str, Any]) -> None:
     for one in library["drills"]:
         assert one["harm"] and all(line["follows"] for line in one["harm"]), (one["scenario"], one["harm"])
+    # A fault burning a budget fast enough to page is open within 2 minutes of its onset.
+    paging = {one["scenario"]: one["time_to_detect_s"] for one in library["drills"]
+              if any(line["burn"]["grade"] == "page" for line in one["harm"])}
+    assert len(paging) >= 3 and all(ttd is not None and ttd <= 120 for ttd in paging.values()), paging
     # Errors on every answer burn the availability budget far past a page's rate: the incident pages.
     [errors] = one_drill(library, "ingress_errors")["harm"]
     assert (errors["severity"], errors["burn"]["grade"], errors["burn"]["sli"]) == \
