@@ -6,6 +6,10 @@ no node): burning fast enough to page makes it critical, a ticket's burn a warni
 say without an SLO (a paging Xid, an ECC storm, a queue wait over a static line) is evidence of a
 fault that needs a hand, at most a warning, until users feel it. Each cycle grades again, so an
 incident rises as its burn does (the tracker never lowers a severity).
+
+Harmless is quiet: a finding left at info (no objective it harms burns, and no rule saw hardware,
+a leak or saturation worth a ticket) opens no incident; it is evidence for one already open, and
+the digest's noisiest signals and headroom tell of it.
 """
 
 from __future__ import annotations
@@ -45,5 +49,7 @@ def graded(found: Sequence[Finding], now: Sequence[Burn], slos: SloSettings) -> 
         severity = max(burn, rule, key=SEVERITY_RANK.__getitem__)
         if severity != finding.diagnosis.severity:
             finding = replace(finding, diagnosis=replace(finding.diagnosis, severity=severity))
+        if severity == "info" and finding.may_open:
+            finding = replace(finding, may_open=False)
         out.append(finding)
     return out

@@ -130,3 +130,10 @@ def test_a_queue_whose_oldest_request_waited_past_the_threshold_a_whole_minute_p
     assert found["n1"].stuck and grade(found["n1"], SLOS) == "critical"
     assert not found["n2"].stuck and grade(found["n2"], SLOS) == "info"
     assert fastest(list(found.values()), SLOS) == ("critical", found["n1"])
+
+
+def test_a_finding_that_harms_no_one_and_needs_no_ticket_opens_nothing() -> None:
+    snap = _snapshot({N1: dict.fromkeys(WINDOWS_S, 20.0), N2: dict.fromkeys(WINDOWS_S, 0.5)})
+    found = [_finding("n2", "info"), _finding("n2", "warning"), _finding("n1", "info")]
+    quiet, ticket, harmful = graded(found, burns(snap, SLOS), SLOS)
+    assert (quiet.may_open, ticket.may_open, harmful.may_open) == (False, True, True)
