@@ -2,7 +2,7 @@
 the incident's severity follows it (a page exactly when the burn pages, a ticket's burn at least a
 warning and no page).
 
-The burn is read the way the analyzer reads it (``analyzer/burn.py``): every cycle of the fault,
+The burn is read the way the analyzer reads it (``analyzer/diagnosis/burn.py``): every cycle of the fault,
 on the fault's node, the fastest grade and the burn rate that gives it.
 """
 
@@ -17,14 +17,14 @@ from typing import Any
 
 import numpy as np
 
-from analyzer.burn import burn_specs, burns, fastest, headline
-from analyzer.case import Labels, Snapshot
-from analyzer.events import AnomalyEvent
-from analyzer.harm import harmed
-from analyzer.slo import SloSettings
-from analyzer.sources.frames import FrameSource
-from analyzer.sources.raw import RawStore
-from analyzer.sources.stock import with_stock_translated
+from analyzer.detection.events import AnomalyEvent
+from analyzer.diagnosis.burn import burn_specs, burns, fastest, headline
+from analyzer.diagnosis.case import Labels, Snapshot
+from analyzer.incidents.harm import harmed
+from analyzer.signals.raw import RawStore
+from analyzer.signals.slo import SloSettings
+from analyzer.signals.sources.frames import FrameSource
+from analyzer.signals.sources.stock import with_stock_translated
 from drills.score import truth_matches
 from oximeter.vocabulary import SEVERITY_RANK, Severity
 

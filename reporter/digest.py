@@ -23,9 +23,9 @@ from dataclasses import dataclass, field
 from datetime import UTC, date, datetime, time, timedelta, tzinfo
 from zoneinfo import ZoneInfo
 
-from analyzer.incident_store import IncidentQuery, IncidentStore
-from analyzer.incidents import Incident
-from analyzer.slo import SloSettings
+from analyzer.incidents.model import Incident
+from analyzer.incidents.store import IncidentQuery, IncidentStore
+from analyzer.signals.slo import SloSettings
 from reporter.digest_budget import BudgetRow, budget_rows, burn_chart
 from reporter.digest_capacity import Headroom, NMinusOne, headroom, n_minus_one, placement
 from reporter.prom import PromQuery, increases
@@ -160,10 +160,10 @@ class Digest:
     headroom: tuple[Headroom, ...] = ()
     n_minus_one: tuple[NMinusOne, ...] = ()
     noisy_signals: tuple[NoisySignal, ...] = ()
-    budgets: tuple[BudgetRow, ...] = ()
+    budgets: tuple[BudgetRow, ...] = ()  # each SLO's burn over the day and budget left, per service
     # Signals with series still learning at the day's end (the analyzer's ``oximeter_series_learning``):
     # judged against their recent window alone until they have a day of history.
-    learning: tuple[tuple[str, float], ...] = ()  # each SLO's burn over the day and budget left, per service
+    learning: tuple[tuple[str, float], ...] = ()
     simulated_nodes: tuple[str, ...] = ()  # nodes whose exporter said ``oximeter_simulation_info``
     chart: dict[str, list[tuple[float, float]]] = field(default_factory=dict, compare=False)
 

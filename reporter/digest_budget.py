@@ -3,7 +3,7 @@ burn they are (the day's bad share over the budget: 1 spends the budget exactly 
 window allows) and the budget left over the objective's window ending with the day; and the day's
 1 h burn per objective for the chart.
 
-The requests are those the analyzer's burn rates count (``analyzer/burn.py``'s selectors, so
+The requests are those the analyzer's burn rates count (``analyzer/diagnosis/burn.py``'s selectors, so
 the digest, the analyzer and the generated rules agree on what is bad). The day's counts are
 exact (summed from one-minute samples, as the rest of the digest); the window's come from
 Prometheus's ``increase`` over it, all that Prometheus keeps of it.
@@ -15,10 +15,10 @@ import math
 from dataclasses import dataclass
 from datetime import datetime
 
-from analyzer.burn import selectors
-from analyzer.query import duration
-from analyzer.slo import DAY_S, SloSettings
-from analyzer.slo_rules import indicators
+from analyzer.diagnosis.burn import selectors
+from analyzer.signals.query import duration
+from analyzer.signals.slo import DAY_S, SloSettings
+from analyzer.signals.slo_rules import indicators
 from reporter.prom import PromQuery, increases
 
 CHART_PREFIX = "burn "  # the chart's burn lines: "burn <objective>/<indicator>"

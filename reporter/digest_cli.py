@@ -54,9 +54,9 @@ def _jsonable(value: Any) -> Any:
 
 def run(args: argparse.Namespace) -> int:
     """Entry point of ``oximeter report``."""
-    from analyzer.incident_store import IncidentStore
-    from analyzer.settings import IncidentSettings
-    from analyzer.slo import SloSettings
+    from analyzer.incidents.settings import IncidentSettings
+    from analyzer.incidents.store import IncidentStore
+    from analyzer.signals.slo import SloSettings
     from reporter.digest_schedule import build, send
     from reporter.prom import digest_client
 

@@ -16,8 +16,8 @@ from datetime import UTC, date, datetime, time, timedelta
 
 from loguru import logger
 
-from analyzer.incident_store import IncidentStore
-from analyzer.slo import SloSettings
+from analyzer.incidents.store import IncidentStore
+from analyzer.signals.slo import SloSettings
 from oximeter.errors import OximeterError
 from oximeter.store import lock_for
 from reporter.chart import render_chart

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Protocol
 import numpy as np
 import requests
 
-from analyzer.detectors.counter import counter_steps
+from analyzer.signals.rolling import counter_steps
 from oximeter.prometheus import PrometheusClient, Series
 from oximeter.secrets import read_secret
 

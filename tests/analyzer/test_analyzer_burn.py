@@ -8,15 +8,15 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from analyzer.burn import WINDOWS_S, Burn, CountBy, burn_specs, burns, fastest, grade, spec_name
-from analyzer.case import Diagnosis, RootCause
-from analyzer.correlate import Group
-from analyzer.events import AnomalyEvent
-from analyzer.harm import graded
-from analyzer.incidents import Finding
-from analyzer.query import select
-from analyzer.slo import SloSettings
-from analyzer.sources.raw import RawStore
+from analyzer.detection.events import AnomalyEvent
+from analyzer.diagnosis.burn import WINDOWS_S, Burn, CountBy, burn_specs, burns, fastest, grade, spec_name
+from analyzer.diagnosis.case import Diagnosis, RootCause
+from analyzer.diagnosis.correlate import Group
+from analyzer.incidents.harm import graded
+from analyzer.incidents.lifecycle import Finding
+from analyzer.signals.query import select
+from analyzer.signals.raw import RawStore
+from analyzer.signals.slo import SloSettings
 
 SLOS = SloSettings()  # availability 99.9 % (budget 0.001), queue wait within 1 s for 99 % (0.01)
 N1 = (("node", "n1"), ("service", "chat"))

@@ -6,9 +6,9 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from analyzer.burn import WINDOWS_S, Burn
-from analyzer.burn_events import BURN_SIGNAL, MIN_BAD, BurnWatch
-from analyzer.slo import SloSettings
+from analyzer.diagnosis.burn import WINDOWS_S, Burn
+from analyzer.diagnosis.burn_events import BURN_SIGNAL, MIN_BAD, BurnWatch
+from analyzer.signals.slo import SloSettings
 
 SLOS = SloSettings()
 N1 = (("node", "n1"), ("service", "chat"))

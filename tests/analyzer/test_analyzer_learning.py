@@ -5,8 +5,8 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from analyzer.baseline_tracker import BaselineTracker
-from analyzer.daemon_metrics import DaemonMetrics
+from analyzer.detection.baseline_tracker import BaselineTracker
+from analyzer.service.daemon_metrics import DaemonMetrics
 
 DAY = pd.Timedelta(days=1)
 
