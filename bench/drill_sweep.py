@@ -10,19 +10,20 @@ is replayed through the same pipeline as ``oximeter drill --replay`` (histories 
 per-user cache, so a re-run only replays).
 
 Reported per fault kind and overall: attribution (layer, entity and rule all right), time to detect
-(p50/p95), how much of a lasting fault's duration its incident stayed open (not of one-off events:
-an Xid is over at its onset; also by fault duration, and counted from the opening, which leaves
-detection time out), chat messages per incident, and false incidents per fault-free
-node-day (the paging ones, warning or critical, apart); per kind, the weakest strength that was
-attributed right. A fault that only a busy engine feels (a smaller KV pool, a colder prefix cache,
-an admission limit, more traffic) may harm no request at light traffic: when its node's requests
-fared as well as at the same hours the day before and no incident named it, it is reported as
-harmless (not visible at its strength and traffic) and left out of attribution. The scenarios
-are written under ``--out`` so a miss can be replayed alone (``oximeter drill --replay NAME
---scenarios DIR``).
+(p50/p95, and p90 by harm: each fault's error-budget burn over its first 5 minutes, measured on its
+own history as the analyzer reads it; severe at 14.4× or more, moderate at 6×), how much of a
+lasting fault's duration its incident stayed open (not of one-off events: an Xid is over at its
+onset; also by fault duration, and counted from the opening, which leaves detection time out),
+chat messages per incident, and false incidents per fault-free node-day (the pages, critical,
+apart); per kind, the weakest strength that was attributed right. A fault that only a busy engine
+feels (a smaller KV pool, a colder prefix cache, an admission limit, more traffic) may harm no
+request at light traffic: when its node's requests fared as well as at the same hours the day
+before and no incident named it, it is reported as harmless (not visible at its strength and
+traffic) and left out of attribution. The scenarios are written under ``--out`` so a miss can be
+replayed alone (``oximeter drill --replay NAME --scenarios DIR``).
 
-Last line: ``sweep: scenarios=N attribution=A% coverage_p10=C% messages_median=M messages_max=X
-false_per_node_day=F paging_false=P``.
+Last line: ``sweep: scenarios=N attribution=A% coverage_open_p10=C% ttd_severe_p90=Ss
+ttd_moderate_p90=Ms messages_median=M messages_max=X false_per_node_day=F paging_false=P``.
 """
 
 from __future__ import annotations
@@ -47,13 +48,18 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from drills.cli import DEFAULT_CACHE  # noqa: E402
+from drills.harm import onset_burn  # noqa: E402
 from drills.history import DAY_S, drill_windows, history_dir, same_time_window  # noqa: E402
 from drills.replay import replay_windows  # noqa: E402
 from drills.score import expected_truths, parse_when, truth_matches  # noqa: E402
 from drills.sweep import HOUR_S, KINDS, Kind, generate  # noqa: E402
 from simulator.scenario import load_scenario  # noqa: E402
 
-PAGING_SEVERITIES = ("critical", "warning")
+# A page: what a false incident must not be (a ticket on a fault-free stretch is noise, not a page).
+PAGING_SEVERITIES = ("critical",)
+# Harm bands of the time to detect: a fault's burn over its first 5 minutes (the fast page's factor,
+# and the slow page's).
+SEVERE_BURN, MODERATE_BURN = 14.4, 6.0
 # A fault that leaves its node's served requests (mean time to first token and mean duration at the
 # gateway) within this factor of the same node at the same clock times a day earlier, fault-free,
 # harmed no one: no user-facing signal moved, so no detector could see it. Such a fault is reported
@@ -168,7 +174,9 @@ def replay_one(path: Path, cache_dir: Path, step_s: float, interval_s: float) ->
         end = max((e for e in ends if e is not None), default=None)
         kind = KINDS[exp["rule"]]
         row: dict[str, Any] = {"rule": exp["rule"], "right": hit is not None, "ttd_s": None, "coverage": None,
-                               "messages": per_incident.get(hit["id"], 0) if hit else None, "visible": True}
+                               "messages": per_incident.get(hit["id"], 0) if hit else None, "visible": True,
+                               "burn": None if start is None else
+                               onset_burn(run.burns, exp["entity"]["node"], start)}
         if hit is None and kind.needs_load:
             row["visible"] = fault_harm(sc, cache_dir, step_s, exp["entity"]["node"]) >= HARMLESS
         if hit is not None and start is not None:
@@ -238,13 +246,42 @@ def report(results: list[dict[str, Any]], strengths: dict[str, list[float]]) -> 
     lines.append(_coverage_by_duration(right))
     lines.append("false incidents: " + (", ".join(f"{f['rule']}@{f['node']} ({f['severity']})" for f in false)
                                         or "none") + f" over {node_days:.1f} node-days")
+    lines.append(_ttd_by_harm(rows))
+    held = [100 * r["held"] for r in right if r.get("held") is not None]
+    fast, slow = _ttd_band(rows, SEVERE_BURN, math.inf), _ttd_band(rows, MODERATE_BURN, SEVERE_BURN)
     lines.append(
         f"sweep: scenarios={len(results)} attribution={100 * len(right) / max(1, len(rows)):.0f}% "
-        f"coverage_p10={_pct(cov, 10):.0f}% messages_median={_pct(per_incident, 50):.0f} "
+        f"coverage_open_p10={_pct(held, 10):.0f}% ttd_severe_p90={_rank(fast, 90):.0f}s "
+        f"ttd_moderate_p90={_rank(slow, 90):.0f}s messages_median={_pct(per_incident, 50):.0f} "
         f"messages_max={max(per_incident, default=0)} "
         f"false_per_node_day={len(false) / max(node_days, 1e-9):.2f} "
         f"paging_false={len(paging)}")
     return lines
+
+
+def _rank(values: Sequence[float], q: float) -> float:
+    """The q-th percentile taken as an observed value (no interpolation, so a miss counted as
+    inf stays inf rather than NaN); NaN when empty."""
+    return float(np.percentile(values, q, method="higher")) if values else math.nan
+
+
+def _ttd_band(rows: Sequence[dict[str, Any]], lo: float, hi: float) -> list[float]:
+    """Seconds to detect of the faults whose onset burn is in [lo, hi); a fault of that harm that
+    was never attributed right counts as never detected (inf), so a miss cannot improve a p90."""
+    band = [r for r in rows if r.get("burn") is not None and lo <= r["burn"] < hi]
+    return [r["ttd_s"] if r["right"] and r["ttd_s"] is not None else math.inf for r in band]
+
+
+def _ttd_by_harm(rows: Sequence[dict[str, Any]]) -> str:
+    """``time to detect by harm: …``: p50/p90 per band of onset burn, with how many faults."""
+    bands = ((SEVERE_BURN, math.inf, f"severe (≥ {SEVERE_BURN:g}×)"),
+             (MODERATE_BURN, SEVERE_BURN, f"moderate ({MODERATE_BURN:g}-{SEVERE_BURN:g}×)"),
+             (1.0, MODERATE_BURN, "slow (1-6×)"), (0.0, 1.0, "within budget (< 1×)"))
+    parts = []
+    for lo, hi, name in bands:
+        ttd = _ttd_band(rows, lo, hi)
+        parts.append(f"{name} p50 {_rank(ttd, 50):.0f}s p90 {_rank(ttd, 90):.0f}s (n={len(ttd)})")
+    return "time to detect by harm (onset burn): " + "; ".join(parts)
 
 
 # Fault durations the coverage is broken down by (seconds): detection takes minutes, so the share of

@@ -125,6 +125,9 @@ def run(args: argparse.Namespace) -> int:
     else:
         print_table(scores)
         print("chat messages per drill: " + ", ".join(f"{s.scenario} {s.messages}" for s in scores))
+        for s in scores:
+            if s.harm:
+                print(f"severity and burn, {s.scenario}: {s.harm_text}")
         if skipped:
             print(f"skipped, history-only faults cannot be injected live: {'; '.join(skipped)}")
         on = sorted({s.mode.removeprefix("replay/") for s in unjudged})  # a scenario may say its telemetry

@@ -22,6 +22,7 @@ import pandas as pd
 from analyzer.detection.baselines import BaselinePolicy
 from analyzer.detection.evaluate import evaluate_signal
 from analyzer.detection.events import AnomalyEvent
+from analyzer.diagnosis.burn import burn_specs
 from analyzer.diagnosis.case import Labels, Snapshot
 from analyzer.diagnosis.topology import Topology
 from analyzer.incidents.lifecycle import Change, Incident, IncidentSettings
@@ -33,26 +34,32 @@ from analyzer.service.settings import AnalyzerSettings
 from analyzer.signals.catalogue import CATALOGUE
 from analyzer.signals.frame import SeriesFrame
 from analyzer.signals.raw import RawStore
+from analyzer.signals.slo import SloSettings
 from analyzer.signals.sources.base import ReplayClock
 from analyzer.signals.sources.frames import FrameSource
 from analyzer.signals.sources.stock import with_stock_translated
 from analyzer.signals.spec import SignalSpec
+from drills.harm import BurnReader, harm_lines
 from drills.history import DAY_S, drill_windows, history_dir, maintenance_windows, prepare, same_time_window
 from drills.score import DrillScore, expected_truths, score
 from drills.stock import why_stock_cannot_judge
 from oximeter.store import connect
 
+# The objectives a replay's severity follows: the configuration's defaults.
+DEFAULT_SLOS = SloSettings()
+
 
 def signal_frames(history: Path | RawStore, catalogue: Mapping[str, SignalSpec] = CATALOGUE, *,
-                  stock: bool = False) -> tuple[dict[str, SeriesFrame], float]:
-    """Every catalogue signal, its traffic guard and the rules' context over the whole history (a
-    history directory, or its raw series; ``stock``: a stock fleet's history, read through the
-    adapters as Prometheus would)."""
+                  stock: bool = False, slos: SloSettings = DEFAULT_SLOS,
+                  ) -> tuple[dict[str, SeriesFrame], float]:
+    """Every catalogue signal, its traffic guard, the rules' context and the SLOs' burn counts over
+    the whole history (a history directory, or its raw series; ``stock``: a stock fleet's history,
+    read through the adapters as Prometheus would)."""
     raw = history if isinstance(history, RawStore) else RawStore.from_history(history)
     if stock:
         raw = with_stock_translated(raw)
     source = FrameSource(raw=raw)
-    specs: dict[str, SignalSpec] = {**catalogue, **CONTEXT}
+    specs: dict[str, SignalSpec] = {**catalogue, **CONTEXT, **burn_specs(slos)}
     for spec in catalogue.values():
         traffic = spec.traffic_spec()
         if traffic is not None:
@@ -167,12 +174,14 @@ def replay_cycles(frames: Mapping[str, SeriesFrame], events: Sequence[AnomalyEve
                   topology: Topology | None = None,
                   catalogue: Mapping[str, SignalSpec] = CATALOGUE,
                   unreadable: frozenset[str] = frozenset(), not_judged: Sequence[str] = (),
-                  maintenance: Sequence[MaintenanceWindow] = ()) -> ReplayOutcome:
+                  maintenance: Sequence[MaintenanceWindow] = (),
+                  slos: SloSettings | None = DEFAULT_SLOS) -> ReplayOutcome:
     """The daemon's own cycle (:class:`analyzer.service.daemon.Analyzer`: findings, tracker, store,
     notifier) every ``interval_s`` of replayed time over the whole history, on an in-memory store
     (``catalogue``: the one the events were detected with, which also says which signals open
     incidents; ``unreadable`` and ``not_judged``: what the inputs cannot feed, as the daemon is told;
-    ``maintenance``: the windows the daemon is told of, as its config's)."""
+    ``maintenance``: the windows the daemon is told of, as its config's; ``slos``: the objectives
+    severity follows, whose burn counts ``frames`` hold)."""
     settings = settings or IncidentSettings()
     indexes = [f.values.index for f in frames.values() if len(f.values.index)]
     if not indexes:
@@ -187,7 +196,7 @@ def replay_cycles(frames: Mapping[str, SeriesFrame], events: Sequence[AnomalyEve
     try:
         analyzer = Analyzer(DetectedPipeline(frames, events), store, settings, joined, told, clock.now,
                             catalogue=catalogue, unreadable=unreadable, not_judged=not_judged,
-                            maintenance=maintenance)
+                            maintenance=maintenance, slos=slos)
         while clock.now() + timedelta(seconds=interval_s) <= end:
             elapsed[0] += interval_s
             analyzer.cycle()
@@ -225,6 +234,8 @@ class Replayed:
     faults: list[dict[str, Any]]  # truth.json's faults, with absolute start/end epochs
     days: float  # simulated time replayed, all windows together
     suppressed: list[str] = field(default_factory=list)  # incidents opened during maintenance
+    # Each window's burn counts with the faults it holds, to measure the faults' harm (drills/harm.py).
+    burns: list[tuple[BurnReader, list[dict[str, Any]]]] = field(default_factory=list)
 
 
 def replay_windows(sc: Any, cache_dir: Path, step_s: float, interval_s: float) -> Replayed:
@@ -238,12 +249,15 @@ def replay_windows(sc: Any, cache_dir: Path, step_s: float, interval_s: float) -
     told: list[Any] = []
     faults: list[dict[str, Any]] = []
     suppressed: list[str] = []
+    burns: list[tuple[BurnReader, list[dict[str, Any]]]] = []
     days = 0.0
     maintenance = maintenance_windows(sc)
     for window in drill_windows(sc, step_s=step_s):
         directory = history_dir(window, cache_dir, step_s)
         yesterday = history_dir(same_time_window(window), cache_dir, step_s)
-        faults += json.loads((directory / "truth.json").read_text(encoding="utf-8"))["faults"]
+        held = json.loads((directory / "truth.json").read_text(encoding="utf-8"))["faults"]
+        faults += held
+        burns.append((BurnReader(directory, DEFAULT_SLOS, stock=stock), held))
         outcome = replay_history(directory, interval_s, catalogue=catalogue, same_time={DAY_S: yesterday},
                                  stock=stock, maintenance=maintenance)
         suppressed += outcome.suppressed
@@ -251,7 +265,7 @@ def replay_windows(sc: Any, cache_dir: Path, step_s: float, interval_s: float) -
         # Replay has no Alertmanager: chat's messages are the incidents' told changes.
         told += [c for c in outcome.changes if c.kind in NOTIFY_KINDS]
         days += window.days
-    return Replayed(incidents, told, faults, days, suppressed)
+    return Replayed(incidents, told, faults, days, suppressed, burns)
 
 
 def load_drill_scenario(path: Path, trace: tuple[str, float] | None = None, inputs: str = "oximeter") -> Any:
@@ -279,6 +293,11 @@ def replay_drill(path: Path, cache_dir: Path, step_s: float, interval_s: float,
     # The fleet's telemetry: --inputs, or what the scenario itself says (``telemetry: stock``).
     mode = "replay" if sc.telemetry == "oximeter" else f"replay/{sc.telemetry}"
     verdict = score(sc.name, mode, expected, run.incidents, start, len(run.told), budget)
+    harm = harm_lines(expected, run.incidents, run.burns, interval_s)
+    verdict = replace(verdict, harm=harm)
+    if verdict.passed and not all(line["follows"] for line in harm):
+        verdict = replace(verdict, passed=False,
+                          reason=f"severity does not follow the burn: {verdict.harm_text}")
     if sc.maintenance:
         verdict = replace(verdict, suppressed=len(run.suppressed))
     if verdict.passed or sc.telemetry == "oximeter":

@@ -48,13 +48,25 @@ class DrillScore:
     cannot_judge: str | None = None
     # Incidents opened during the drill's maintenance windows; None: the drill declares none.
     suppressed: int | None = None
+    # Per expected root cause (one line for a fault-free drill): the severity of the incident that
+    # names it, its fault's fastest error-budget burn, and whether the one follows the other
+    # (drills/harm.py); None: not measured (a live drill).
+    harm: list[dict[str, Any]] | None = None
 
     def to_dict(self) -> dict[str, Any]:
-        """JSON-ready (``--json``); ``suppressed`` only where the drill declares maintenance."""
+        """JSON-ready (``--json``); ``suppressed`` only where the drill declares maintenance,
+        ``harm`` where it was measured."""
         out = asdict(self)
-        if self.suppressed is None:
-            del out["suppressed"]
+        for optional in ("suppressed", "harm"):
+            if out[optional] is None:
+                del out[optional]
         return out
+
+    @property
+    def harm_text(self) -> str:
+        """``ingress_errors: critical for page 32.1× (requests/availability)`` per line, or ''."""
+        return "; ".join(f"{h['rule']}: {h['severity'] or 'no incident'} for {burn_text(h['burn'])}"
+                         + ("" if h["follows"] else " (does not follow)") for h in self.harm or ())
 
     @property
     def truth_text(self) -> str:
@@ -67,6 +79,14 @@ class DrillScore:
         """``layer/rule signal@entity`` of every incident, or ``none``."""
         return "; ".join(f"{a.layer}/{a.rule} {a.signal}@{_entity(a.entity)}"
                          for a in self.attributed) or "none"
+
+
+def burn_text(burn: Mapping[str, Any]) -> str:
+    """``page burn 32.1× (requests/availability)``, ``burn 0.6× (…), below a ticket``, or ``no burn``."""
+    if not burn.get("rate"):
+        return "no burn"
+    text = f"burn {burn['rate']:g}× ({burn['slo']}/{burn['sli']})"
+    return f"{text}, below a ticket" if burn["grade"] == "none" else f"{burn['grade']} {text}"
 
 
 def _entity(labels: Mapping[str, Any]) -> str:

@@ -1,4 +1,5 @@
-"""The digest's PNG: queue_wait p99, 504 ratio and GPU utilisation over the day (matplotlib, Agg).
+"""The digest's PNG: queue_wait p99, 504 ratio, GPU utilisation and every SLO's burn over the day
+(matplotlib, Agg).
 
 A panel of a catalogue signal draws that signal's limit (``signal.field``) as a dashed red line:
 the number the analyzer and the alert judge by, with the configuration's overrides.
@@ -18,11 +19,15 @@ import matplotlib.dates as mdates
 import matplotlib.pyplot as plt
 from matplotlib.figure import Figure
 
-# (series key, axis label, the catalogue limit drawn across it or None).
+from reporter.digest_budget import CHART_PREFIX
+
+# (series key, axis label, the limit drawn across it: a catalogue limit's name, a number, or None).
 PANELS = (
     ("queue_wait_p99_s", "queue wait p99 (s)", "queue_wait_p99.threshold"),
     ("ratio_504", "504 ratio", "error_504_ratio.threshold"),
     ("gpu_utilization", "GPU utilisation (fleet mean)", None),
+    # Every SLO's 1 h burn in one panel, a line each; drawn against the ticket's burn of 1.
+    (CHART_PREFIX, "error-budget burn, 1 h (×)", 1.0),
 )
 WIDTH_PX, HEIGHT_PX, DPI = 1000, 750, 100  # well under WeCom's 2 MB image limit
 
@@ -34,14 +39,18 @@ def figure(series: Mapping[str, Sequence[tuple[float, float]]], title: str, limi
     fig, axes = plt.subplots(len(PANELS), 1, figsize=(WIDTH_PX / DPI, HEIGHT_PX / DPI), dpi=DPI,
                              sharex=True)
     for ax, (key, label, limit) in zip(axes, PANELS, strict=True):
-        points = series.get(key, ())
-        if points:
+        lines = {name: points for name, points in series.items() if points and
+                 (name == key or (key == CHART_PREFIX and name.startswith(CHART_PREFIX)))}
+        for name, points in lines.items():
             ax.plot([datetime.fromtimestamp(t, tz) for t, _ in points], [v for _, v in points],
-                    linewidth=1.2)
-        else:
+                    linewidth=1.2, label=name.removeprefix(CHART_PREFIX))
+        if key == CHART_PREFIX and lines:
+            ax.legend(fontsize=7, loc="upper left")
+        if not lines:
             ax.text(0.5, 0.5, "no data", transform=ax.transAxes, ha="center", va="center")
         if limit is not None:
-            ax.axhline(limits[limit], color="red", linestyle="--", linewidth=0.8)
+            ax.axhline(limits[limit] if isinstance(limit, str) else limit, color="red", linestyle="--",
+                       linewidth=0.8)
         ax.set_ylabel(label, fontsize=8)
         ax.grid(True, alpha=0.3)
     axes[-1].xaxis.set_major_formatter(mdates.DateFormatter("%H:%M", tz=tz))

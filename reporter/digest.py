@@ -5,8 +5,9 @@ Three numbers with their colours: the largest queue length
 ``avg_over_time(stddev(oximeter_gpu_utilization_ratio)[1d:1m])`` (yellow over 0.30). Then each
 service's peak use of its limits and whether the fleet could lose a node at its peak
 (``reporter/digest_capacity.py``), incidents by layer and rule with MTTD/MTTR from the store, SLO
-attainment and error budget left (TTFT p99 and availability), the noisiest signals of the day,
-GPU health by node and a chart.
+attainment and error budget left (TTFT p99 and availability), each SLO's budget left and burn
+over the day (``reporter/digest_budget.py``), the noisiest signals of the day, GPU health by node
+and a chart.
 
 Counter totals are exact: the day's samples are fetched at a one-minute step and their increase
 summed in Python (a reset counts from zero), rather than ``increase()``, which extrapolates to the
@@ -22,16 +23,14 @@ from dataclasses import dataclass, field
 from datetime import UTC, date, datetime, time, timedelta, tzinfo
 from zoneinfo import ZoneInfo
 
-import numpy as np
-
 from analyzer.incidents.model import Incident
 from analyzer.incidents.store import IncidentQuery, IncidentStore
 from analyzer.signals.catalogue import CATALOGUE
-from analyzer.signals.rolling import counter_steps
+from analyzer.signals.slo import SloSettings
 from analyzer.signals.spec import SignalSpec
-from oximeter.prometheus import Series
+from reporter.digest_budget import BudgetRow, budget_rows, burn_chart
 from reporter.digest_capacity import Headroom, NMinusOne, headroom, n_minus_one, placement
-from reporter.prom import PromQuery
+from reporter.prom import PromQuery, increases
 from reporter.settings import DigestSettings
 
 STEP_S = 60.0  # the contract's 1m resolution
@@ -41,6 +40,9 @@ THROTTLE_REASONS = 'reason!="idle"'
 CHART_SIGNALS = {"queue_wait_p99_s": "queue_wait_p99", "ratio_504": "error_504_ratio"}
 # The analyzer's own gauge (scraped from its /metrics): how many anomaly events each signal has open.
 ANOMALIES = "max by (signal, layer) (oximeter_anomalies_active)"
+# The analyzer's own too: per signal, how many series have no same-time baseline yet; the newest
+# value of the day's last hour (the analyzer may be scraped every few minutes).
+LEARNING = "max by (signal) (last_over_time(oximeter_series_learning[1h]))"
 
 
 def zone(name: str | None) -> tzinfo:
@@ -162,14 +164,12 @@ class Digest:
     headroom: tuple[Headroom, ...] = ()
     n_minus_one: tuple[NMinusOne, ...] = ()
     noisy_signals: tuple[NoisySignal, ...] = ()
+    budgets: tuple[BudgetRow, ...] = ()  # each SLO's burn over the day and budget left, per service
+    # Signals with series still learning at the day's end (the analyzer's ``oximeter_series_learning``):
+    # judged against their recent window alone until they have a day of history.
+    learning: tuple[tuple[str, float], ...] = ()
     simulated_nodes: tuple[str, ...] = ()  # nodes whose exporter said ``oximeter_simulation_info``
     chart: dict[str, list[tuple[float, float]]] = field(default_factory=dict, compare=False)
-
-
-def increases(series: Iterable[Series]) -> list[tuple[dict[str, str], float]]:
-    """Each series' exact increase over its points (a reset counts from 0)."""
-    return [(dict(s.labels), float(counter_steps(np.array([v for _, v in s.points], dtype=np.float64)).sum()))
-            for s in series]
 
 
 def _sum_by(rows: Iterable[tuple[dict[str, str], float]], *keys: str) -> dict[tuple[str, ...], float]:
@@ -272,9 +272,12 @@ def _chart(prom: PromQuery, start: datetime, end: datetime,
 
 
 def collect(prom: PromQuery, store: IncidentStore | None, day: date, settings: DigestSettings,
-            *, with_chart: bool = True, catalogue: Mapping[str, SignalSpec] = CATALOGUE) -> Digest:
+            *, with_chart: bool = True, catalogue: Mapping[str, SignalSpec] = CATALOGUE,
+            slos: SloSettings | None = None) -> Digest:
     """Query yesterday (``day``) from Prometheus and the store (``catalogue``: the signals the chart
-    draws, with the configuration's overrides)."""
+    draws, with the configuration's overrides; ``slos``: the objectives whose budgets it shows, the
+    configuration's defaults when None)."""
+    slos = slos or SloSettings()
     start, end = day_bounds(day, zone(settings.timezone))
     span = f"{int((end - start).total_seconds())}s"
     queue = prom.instant(f"max by (service, node) (max_over_time(oximeter_queue_length[{span}]))", end)
@@ -306,6 +309,10 @@ def collect(prom: PromQuery, store: IncidentStore | None, day: date, settings: D
         headroom=headroom(prom, start, end, STEP_S, placement(prom, start, end)),
         n_minus_one=n_minus_one(prom, start, end, STEP_S),
         noisy_signals=_noisy(prom, start, end, incidents, settings.top_signals),
+        budgets=budget_rows(prom, slos, start, end, STEP_S),
+        learning=tuple(sorted(((s.label("signal"), s.last) for s in prom.instant(LEARNING, end)
+                               if math.isfinite(s.last) and s.last > 0), key=lambda p: (-p[1], p[0]))),
         simulated_nodes=tuple(sorted({s.label("node") for s in prom.instant(
             f"max by (node) (max_over_time(oximeter_simulation_info[{span}]))", end) if s.last >= 1})),
-        chart=_chart(prom, start, end, catalogue) if with_chart else {})
+        chart={**_chart(prom, start, end, catalogue), **burn_chart(prom, slos, start, end, CHART_STEP_S)}
+        if with_chart else {})

@@ -57,6 +57,7 @@ def run(args: argparse.Namespace) -> int:
     from analyzer.incidents.settings import IncidentSettings
     from analyzer.incidents.store import IncidentStore
     from analyzer.service.limits import configured_catalogue
+    from analyzer.signals.slo import SloSettings
     from reporter.digest_schedule import build, send
     from reporter.prom import digest_client
 
@@ -70,9 +71,10 @@ def run(args: argparse.Namespace) -> int:
         there = is_postgres_url(store_path) or Path(store_path).exists()
         store = IncidentStore(connect(store_path)) if there or not args.dry_run else None
         catalogue = configured_catalogue(args.config)
+        slos = section(sections, "slos", SloSettings, where)
         if args.dry_run:
-            return _preview(build(prom, store, day, settings, catalogue), Path(args.out))
-        return _send(prom, store, day, settings, args.channel, partial(send, catalogue=catalogue))
+            return _preview(build(prom, store, day, settings, catalogue, slos), Path(args.out))
+        return _send(prom, store, day, settings, args.channel, partial(send, catalogue=catalogue, slos=slos))
     except (OximeterError, StoreError) as exc:
         print(f"oximeter report: {exc}", file=sys.stderr)
         return 1

@@ -95,7 +95,25 @@ def sections(d: Digest, settings: ReporterSettings) -> tuple[Section, ...]:
         for g in d.gpu_health]
     gpus = Section("GPU health by node", table=tuple(gpu_rows) if d.gpu_health else (),
                    body="" if d.gpu_health else "no GPU series")
-    return (seed, *capacity_sections(d, zone(ds.timezone)), incidents, slo, signals, gpus)
+    learning = Section("Still learning (judged against their last hour alone until a day of history)",
+                       ", ".join(f"{signal} ({count:.0f} series)" for signal, count in d.learning) or "none")
+    return (seed, *capacity_sections(d, zone(ds.timezone)), incidents, slo, budget_section(d), signals,
+            learning, gpus)
+
+
+def _times(burn: float | None) -> str:
+    return "-" if burn is None else f"{burn:.2f} ×"
+
+
+def budget_section(d: Digest) -> Section:
+    """Each SLO's burn over the day and the budget its window has left, per service."""
+    rows: list[tuple[str, ...]] = [("objective", "indicator", "service", "target", "requests", "bad",
+                                    "burn over the day", "budget left")]
+    rows += [(b.slo, b.sli, b.service, f"{b.target * 100:g} %", f"{b.requests:.0f}", f"{b.bad:.0f}",
+              ("🔴 " if (b.day_burn or 0) >= 1 else "") + _times(b.day_burn),
+              f"{_pct(b.budget_left)} of {b.window_days:g} d") for b in d.budgets]
+    return Section("Error budgets (burn 1 × spends the budget exactly over its window)",
+                   table=tuple(rows) if d.budgets else (), body="" if d.budgets else "no requests")
 
 
 def overview_link(d: Digest, settings: ReporterSettings) -> Link | None:

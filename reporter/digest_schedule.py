@@ -19,6 +19,7 @@ from loguru import logger
 from analyzer.incidents.store import IncidentStore
 from analyzer.service.limits import limits
 from analyzer.signals.catalogue import CATALOGUE
+from analyzer.signals.slo import SloSettings
 from analyzer.signals.spec import SignalSpec
 from oximeter.errors import OximeterError
 from oximeter.store import lock_for
@@ -33,10 +34,11 @@ from reporter.settings import ReporterSettings
 
 
 def build(prom: PromQuery, store: IncidentStore | None, day: date, settings: ReporterSettings,
-          catalogue: Mapping[str, SignalSpec] = CATALOGUE) -> tuple[Digest, Message]:
+          catalogue: Mapping[str, SignalSpec] = CATALOGUE, slos: SloSettings | None = None
+          ) -> tuple[Digest, Message]:
     """Collect ``day`` and render the message with its chart (``catalogue``: the signals it draws and
-    their limits, with the configuration's overrides)."""
-    digest = collect(prom, store, day, settings.digest, catalogue=catalogue)
+    their limits, with the configuration's overrides; ``slos``: the objectives whose budgets it shows)."""
+    digest = collect(prom, store, day, settings.digest, catalogue=catalogue, slos=slos)
     png = render_chart(digest.chart, f"Oximeter {day.isoformat()}", limits(catalogue),
                        zone(settings.digest.timezone))
     return digest, to_message(digest, settings, png)
@@ -52,9 +54,9 @@ def already_queued(outbox: Outbox, day: date) -> bool:
 
 def send(prom: PromQuery, store: IncidentStore | None, outbox: Outbox, day: date, settings: ReporterSettings,
          channels: Iterable[str] | None = None, now: float | None = None,
-         catalogue: Mapping[str, SignalSpec] = CATALOGUE) -> Message:
+         catalogue: Mapping[str, SignalSpec] = CATALOGUE, slos: SloSettings | None = None) -> Message:
     """Queue ``day``'s digest on ``channels`` (default: ``digest.channels``, else every channel)."""
-    _, message = build(prom, store, day, settings, catalogue)
+    _, message = build(prom, store, day, settings, catalogue, slos)
     if message.image_png:  # before it is queued: the link in the message must already resolve
         save_chart(outbox.conn, message.image_png, day.isoformat(), keep=settings.digest.keep_charts)
     chosen = list(channels) if channels is not None else settings.digest.channels

@@ -3,11 +3,14 @@ configured from the digest's settings, and the exact increase of a counter's sam
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from datetime import datetime
 from typing import TYPE_CHECKING, Protocol
 
+import numpy as np
 import requests
 
+from analyzer.signals.rolling import counter_steps
 from oximeter.prometheus import PrometheusClient, Series
 from oximeter.secrets import read_secret
 
@@ -36,3 +39,9 @@ def digest_client(settings: DigestSettings, url: str | None = None) -> Prometheu
                             token=read_secret(token_env) if token_env else None,
                             verify=settings.prometheus_tls_verify, session=session)
 
+
+
+def increases(series: Iterable[Series]) -> list[tuple[dict[str, str], float]]:
+    """Each series' exact increase over its points (a reset counts from 0)."""
+    return [(dict(s.labels), float(counter_steps(np.array([v for _, v in s.points], dtype=np.float64)).sum()))
+            for s in series]

@@ -25,6 +25,7 @@ from pydantic import SecretStr
 from analyzer.incidents.store import IncidentStore
 from analyzer.service.api_requests import CLOCK
 from analyzer.signals.catalogue import CATALOGUE
+from analyzer.signals.slo import SloSettings
 from analyzer.signals.spec import SignalSpec
 from oximeter.errors import OximeterError
 from oximeter.secrets import read_secret
@@ -79,16 +80,18 @@ class Reporting:
 
 def build_reporting(store: IncidentStore, settings: ReporterSettings, token: SecretStr | None,
                     registry: CollectorRegistry | None = None,
-                    catalogue: Mapping[str, SignalSpec] = CATALOGUE) -> Reporting:
+                    catalogue: Mapping[str, SignalSpec] = CATALOGUE,
+                    slos: SloSettings | None = None) -> Reporting:
     """Build from the ``reporter:`` section; channels read their URLs and secrets from the environment.
-    ``catalogue``: the signals the digest's chart draws, with the configuration's overrides."""
+    ``catalogue``: the signals the digest's chart draws, with the configuration's overrides; ``slos``:
+    the objectives the digest shows the budgets of."""
     outbox = Outbox(store.conn, build_channels(settings.channels), OutboxPolicy.from_settings(settings),
                     registry=registry)
     router = Router.from_settings(settings.routes, outbox.channels)
     prom = digest_client(settings.digest)
 
     def send_day(day: date) -> None:
-        digest_schedule.send(prom, store, outbox, day, settings, catalogue=catalogue)
+        digest_schedule.send(prom, store, outbox, day, settings, catalogue=catalogue, slos=slos)
 
     scheduler = digest_schedule.DigestScheduler(
         settings, send_day, sent=lambda day: digest_schedule.already_queued(outbox, day))

@@ -15,6 +15,7 @@ from analyzer.incidents.store import IncidentStore
 from analyzer.service import daemon
 from analyzer.service.daemon_metrics import LogNotifier, Notifier
 from analyzer.service.limits import configured_catalogue
+from analyzer.signals.slo import SloSettings
 from oximeter.config import read_config, section
 from oximeter.errors import OximeterError
 from oximeter.secrets import read_secret
@@ -34,13 +35,14 @@ def run(args: argparse.Namespace) -> int:
         sections, where = read_config(args.config)
         settings = section(sections, "reporter", ReporterSettings, where)
         catalogue = configured_catalogue(args.config)  # the digest chart's signals and their limits
+        slos = section(sections, "slos", SloSettings, where)
     except OximeterError as exc:
         print(f"oximeter analyze: {exc}", file=sys.stderr)
         return 2
 
     def reporting(store: IncidentStore, registry: CollectorRegistry) -> tuple[Notifier, Reporting]:
         # The outbox lives in the daemon's store; chat channels read their URLs from the environment.
-        built = build_reporting(store, settings, read_secret("OXIMETER_API_TOKEN"), registry, catalogue)
+        built = build_reporting(store, settings, read_secret("OXIMETER_API_TOKEN"), registry, catalogue, slos)
         return (built.notifier if settings.channels else LogNotifier()), built
 
     return daemon.run(args, reporting)

@@ -82,6 +82,13 @@ class BaselineTracker:
             hour = self._hour_rows(values, history, todo, known, like_nodes)
         return Baseline(self._center, self._scale, hour_scale=hour, provisional=self._provisional)
 
+    def learning(self) -> int:
+        """How many series the newest row judged against their recent window alone: too young for
+        a same-time baseline (learning their day)."""
+        if self._provisional.empty:
+            return 0
+        return int(self._provisional.iloc[-1].to_numpy(bool).sum())
+
     def _hour_rows(self, values: pd.DataFrame, history: Mapping[float, pd.DataFrame], todo: np.ndarray,
                    known: pd.DatetimeIndex, like_nodes: Mapping[str, str]) -> pd.DataFrame:
         """The hour scale over ``values``' rows, computed for the rows the centre was (all of them

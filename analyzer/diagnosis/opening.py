@@ -1,6 +1,6 @@
 """What may open an incident, apart from which rule names it: a signal allowed to (context-only
 symptoms are not), an anomaly clear of what it was compared with, and, where no rule matched, more
-than one signal's word for it."""
+than one signal's word for it, a static limit's, or a fast burn of an error budget."""
 
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING
 
 from analyzer.detection.detectors import DETECTORS
 from analyzer.detection.events import AnomalyEvent
+from analyzer.diagnosis.burn_events import BURN_SIGNAL
 from analyzer.signals.spec import SignalSpec
 
 if TYPE_CHECKING:
@@ -62,4 +63,7 @@ def may_open(case: Case, diagnosis: Diagnosis) -> bool:
         return False
     if diagnosis.rule != "unclassified":
         return True
-    return len({e.signal for e in clear}) >= 2 or any(static_breach(e, case.catalogue) for e in clear)
+    # A fast burn is harm measured, not a guess: it opens alone, provisionally, for the rule's own
+    # signals to name once their detectors have held.
+    return len({e.signal for e in clear}) >= 2 or any(static_breach(e, case.catalogue) for e in clear) \
+        or any(e.signal == BURN_SIGNAL for e in clear)

@@ -35,7 +35,10 @@ from loguru import logger
 from prometheus_client import generate_latest
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
+from analyzer.diagnosis.burn import burn_specs, burns
+from analyzer.diagnosis.burn_events import BurnWatch
 from analyzer.diagnosis.topology import Topology, TopologySettings
+from analyzer.incidents.harm import graded
 from analyzer.incidents.lifecycle import IncidentSettings, IncidentTracker, findings
 from analyzer.incidents.maintenance import MaintenanceStore, MaintenanceWindow
 from analyzer.incidents.oncall import OnCall
@@ -44,11 +47,12 @@ from analyzer.service.api import build_app, start_api
 from analyzer.service.blindness import BlindWatch
 from analyzer.service.daemon_metrics import DaemonMetrics, LogNotifier, Notifier
 from analyzer.service.kube_changes import KubeChangePoller
-from analyzer.service.pipeline import CyclePipeline, Pipeline, topology_from_frames
+from analyzer.service.pipeline import CONTEXT, CyclePipeline, Pipeline, topology_from_frames
 from analyzer.service.settings import AnalyzerSettings, InputProfile
 from analyzer.service.unsaved import Unsaved
 from analyzer.signals.catalogue import CATALOGUE
 from analyzer.signals.frame import SeriesFrame
+from analyzer.signals.slo import SloSettings
 from analyzer.signals.sources.base import ReplayClock, Source
 from analyzer.signals.spec import SignalSpec
 from oximeter.config import DEFAULT_CONFIG_PATH, read_config, section
@@ -102,8 +106,12 @@ class Analyzer:
                  catalogue: Mapping[str, SignalSpec] = CATALOGUE,
                  change_feed: Callable[[datetime], object] | None = None,
                  unreadable: frozenset[str] = frozenset(), not_judged: Sequence[str] = (),
-                 maintenance: Sequence[MaintenanceWindow] = ()) -> None:
+                 maintenance: Sequence[MaintenanceWindow] = (), slos: SloSettings | None = None) -> None:
         self.pipeline, self.store, self.settings, self.catalogue = pipeline, store, settings, catalogue
+        # Severity follows the harm these objectives measure (analyzer/incidents/harm.py); None: the rules'.
+        self.slos = slos
+        # Fast burns open an incident in the cycle they are seen (analyzer/diagnosis/burn_events.py).
+        self.burn_watch = None if slos is None else BurnWatch(slos, settings.lookback_s)
         self.unreadable = unreadable  # context the inputs cannot feed (AnalyzerSettings.unreadable_context)
         # Records changes found in the telemetry itself (Kubernetes restarts and rollouts).
         self.change_feed = change_feed
@@ -134,8 +142,14 @@ class Analyzer:
             except (*SOURCE_ERRORS, sqlite3.Error) as exc:  # the signals were read: judge them, retry later
                 logger.warning("analyzer: cannot read platform changes: {}", exc)
         topology = topology_from_frames(frames, self.topology)
-        found = findings(events, topology, now=now, snapshot=self.pipeline.snapshot(frames, now),
+        snapshot = self.pipeline.snapshot(frames, now)
+        harm = burns(snapshot, self.slos) if self.slos is not None else []
+        if self.burn_watch is not None:
+            events = [*events, *self.burn_watch.events(harm, now)]
+        found = findings(events, topology, now=now, snapshot=snapshot,
                          settings=self.settings, catalogue=self.catalogue, unreadable=self.unreadable)
+        if self.slos is not None:
+            found = graded(found, harm, self.slos)
         lookback = timedelta(seconds=self.settings.lookback_s + self.settings.reopen_window_s)
         windows = self.windows(now - lookback, now)
         # A declared change under a maintenance window is the planned work: expected, not evidence.
@@ -149,6 +163,8 @@ class Analyzer:
                              self.notifier.notify, self.notifier.notice):
             self.flush(now, windows)
         self.metrics.update(self.tracker.incidents, events)
+        if isinstance(self.pipeline, CyclePipeline):  # a replay's detection ran ahead: nothing to learn
+            self.metrics.update_learning(self.pipeline.learning())
         self.metrics.cycle.observe(time.monotonic() - started)
         return True
 
@@ -284,14 +300,16 @@ class AnalyzeConfig:
     analyzer: AnalyzerSettings
     incidents: IncidentSettings
     topology: TopologySettings
+    slos: SloSettings = dataclasses.field(default_factory=SloSettings)
 
     @classmethod
     def load(cls, path: str | None) -> AnalyzeConfig:
-        """Read ``path`` (or ./oximeter.yaml) and validate the three sections."""
+        """Read ``path`` (or ./oximeter.yaml) and validate the four sections."""
         sections, where = read_config(path)
         return cls(section(sections, "analyzer", AnalyzerSettings, where),
                    section(sections, "incidents", IncidentSettings, where),
-                   section(sections, "topology", TopologySettings, where))
+                   section(sections, "topology", TopologySettings, where),
+                   section(sections, "slos", SloSettings, where))
 
 
 def _source(args: argparse.Namespace, config: AnalyzeConfig) -> Source:
@@ -353,7 +371,8 @@ def _run(args: argparse.Namespace, config: AnalyzeConfig, store: IncidentStore,
         return 2
     pipeline = CyclePipeline(source, config.analyzer.catalogue(), config.analyzer.step_s,
                              config.analyzer.live_window_s, policy=config.analyzer.baseline.policy(),
-                             change_events=store.change_events)
+                             change_events=store.change_events,
+                             context_specs={**CONTEXT, **burn_specs(config.slos)})
     metrics = DaemonMetrics()
     notifier: Notifier = LogNotifier()
     reporting = None
@@ -373,7 +392,7 @@ def _run(args: argparse.Namespace, config: AnalyzeConfig, store: IncidentStore,
                         change_feed=kube.poll if kube is not None else None,
                         unreadable=config.analyzer.unreadable_context(),
                         not_judged=config.analyzer.not_judged(),
-                        maintenance=[m.window() for m in settings.maintenance])
+                        maintenance=[m.window() for m in settings.maintenance], slos=config.slos)
     # A restart into an ongoing fault: its evidence stays out of the first cycle's baselines.
     pipeline.remember(e for inc in analyzer.tracker.incidents if inc.state == "open" for e in inc.evidence)
     if args.once:

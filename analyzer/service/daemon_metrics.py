@@ -3,6 +3,7 @@ own Prometheus metrics (open incidents, cycle time, source health, active anomal
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Protocol
 
 from loguru import logger
@@ -50,6 +51,9 @@ class DaemonMetrics:
                                registry=self.registry)
         self.anomalies = Gauge("oximeter_anomalies_active", "Active anomaly events.", ("signal", "layer"),
                                registry=self.registry)
+        self.learning = Gauge("oximeter_series_learning",
+                              "Series judged against their recent window alone: too young for a "
+                              "same-time baseline.", ("signal",), registry=self.registry)
         self.blind = Gauge("oximeter_analyzer_blind_signals",
                            "Signals whose queries return no series where some are expected.",
                            registry=self.registry)
@@ -57,6 +61,12 @@ class DaemonMetrics:
         self._open_labels: set[tuple[str, str]] = {(layer, sev) for layer in LAYERS for sev in SEVERITIES}
         for layer, sev in self._open_labels:
             self.open.labels(layer, sev).set(0)
+
+    def update_learning(self, learning: Mapping[str, int]) -> None:
+        """Set the learning gauge per signal (signals no longer learning are removed)."""
+        self.learning.clear()
+        for signal, count in learning.items():
+            self.learning.labels(signal).set(count)
 
     def update(self, incidents: list[Incident], events: list[AnomalyEvent]) -> None:
         """Set the gauges from this cycle's state: every known layer × severity (and any other

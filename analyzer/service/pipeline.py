@@ -172,6 +172,8 @@ class CyclePipeline:
     change_events: Callable[[datetime, datetime], Sequence[ChangeEvent]] = _no_changes
     # First cycle: baselines for at most this many newest rows per signal (a restart costs seconds).
     cold_rows: int | None = 40
+    # The series the rules and the severity read beside the signals (the SLOs' burn counts too).
+    context_specs: Mapping[str, SignalSpec] = field(default_factory=lambda: CONTEXT)
     cycles: dict[str, SignalCycle] = field(init=False, default_factory=dict)
     context: dict[str, LiveWindow] = field(init=False, default_factory=dict)
     previous: dict[str, list[Span]] = field(init=False, default_factory=dict)
@@ -183,7 +185,13 @@ class CyclePipeline:
         self.cycles = {name: SignalCycle(spec, policy=self.policy, live_s=self.live_s, step_s=self.step_s,
                                          cold_rows=self.cold_rows, pool=pool)
                        for name, spec in self.catalogue.items()}
-        self.context = {name: LiveWindow(spec, self.live_s, self.step_s) for name, spec in CONTEXT.items()}
+        self.context = {name: LiveWindow(spec, self.live_s, self.step_s)
+                        for name, spec in self.context_specs.items()}
+
+    def learning(self) -> dict[str, int]:
+        """Per signal, how many of its series are still learning (no same-time baseline yet)."""
+        return {name: count for name, cycle in self.cycles.items()
+                if (count := max((t.learning() for t in cycle.trackers.values()), default=0))}
 
     def remember(self, spans: Iterable[Span]) -> None:
         """The open incidents' evidence (the caller's, every cycle; after a restart, before the

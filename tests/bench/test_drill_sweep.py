@@ -125,3 +125,22 @@ def test_coverage_is_broken_down_by_fault_duration() -> None:
     line = ds._coverage_by_duration([short, long])
     assert "10-30 min 50% (n=1)" in line and "30 min-2 h nan% (n=0)" in line
     assert "2 h and more 64% (n=1)" in line and line.endswith("p10 69%")
+
+
+def test_time_to_detect_is_reported_by_the_fault_s_onset_burn() -> None:
+    # Severe faults (onset burn 14.4× or more) seen at 60 and 90 s, one missed; a moderate one at 300 s;
+    # a fault within its budget detected late counts in neither band.
+    rows = [{**_row("ingress_errors", True), "burn": 97.0, "ttd_s": 60.0, "held": 1.0},
+            {**_row("capacity_exhausted", True), "burn": 20.0, "ttd_s": 90.0, "held": 0.9},
+            {**_row("ingress_errors", False), "burn": 30.0},
+            {**_row("kv_pressure", True), "burn": 8.0, "ttd_s": 300.0, "held": 1.0},
+            {**_row("thermal_throttle", True), "burn": 0.0, "ttd_s": 900.0, "held": 1.0}]
+    assert ds._ttd_band(rows, ds.SEVERE_BURN, math.inf) == [60.0, 90.0, math.inf]
+    results = [{"name": "a", "rows": rows, "false": [{"severity": "warning", "rule": "x", "node": "n1"}],
+                "node_days": 10.0, "per_incident": [2, 3]}]
+    lines = ds.report(results, {"a": [1.0] * len(rows)})
+    assert "severe (≥ 14.4×) p50 90s p90 infs (n=3)" in lines[-2]
+    # A ticket on a fault-free stretch is a false incident, not a false page.
+    assert lines[-1] == ("sweep: scenarios=1 attribution=80% coverage_open_p10=93% ttd_severe_p90=infs "
+                         "ttd_moderate_p90=300s messages_median=2 messages_max=3 false_per_node_day=0.10 "
+                         "paging_false=0")

@@ -108,8 +108,8 @@ def test_a_scenario_on_stock_telemetry_says_what_it_cannot_judge(tmp_path: Path)
 def test_json_output(library: dict[str, Any]) -> None:
     assert (library["skipped"], len(library["drills"])) == ([], len(list(LIBRARY.glob("*.yaml"))))
     one = one_drill(library, "xid_critical")
-    assert sorted(one) == ["attributed", "budget", "cannot_judge", "detected", "expected", "messages", "mode",
-                           "passed", "reason", "scenario", "time_to_detect_s"]
+    assert sorted(one) == ["attributed", "budget", "cannot_judge", "detected", "expected", "harm", "messages",
+                           "mode", "passed", "reason", "scenario", "time_to_detect_s"]
     assert one["cannot_judge"] is None  # Oximeter's own telemetry feeds every signal
     assert (one["scenario"], one["mode"], one["passed"], one["detected"], one["reason"]) == \
         ("xid_critical", "replay", True, True, "right")
@@ -120,6 +120,29 @@ def test_json_output(library: dict[str, Any]) -> None:
         ("infrastructure", "xid_critical", "xid_paging", "n1", "3")
     # A paging Xid needs no persistence: opened in the cycle of the fault; then opened + resolved.
     assert (one["time_to_detect_s"], one["messages"], one["budget"]) == (0.0, 2, 4)
+    # The card fell off the bus with no request harmed: a ticket's worth of evidence, not a page.
+    [harm] = one["harm"]
+    assert (harm["rule"], harm["severity"], harm["burn"]["grade"], harm["follows"]) == \
+        ("xid_critical", "warning", "none", True)
+
+
+@pytest.mark.timeout(COLD_TIMEOUT_S)
+def test_every_drill_states_a_severity_that_follows_its_burn(library: dict[str, Any]) -> None:
+    for one in library["drills"]:
+        assert one["harm"] and all(line["follows"] for line in one["harm"]), (one["scenario"], one["harm"])
+    # A fault burning a budget fast enough to page is open within 2 minutes of its onset.
+    paging = {one["scenario"]: one["time_to_detect_s"] for one in library["drills"]
+              if any(line["burn"]["grade"] == "page" for line in one["harm"])}
+    assert len(paging) >= 3 and all(ttd is not None and ttd <= 120 for ttd in paging.values()), paging
+    # Errors on every answer burn the availability budget far past a page's rate: the incident pages.
+    [errors] = one_drill(library, "ingress_errors")["harm"]
+    assert (errors["severity"], errors["burn"]["grade"], errors["burn"]["sli"]) == \
+        ("critical", "page", "availability")
+    assert errors["burn"]["rate"] >= 14.4
+    # A dependency slowing one node's answers spends its queue-wait budget slowly: a ticket, no page.
+    [slow] = one_drill(library, "dependency_degraded")["harm"]
+    assert (slow["severity"], slow["burn"]["grade"]) == ("warning", "ticket")
+    assert 1 <= slow["burn"]["rate"] < 6
 
 
 @pytest.mark.timeout(COLD_TIMEOUT_S)

@@ -44,8 +44,9 @@ def test_replay_once_opens_the_scenario_incident(tmp_path: Path) -> None:
         (incident,) = store.query(IncidentQuery(), datetime.fromtimestamp(END_S, UTC))
     finally:
         store.conn.close()
+    # The card fell off the bus, yet its node's answers spend no error budget: a ticket, not a page.
     assert (incident.state, incident.layer, incident.rule, incident.severity) == (
-        "open", "infrastructure", "xid_critical", "critical")
+        "open", "infrastructure", "xid_critical", "warning")
     assert incident.root_cause.signal == "xid_paging"
     assert {k: v for k, v in incident.root_cause.labels if k in ("node", "gpu", "xid")} == {
         "node": "n1", "gpu": "1", "xid": "79"}

@@ -12,9 +12,10 @@ import pytest
 
 from oximeter.errors import OximeterError
 from oximeter.prometheus import Series
-from reporter.digest import colour, day_bounds, histogram_quantile, increases, share_below
+from reporter.digest import colour, day_bounds, histogram_quantile, share_below
 from reporter.digest_capacity import CONCURRENCY_LIMIT, DEMAND, LIMITS, Peak, headroom, n_minus_one
 from reporter.digest_schedule import DigestScheduler
+from reporter.prom import increases
 from reporter.settings import DigestSettings, ReporterSettings
 from stack.ports import refusing_port
 from stack.procs import oximeter_argv

@@ -75,6 +75,12 @@ def _add_anomalies(om: Path) -> None:
         for ts in range(int(START.timestamp()), int(END.timestamp()) + 1, 60):
             value = events if first <= ts < first + minutes * 60 else 0
             lines.append(f"oximeter_anomalies_active{labels} {value} {ts}\n")
+    # Its ``oximeter_series_learning``: GPU temperature's series learnt their day but three, new
+    # for the day's last two hours.
+    lines.append("# TYPE oximeter_series_learning gauge\n")
+    labels = '{signal="gpu_temperature",job="oximeter-analyzer",instance="analyzer:9471"}'
+    for ts in range(int(END.timestamp()) - 2 * 3600, int(END.timestamp()) + 1, 60):
+        lines.append(f"oximeter_series_learning{labels} 3 {ts}\n")
     om.write_text(text[: -len("# EOF\n")] + "".join(lines) + "# EOF\n")
 
 
@@ -295,6 +301,33 @@ def test_slo_and_gpu_health_match_the_ground_truth(preview: Preview) -> None:
     assert health["n1"]["xid"] == [] and health["n1"]["ecc_corrected"] == 0
 
 
+def test_error_budgets_match_the_ground_truth(preview: Preview) -> None:
+    # The default objectives: 99.9 % of answers not 5xx or 429; 99 % of requests admitted within 1 s.
+    truth, numbers = preview.truth, preview.numbers
+    served = [(labels, v) for labels, v in _increases(truth, "oximeter_requests_total")
+              if labels.get("route") != "/v1/models"]
+    total = sum(v for _, v in served)
+    bad = sum(v for labels, v in served if labels["code"].startswith("5") or labels["code"] == "429")
+    waits = _increases(truth, "oximeter_queue_wait_seconds_bucket")
+    within = sum(v for labels, v in waits if float(labels["le"]) == 1.0)
+    every = sum(v for labels, v in waits if labels["le"] in ("+Inf", "inf"))
+    rows = {row["sli"]: row for row in numbers["budgets"]}
+    assert sorted(rows) == ["availability", "queue_wait"]
+    assert {r["service"] for r in rows.values()} == {"chat"}
+    errors = rows["availability"]
+    assert bad > 0  # the day's ingress errors on n2
+    assert errors["requests"] == pytest.approx(total, rel=1e-12)
+    assert errors["bad"] == pytest.approx(bad, rel=1e-12)
+    assert errors["day_burn"] == pytest.approx(bad / total / 0.001, rel=1e-9)
+    # The window is all Prometheus holds: this one day (its increase extrapolates at the edges).
+    assert errors["budget_left"] == pytest.approx(1 - bad / total / 0.001, rel=0.05, abs=0.05)
+    queue = rows["queue_wait"]
+    assert queue["bad"] == pytest.approx(every - within, rel=1e-9, abs=1e-9)
+    assert queue["day_burn"] == pytest.approx((every - within) / every / 0.01, rel=1e-9, abs=1e-9)
+    assert "## Error budgets" in preview.markdown
+    assert f"| requests | availability | chat | 99.9 % | {total:.0f} | {bad:.0f} |" in preview.markdown
+
+
 def test_incidents_markdown_and_link(preview: Preview) -> None:
     numbers, markdown = preview.numbers, preview.markdown
     assert (numbers["incidents"], numbers["by_layer"], numbers["by_rule"]) == (
@@ -307,6 +340,8 @@ def test_incidents_markdown_and_link(preview: Preview) -> None:
         {"signal": "gpu_temperature", "layer": "infrastructure", "anomalous_minutes": 10.0,
          "peak_events": 1.0, "incidents": 1, "max_ratio": 91.0 / 62.0}]
     assert "## Noisiest signals" in markdown
+    assert numbers["learning"] == [["gpu_temperature", 3.0]]
+    assert "gpu_temperature (3 series)" in markdown
     assert "| queue_wait_p99 | scheduling | 30 | 2 | 1 | 20 |" in markdown
     start_ms, end_ms = int(START.timestamp() * 1000), int(END.timestamp() * 1000)
     assert f"(http://grafana.example:3000/d/oximeter-overview?from={start_ms}&to={end_ms})" in markdown
@@ -374,6 +409,9 @@ def test_report_delivers_the_chart_to_every_channel(day: Day, receiver: ChatRece
         assert receiver.problems == []
         url = chart_link.chart_url(api.url, preview.png)
         for service in CHANNELS:
+            # Every channel tells each SLO's budget, in its own format.
+            said = json.dumps([r.data for r in receiver.accepted(service)], ensure_ascii=False)
+            assert "Error budgets" in said and "budget left" in said, service
             charts = [delivered_chart(service, r.data) for r in receiver.accepted(service)]
             found = [c for c in charts if c is not None]
             assert found == ([preview.png] if service in ("wecom", "webhook") else [url]), service
