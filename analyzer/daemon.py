@@ -7,10 +7,10 @@ event loop stays responsive; both share one SQLite connection behind ``lock_for`
 cannot be read sets ``oximeter_analyzer_source_up`` to 0, backs off, sends one "analyzer cannot
 see" notice per outage and recovers by itself. SIGTERM finishes the cycle in flight, then stops.
 
-One active analyzer per fleet: the store is an embedded SQLite file and the tracker's state is
-in-process, so two daemons would open the same incident twice; a second one on the same store is
-refused, naming the first (``oximeter/store_lock.py``). Sharding needs a shared store and a
-leader (for the digest too) and is a later step.
+One active analyzer per shard: the tracker's state is in-process, so two daemons writing one
+store would open the same incident twice. By default a second one on the same store is refused,
+naming the first (``oximeter/store_lock.py``); with ``analyzer.ha`` several share it, one leading
+by lease and the others standing by (``analyzer/leadership.py``).
 """
 
 from __future__ import annotations
@@ -43,6 +43,7 @@ from analyzer.frame import SeriesFrame
 from analyzer.incident_store import IncidentStore
 from analyzer.incidents import IncidentSettings, IncidentTracker, findings
 from analyzer.kube_changes import KubeChangePoller
+from analyzer.leadership import Gate, Leadership
 from analyzer.maintenance import MaintenanceStore, MaintenanceWindow
 from analyzer.oncall import OnCall
 from analyzer.pipeline import CyclePipeline, Pipeline, topology_from_frames
@@ -54,6 +55,7 @@ from analyzer.unsaved import Unsaved
 from oximeter.config import DEFAULT_CONFIG_PATH, read_config, section
 from oximeter.errors import ConfigError, OximeterError
 from oximeter.inputs import cli_type, parse_timestamp
+from oximeter.lease import Lease
 from oximeter.ports import write_port_file
 from oximeter.secrets import read_secret
 from oximeter.store import connect
@@ -79,13 +81,14 @@ class Analyzer:
                  catalogue: Mapping[str, SignalSpec] = CATALOGUE,
                  change_feed: Callable[[datetime], object] | None = None,
                  unreadable: frozenset[str] = frozenset(), not_judged: Sequence[str] = (),
-                 maintenance: Sequence[MaintenanceWindow] = ()) -> None:
+                 maintenance: Sequence[MaintenanceWindow] = (), leadership: Leadership | None = None) -> None:
         self.pipeline, self.store, self.settings, self.catalogue = pipeline, store, settings, catalogue
         self.unreadable = unreadable  # context the inputs cannot feed (AnalyzerSettings.unreadable_context)
         # Records changes found in the telemetry itself (Kubernetes restarts and rollouts).
         self.change_feed = change_feed
         self.topology, self.notifier, self.clock = topology, notifier, clock
         self.metrics = metrics or DaemonMetrics()
+        self.not_judged, self.leadership = tuple(not_judged), leadership
         self.tracker = IncidentTracker(settings, store.tracked(clock(), settings.reopen_window_s), not_judged)
         self.oncall = OnCall(store.conn)
         # The config's windows; those added at run time are read from the store every cycle.
@@ -104,6 +107,8 @@ class Analyzer:
             self._source_down(now, exc)
             return False
         self._source_up(now)
+        if self.leadership is not None and not self._lead(now):
+            return True  # standing by: the windows are warm, nothing is opened or told
         self._blindness(now, frames)
         if self.change_feed is not None:
             try:
@@ -128,6 +133,19 @@ class Analyzer:
         self.metrics.update(self.tracker.incidents, events)
         self.metrics.cycle.observe(time.monotonic() - started)
         return True
+
+    def _lead(self, now: datetime) -> bool:
+        assert self.leadership is not None
+        leading, became = self.leadership.check()
+        if became is not None:
+            self.leadership.take_over(self.store, became, now)
+            # What the previous leader stored is the truth now: its open incidents go on.
+            tracked = self.store.tracked(now, self.settings.reopen_window_s)
+            self.tracker = IncidentTracker(self.settings, tracked, self.not_judged)
+            self.pipeline.remember(e for i in self.tracker.incidents if i.state == "open" for e in i.evidence)
+        if leading:
+            self.leadership.report_lapsed()
+        return leading
 
     def windows(self, start: datetime, end: datetime) -> list[MaintenanceWindow]:
         """The maintenance windows overlapping ``[start, end]``, the config's and the store's."""
@@ -205,6 +223,8 @@ async def serve(analyzer: Analyzer, interval_s: float, host: str, port: int | No
             write_port_file(port_file, port)
         logger.info("analyzer API on http://{}:{}", host, port)
     reporter_task = asyncio.create_task(reporting.run(stop)) if reporting is not None else None
+    leadership = analyzer.leadership
+    lease_task = asyncio.create_task(leadership.keep(stop)) if leadership is not None else None
     try:
         while not stop.is_set():
             try:
@@ -212,9 +232,16 @@ async def serve(analyzer: Analyzer, interval_s: float, host: str, port: int | No
             except sqlite3.Error as exc:
                 # The store may be briefly locked by another reader's checkpoint: skip one cycle.
                 logger.error("analyzer: store error, cycle skipped: {}", exc)
+            if leadership is not None:
+                await leadership.pause(stop, analyzer.wait_s(interval_s))
+                continue
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(stop.wait(), analyzer.wait_s(interval_s))
     finally:
+        if leadership is not None and lease_task is not None:
+            stop.set()
+            await lease_task
+            await asyncio.to_thread(leadership.release)
         if reporter_task is not None:
             stop.set()
             await reporter_task
@@ -304,7 +331,9 @@ def run(args: argparse.Namespace) -> int:
         for line in config.analyzer.missing_inputs():
             logger.warning("{}", line)
         store_path = args.store or settings.store_path
-        lock = hold_store(store_path, "oximeter analyze") if str(store_path) != ":memory:" else None
+        # Analyzers with a lease share the store; without one, a second is refused.
+        alone = not config.analyzer.ha.enabled and str(store_path) != ":memory:"
+        lock = hold_store(store_path, "oximeter analyze") if alone else None
         try:
             store = IncidentStore(connect(store_path))
         except OximeterError:
@@ -345,6 +374,11 @@ def _run(args: argparse.Namespace, config: AnalyzeConfig, store: IncidentStore) 
         print(f"oximeter analyze: {exc}", file=sys.stderr)
         return 2
     notifier: Notifier = reporting.notifier if config.reporter.channels else LogNotifier()
+    leadership = None
+    if config.analyzer.ha.enabled and not args.once:
+        ha = config.analyzer.ha
+        notifier = gate = Gate(notifier)
+        leadership = Leadership(Lease(store.conn, ha.shard, ha.lease_s), gate, ha.renew_s)
     # On stock telemetry kube-state-metrics tells of restarts and rollouts (replays hold none).
     kube = (KubeChangePoller(source, store, config.analyzer.step_s)
             if config.analyzer.inputs != "oximeter" and not (args.replay or args.signals) else None)
@@ -353,7 +387,7 @@ def _run(args: argparse.Namespace, config: AnalyzeConfig, store: IncidentStore) 
                         change_feed=kube.poll if kube is not None else None,
                         unreadable=config.analyzer.unreadable_context(),
                         not_judged=config.analyzer.not_judged(),
-                        maintenance=[m.window() for m in settings.maintenance])
+                        maintenance=[m.window() for m in settings.maintenance], leadership=leadership)
     # A restart into an ongoing fault: its evidence stays out of the first cycle's baselines.
     pipeline.remember(e for inc in analyzer.tracker.incidents if inc.state == "open" for e in inc.evidence)
     if args.once:

@@ -82,6 +82,34 @@ class PrometheusSettings(BaseModel):
     use_recording_rules: bool = True
 
 
+class HaSettings(BaseModel):
+    """Several analyzers on one shared store: one leads each shard, the others stand by."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    # Lead by lease instead of refusing a second analyzer on the store: the leader opens incidents
+    # and notifies; a standby runs the same cycles (its windows stay warm) but writes and tells
+    # nothing, and takes over once the leader's lease has lapsed. Give the store as a postgresql://
+    # URL when the analyzers run on several hosts.
+    enabled: bool = False
+    # Seconds a lease lasts without renewal: a leader that dies is replaced after at most this
+    # long plus renew_s (a standby's look) and one cycle. Clocks of the hosts must agree to well
+    # within it.
+    lease_s: float = Field(30.0, ge=2)
+    # Seconds between the leader's renewals (also between a standby's looks at the lease); at most
+    # a third of lease_s, so two missed renewals do not yet lose the lease.
+    renew_s: float = Field(10.0, gt=0)
+    # This analyzer's shard: analyzers with the same shard elect one leader among them.
+    shard: str = Field("default", min_length=1, max_length=100)
+
+    @model_validator(mode="after")
+    def _renew_within_lease(self) -> HaSettings:
+        if self.renew_s * 3 > self.lease_s:
+            raise ValueError(f"renew_s ({self.renew_s:g}) must be at most a third of "
+                             f"lease_s ({self.lease_s:g})")
+        return self
+
+
 class AnalyzerSettings(BaseModel):
     """The analyzer: data source, grid, baselines and the signal catalogue's overrides."""
 
@@ -110,6 +138,8 @@ class AnalyzerSettings(BaseModel):
     inputs: InputProfile = "oximeter"
     # The counters CSV dcgm-exporter runs with; unset: its shipped default list (ECC fields off).
     dcgm_counters: str | None = None
+    # Active/standby analyzers on one store (off: one analyzer per store, a second one refused).
+    ha: HaSettings = HaSettings()
 
     @field_validator("dcgm_counters")
     @classmethod

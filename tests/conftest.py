@@ -87,7 +87,8 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 # The store test suites: each runs on SQLite and on PostgreSQL (the ``stores`` fixture).
 STORE_SUITES = ("tests/test_store.py", "tests/incidents/test_incidents_store.py",
                 "tests/reporter/test_reporter_outbox.py", "tests/reporter/test_reporter_relay.py",
-                "tests/incidents/test_incidents_maintenance.py", "tests/incidents/test_incidents_oncall.py")
+                "tests/incidents/test_incidents_maintenance.py", "tests/incidents/test_incidents_oncall.py",
+                "tests/incidents/test_daemon_ha.py")
 
 
 # Tests that must share one pytest-xdist worker (``make test`` runs several): every user of the
