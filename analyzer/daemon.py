@@ -271,12 +271,14 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.set_defaults(func=run)
 
 
-def replay_source(directory: str, *, speed: float = 60.0, start: datetime | None = None) -> Source:
-    """``oximeter sim history`` output as a source, context series included."""
+def replay_source(directory: str, *, speed: float = 60.0, start: datetime | None = None,
+                  selector: str = "") -> Source:
+    """``oximeter sim history`` output as a source, context series included (``selector``: only
+    the series a shard's label matchers select)."""
     from analyzer.sources.frames import FrameSource
     from analyzer.sources.raw import RawStore
 
-    raw = RawStore.from_history(directory)
+    raw = RawStore.from_history(directory).only(selector)
     clock = ReplayClock(start or raw.index[0].to_pydatetime(), speed).now
     return FrameSource(raw=raw, clock=clock)
 
@@ -308,14 +310,18 @@ def _source(args: argparse.Namespace, config: AnalyzeConfig) -> Source:
     # how long the set-up took (60 × a slow machine's 20 s of imports is 20 minutes later).
     speed = 0.0 if args.once else args.speed
     if args.replay:
-        return replay_source(args.replay, speed=speed, start=start)
+        return replay_source(args.replay, speed=speed, start=start, selector=config.analyzer.ha.selector)
     if args.signals:
+        if config.analyzer.ha.selector:
+            raise OximeterError("analyzer.ha.selector reads a part of the fleet from Prometheus or a "
+                                "--replay history; a --signals file holds signals already computed")
         return FrameSource.from_signal_file(args.signals, speed=speed, start=start)
     try:
         prometheus = importlib.import_module("analyzer.sources.prometheus")
     except ImportError:
         raise OximeterError("the Prometheus source is not available yet: use --replay or --signals") from None
-    source: Source = prometheus.PrometheusSource.from_settings(config.analyzer.prometheus)
+    source: Source = prometheus.PrometheusSource.from_settings(config.analyzer.prometheus,
+                                                               config.analyzer.ha.selector)
     return source
 
 
@@ -335,7 +341,7 @@ def run(args: argparse.Namespace) -> int:
         alone = not config.analyzer.ha.enabled and str(store_path) != ":memory:"
         lock = hold_store(store_path, "oximeter analyze") if alone else None
         try:
-            store = IncidentStore(connect(store_path))
+            store = IncidentStore(connect(store_path), config.analyzer.ha.shard)
         except OximeterError:
             if lock is not None:
                 lock.release()

@@ -99,8 +99,23 @@ class HaSettings(BaseModel):
     # Seconds between the leader's renewals (also between a standby's looks at the lease); at most
     # a third of lease_s, so two missed renewals do not yet lose the lease.
     renew_s: float = Field(10.0, gt=0)
-    # This analyzer's shard: analyzers with the same shard elect one leader among them.
+    # This analyzer's shard: analyzers with the same shard elect one leader among them. Shards
+    # share the store, so the incidents API, the page and the digest show the whole fleet; each
+    # shard's leader tracks and tells its own shard's incidents.
     shard: str = Field("default", min_length=1, max_length=100)
+    # The shard's part of the fleet, as PromQL label matchers added to every query (and applied
+    # to a replayed history's series): e.g. cluster="east" or node=~"gpu-(0|1).*". Pick a label
+    # every series carries (a cluster or node-group label added at scrape time): a series without
+    # it reads as "" to the matchers. Empty: the whole fleet.
+    selector: str = ""
+
+    @field_validator("selector")
+    @classmethod
+    def _selector_parses(cls, text: str) -> str:
+        from oximeter.promql import parse_matchers
+
+        parse_matchers(text)
+        return text
 
     @model_validator(mode="after")
     def _renew_within_lease(self) -> HaSettings:

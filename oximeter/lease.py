@@ -131,16 +131,20 @@ class Lease:
     def claim_lapsed(self) -> list[Lapsed]:
         """Other shards without a leader for longer than one lease, each returned once across every
         process that asks (the row records the epoch reported): a stopped shard is told once."""
-        now = self.clock()
+        query = ("SELECT * FROM leases WHERE shard != ? AND expires_at < ? AND lapse_reported_epoch < epoch",
+                 (self.shard, self.clock() - self.duration_s))
+        with lock_for(self.conn):  # a read first: a healthy fleet's cycles take no write lock here
+            if not self.conn.execute(*query).fetchall():
+                return []
+        claimed = []
         with transaction(self.conn) as db:
-            rows = db.execute("SELECT * FROM leases WHERE shard != ? AND expires_at < ?"
-                              " AND lapse_reported_epoch < epoch",
-                              (self.shard, now - self.duration_s)).fetchall()
-            for row in rows:
-                db.execute("UPDATE leases SET lapse_reported_epoch = epoch WHERE shard = ? AND epoch = ?",
-                           (row["shard"], row["epoch"]))
-        return [Lapsed(row["shard"], row["holder"], int(row["epoch"]), float(row["expires_at"]),
-                       bool(row["released"])) for row in rows]
+            for row in db.execute(*query).fetchall():
+                cursor = db.execute("UPDATE leases SET lapse_reported_epoch = epoch WHERE shard = ?"
+                                    " AND epoch = ?", (row["shard"], row["epoch"]))
+                if cursor.rowcount == 1:
+                    claimed.append(Lapsed(row["shard"], row["holder"], int(row["epoch"]),
+                                          float(row["expires_at"]), bool(row["released"])))
+        return claimed
 
 
 def _grant(row: Row, holder: str) -> Grant:

@@ -66,7 +66,7 @@ class Replica:
                  shard: str = "default") -> None:
         self.pipeline = Fixed([ev("xid_paging", 1, 0, node="n1", gpu="2", xid="79")])
         self.recorder = Recorder()
-        self.store = IncidentStore(connect(store_path))
+        self.store = IncidentStore(connect(store_path), shard)
         gate = Gate(self.recorder)
         lease = Lease(self.store.conn, shard, LEASE_S, holder=name, clock=lambda: wall[0])
         self.leadership = Leadership(lease, gate, renew_s=10.0)
@@ -168,3 +168,31 @@ def test_between_cycles_the_leader_renews_and_a_standby_wakes(stores: StoreSpace
     finally:
         a.close()
         b.close()
+
+
+def test_shards_share_the_store_and_each_tracks_its_own(stores: StoreSpace) -> None:
+    path, wall, now = stores / "ha.db", [1000.0], [at(2)]
+    east, west = Replica(path, "e", wall, now, shard="east"), Replica(path, "w", wall, now, shard="west")
+    west.pipeline.events = [ev("xid_paging", 1, 0, node="n7", gpu="0", xid="79")]
+    try:
+        assert east.analyzer.cycle() and west.analyzer.cycle()
+        both = _incidents(east.store)
+        assert len(both) == 2 and _incidents(west.store) == both  # one store: the whole fleet
+        (east_id,) = [i.id for i in east.store.tracked(now[0], 0)]
+        (west_id,) = [i.id for i in west.store.tracked(now[0], 0)]
+        assert {east_id, west_id} == {i for i, _ in both}
+        assert east.recorder.changes == [f"{east_id}:opened:1"]
+        assert west.recorder.changes == [f"{west_id}:opened:1"]
+        # Each shard's leader goes on with its own incidents only: nothing of the other's resolves.
+        east.store.conn.execute("UPDATE incident_changes SET emitted_at = NULL")
+        assert [c.incident_id for c in east.store.pending_changes()] == [east_id]
+        east.store.mark_emitted([f"{east_id}:opened:1"], now[0])
+        now[0] = at(30)
+        east.pipeline.events = []
+        assert east.analyzer.cycle() and west.analyzer.cycle()
+        states = dict(_incidents(east.store))
+        assert (states[east_id], states[west_id]) == ("resolved", "open")
+        assert east.recorder.changes == [f"{east_id}:opened:1", f"{east_id}:resolved:2"]
+    finally:
+        east.close()
+        west.close()
