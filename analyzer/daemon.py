@@ -108,7 +108,10 @@ class Analyzer:
             return False
         self._source_up(now)
         if self.leadership is not None and not self._lead(now):
-            return True  # standing by: the windows are warm, nothing is opened or told
+            # Standing by: the windows are warm, nothing is opened or told, the leader's gauges count.
+            self.metrics.update([], [])
+            self.metrics.cycle.observe(time.monotonic() - started)
+            return True
         self._blindness(now, frames)
         if self.change_feed is not None:
             try:
@@ -145,6 +148,7 @@ class Analyzer:
             self.pipeline.remember(e for i in self.tracker.incidents if i.state == "open" for e in i.evidence)
         if leading:
             self.leadership.report_lapsed()
+        self.metrics.leader.set(int(leading))
         return leading
 
     def windows(self, start: datetime, end: datetime) -> list[MaintenanceWindow]:

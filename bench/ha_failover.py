@@ -47,7 +47,7 @@ from oximeter.store import connect  # noqa: E402
 from stack.demo_stack import analyzer_config  # noqa: E402
 from stack.local import Stack  # noqa: E402
 from stack.ports import wait_port  # noqa: E402
-from stack.procs import ManagedProcess, http_ok, oximeter_argv, wait_until  # noqa: E402
+from stack.procs import ManagedProcess, oximeter_argv, wait_until  # noqa: E402
 
 FAULT_S = 40.0  # a thermal throttle this long opens within seconds at this time scale
 ROUND_S = 30.0  # a round's length: a GPU's next fault comes after its last one has resolved
@@ -78,8 +78,9 @@ class Pair:
         proc = ManagedProcess(f"analyzer-{slot}-{self.starts}", oximeter_argv(
             "--config", str(self.config), "analyze", "--port", "0", "--port-file", str(port_file)),
             self.work / "logs", env=self.env).start()
-        port = wait_port(proc, port_file, 120)
-        proc.wait_ready(lambda: http_ok(f"http://127.0.0.1:{port}/metrics"), 120)
+        # Listening is enough: a loaded machine can keep a cold first cycle busy for minutes, and
+        # the lease row, not the API, says who leads.
+        wait_port(proc, port_file, 300)
         self.procs[slot] = proc
         return proc
 
@@ -153,7 +154,7 @@ def run(kills: int, seed: int, lease_s: float, work: Path) -> int:
         pair = Pair(work, config, env)
         try:
             pair.start("a")
-            wait_until(lambda: _lease(store) is not None, 120, what="a leader")
+            wait_until(lambda: _lease(store) is not None, 300, what="a leader")
             pair.start("b")
             gpus = [(node, gpu) for gpu in range(BACKFILL.gpus_per_node) for node in stack.nodes]
             for round_no in range(kills):

@@ -88,6 +88,8 @@ def test_standby_stays_quiet_then_takes_over_once(stores: StoreSpace) -> None:
     try:
         assert a.analyzer.cycle() and b.analyzer.cycle()
         assert a.leadership.leading and not b.leadership.leading
+        leader = "oximeter_analyzer_leader"
+        assert [r.analyzer.metrics.registry.get_sample_value(leader) for r in (a, b)] == [1, 0]
         (incident_id, _), = _incidents(a.store)
         assert a.recorder.changes == [f"{incident_id}:opened:1"]
         # The standby ran its cycle (windows warm) but neither opened nor told anything.
@@ -102,6 +104,7 @@ def test_standby_stays_quiet_then_takes_over_once(stores: StoreSpace) -> None:
         assert b.analyzer.cycle() and not b.leadership.leading  # the lease has not lapsed yet
         wall[0], now[0] = 1010.0 + LEASE_S + 1, at(5)
         assert b.analyzer.cycle() and b.leadership.leading
+        assert b.analyzer.metrics.registry.get_sample_value(leader) == 1
         assert _incidents(b.store) == [(incident_id, "open")]
         assert b.recorder.changes == [f"{incident_id}:opened:1"]  # handed on once, never re-opened
         (key, text), = b.recorder.notices
