@@ -96,7 +96,7 @@ STORE_SUITES = ("tests/test_store.py", "tests/incidents/test_incidents_store.py"
 # replays (they fill one history cache; apart they would generate the same windows twice).
 # The store suites on both backends share one worker too: one PostgreSQL server for all of them.
 XDIST_GROUPS = {"live_stack": ("tests/live/", "tests/e2e/"), "drill_cache": ("tests/drills/test_drill.py",),
-                "postgres": STORE_SUITES}
+                "postgres": (*STORE_SUITES, "tests/incidents/test_daemon_ha_processes.py")}
 # Modules under those paths that do not use the shared stack: on its worker they would run in
 # series with it; elsewhere their module-scoped fixtures still keep each one unit. The stock e2e
 # starts its own stack; the configuration and chat-sink tests start none.
