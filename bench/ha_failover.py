@@ -49,8 +49,11 @@ from stack.local import Stack  # noqa: E402
 from stack.ports import wait_port  # noqa: E402
 from stack.procs import ManagedProcess, oximeter_argv, wait_until  # noqa: E402
 
-FAULT_S = 40.0  # a thermal throttle this long opens within seconds at this time scale
-ROUND_S = 30.0  # a round's length: a GPU's next fault comes after its last one has resolved
+FAULT_S = 25.0  # a thermal throttle this long opens within seconds at this time scale
+# A round's length. Rounds alternate nodes, so a node's next fault comes two rounds later, after
+# its last incident has resolved (the fault, then the scaled 30 s of quiet): each fault is then an
+# incident opened or re-opened on its own, not evidence folded into one that never closes.
+ROUND_S = 45.0
 HOOK_URL_ENV, HOOK_SECRET_ENV = "OXIMETER_HA_HOOK_URL", "OXIMETER_HA_HOOK_SECRET"
 
 
@@ -192,8 +195,13 @@ def run(kills: int, seed: int, lease_s: float, work: Path) -> int:
     receiver.stop()
     # A fault is found when an incident on its node opened, re-opened or took it in as new
     # evidence while it ran (a fault beside an open incident on its node joins that incident).
-    lost = sum(1 for f in faults if not any(f'"{f.node}"' in nodes and f.start - 5 <= at <= f.end + 60
-                                            for at, nodes in entries))
+    found = [any(f'"{f.node}"' in nodes and f.start - 5 <= at <= f.end + 60 for at, nodes in entries)
+             for f in faults]
+    lost = found.count(False)
+    if lost:
+        print("faults without an incident: " + ", ".join(
+            f"{f.node}/{f.gpu} at {time.strftime('%H:%M:%S', time.gmtime(f.start))}"
+            for f, seen in zip(faults, found, strict=True) if not seen))
     twice = sum(1 for i, a in enumerate(incidents) for b in incidents[i + 1:]
                 if a[1] == b[1] and a[3] <= (b[4] or float("inf")) and b[3] <= (a[4] or float("inf")))
     duplicates = sum(n - 1 for n in accepted.values() if n > 1) + twice
