@@ -11,8 +11,9 @@ moment, SIGKILLs whichever analyzer holds the lease, measures the failover (kill
 lease row) and restarts the killed one, which stands by. After the last round the faults end,
 and the bench waits (bounded) for every incident to resolve and the outbox to drain, then counts:
 
-- lost_incidents: faults that no incident on their node opened, re-opened or took in as
-  evidence while they ran;
+- lost_incidents: faults no incident in the store took in: none held a member on the fault's
+  GPU whose anomaly began while the fault ran (polled every 2 s; a fault on a node whose incident
+  is still open joins that incident, which is right, so this counts members, not incidents);
 - duplicate_messages: idempotency keys the receiver accepted more than once, plus incidents
   opened twice for one fault (two incidents with one root cause overlapping in time);
 - missed_messages: change records never queued, and queued messages never accepted.
@@ -23,12 +24,14 @@ and the bench waits (bounded) for every incident to resolve and the outbox to dr
 from __future__ import annotations
 
 import argparse
+import json
 import random
 import signal
 import sys
 import tempfile
 import time
 from dataclasses import dataclass
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -50,9 +53,8 @@ from stack.ports import wait_port  # noqa: E402
 from stack.procs import ManagedProcess, oximeter_argv, wait_until  # noqa: E402
 
 FAULT_S = 25.0  # a thermal throttle this long opens within seconds at this time scale
-# A round's length. Rounds alternate nodes, so a node's next fault comes two rounds later, after
-# its last incident has resolved (the fault, then the scaled 30 s of quiet): each fault is then an
-# incident opened or re-opened on its own, not evidence folded into one that never closes.
+# A round's length: rounds go round the fleet's GPUs, so a GPU's next fault comes long after its
+# last one cleared, and each fault shows as a member anomaly of its own.
 ROUND_S = 45.0
 HOOK_URL_ENV, HOOK_SECRET_ENV = "OXIMETER_HA_HOOK_URL", "OXIMETER_HA_HOOK_SECRET"
 
@@ -130,6 +132,32 @@ def _config(work: Path, prometheus: str, store: str, lease_s: float) -> Path:
     return path
 
 
+def _iso_s(text: str | None) -> float | None:
+    return None if text is None else datetime.fromisoformat(text).timestamp()
+
+
+def _seen(store: str, faults: list[Fault], found: set[int]) -> None:
+    """Add to ``found`` each fault an incident in the store holds evidence of: a member on its GPU
+    whose anomaly began while it ran (a re-run fault on a GPU replaces its member's onset)."""
+    for (text,) in _rows(store, "SELECT data FROM incidents"):
+        for member in json.loads(text)["evidence"]:
+            labels, onset = member["labels"], _iso_s(member["onset"])
+            where = (labels.get("node"), labels.get("gpu"))
+            for n, f in enumerate(faults):
+                if (n not in found and onset is not None and f.start - 5 <= onset <= f.end + 5
+                        and where == (f.node, str(f.gpu))):
+                    found.add(n)
+
+
+def _watch(store: str, faults: list[Fault], found: set[int], until: float) -> None:
+    """Poll the store for evidence of the faults until ``until`` (wall-clock seconds)."""
+    while True:
+        _seen(store, faults, found)
+        if time.time() >= until:
+            return
+        time.sleep(min(2.0, max(0.0, until - time.time())))
+
+
 def _p95(values: list[float]) -> float:
     ordered = sorted(values)
     return ordered[min(len(ordered) - 1, max(0, round(0.95 * len(ordered) + 0.5) - 1))]
@@ -148,6 +176,7 @@ def run(kills: int, seed: int, lease_s: float, work: Path) -> int:
     receiver = ChatReceiver().start()
     failovers: list[float] = []
     faults: list[Fault] = []
+    found: set[int] = set()  # the faults an incident holds evidence of (by position)
     with PostgresServer() as server, Stack(work / "stack", live_options(
             backfill_dir=work / "backfill", alertmanager=False)) as stack:
         assert stack.endpoints is not None
@@ -178,30 +207,24 @@ def run(kills: int, seed: int, lease_s: float, work: Path) -> int:
                       f"failover {failovers[-1]:.1f} s", flush=True)
                 pair.procs[slot].stop()
                 pair.start(slot)
-                time.sleep(max(0.0, start + ROUND_S - time.time()))
+                _watch(store, faults, found, start + ROUND_S)
             # Every fault over and resolved, every message out (bounded: the resolve windows).
-            time.sleep(max(0.0, faults[-1].end - time.time()))
+            _watch(store, faults, found, faults[-1].end + 60)
             wait_until(lambda: not _rows(store, "SELECT id FROM incidents WHERE state = 'open'")
                        and not _rows(store, "SELECT id FROM outbox WHERE state IN ('pending', 'delivering')"),
                        300, interval_s=1.0, what="every incident resolved and the outbox drained")
         finally:
             pair.stop()
         incidents = _rows(store, "SELECT id, root_entity, nodes, opened_at, resolved_at FROM incidents")
-        entries = _rows(store, "SELECT t.at, i.nodes FROM incident_timeline t JOIN incidents i"
-                               " ON i.id = t.incident_id WHERE t.kind IN ('opened', 'reopened', 'evidence')")
         changes = {r[0] for r in _rows(store, "SELECT key FROM incident_changes")}
         queued = {r[0] for r in _rows(store, "SELECT idempotency_key FROM outbox WHERE kind = 'message'")}
     accepted = receiver.accepted_keys()
     receiver.stop()
-    # A fault is found when an incident on its node opened, re-opened or took it in as new
-    # evidence while it ran (a fault beside an open incident on its node joins that incident).
-    found = [any(f'"{f.node}"' in nodes and f.start - 5 <= at <= f.end + 60 for at, nodes in entries)
-             for f in faults]
-    lost = found.count(False)
+    lost = len(faults) - len(found)
     if lost:
         print("faults without an incident: " + ", ".join(
             f"{f.node}/{f.gpu} at {time.strftime('%H:%M:%S', time.gmtime(f.start))}"
-            for f, seen in zip(faults, found, strict=True) if not seen))
+            for n, f in enumerate(faults) if n not in found))
     twice = sum(1 for i, a in enumerate(incidents) for b in incidents[i + 1:]
                 if a[1] == b[1] and a[3] <= (b[4] or float("inf")) and b[3] <= (a[4] or float("inf")))
     duplicates = sum(n - 1 for n in accepted.values() if n > 1) + twice
