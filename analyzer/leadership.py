@@ -108,23 +108,24 @@ class Leadership:
                              f"{_at(lapsed.expired_at)} and none has taken over; its fleet is not "
                              "being watched")
 
-    def tick(self) -> None:
-        """Between cycles: a leader renews its lease (stepping down if it was taken); a standby
-        wakes its cycle once the leader's lease has expired."""
+    def tick(self) -> bool:
+        """Between cycles: a leader renews its lease (stepping down if it was taken); for a standby,
+        whether the leader's lease has expired, so that its cycle should run now."""
         if self.epoch is not None:
             if not self.lease.renew(self.epoch):
                 logger.warning("analyzer: the lease of shard {} was taken; standing by", self.lease.shard)
                 self._set(None)
-            return
+            return False
         current = self.lease.current()
-        if current is None or current.expires_at <= self.lease.clock():
-            self.wake.set()
+        return current is None or current.expires_at <= self.lease.clock()
 
     async def keep(self, stop: asyncio.Event) -> None:
-        """Run ``tick`` every ``renew_s`` until ``stop``."""
+        """Run ``tick`` every ``renew_s`` until ``stop``, waking the cycle when it says so."""
         while not stop.is_set():
             try:
-                await asyncio.to_thread(self.tick)
+                # The store is read in a thread; the event is set here, on the loop's own thread.
+                if await asyncio.to_thread(self.tick):
+                    self.wake.set()
             except sqlite3.Error as exc:
                 logger.error("analyzer: cannot renew or read the lease: {}", exc)
             with contextlib.suppress(TimeoutError):

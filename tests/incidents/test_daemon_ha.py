@@ -155,19 +155,43 @@ def test_between_cycles_the_leader_renews_and_a_standby_wakes(stores: StoreSpace
     try:
         assert a.analyzer.cycle() and b.analyzer.cycle()
         wall[0] += LEASE_S - 1
-        a.leadership.tick()  # renewed between cycles: the standby has nothing to wake for
+        assert not a.leadership.tick()  # renewed between cycles: the standby has nothing to wake for
         wall[0] += LEASE_S - 1
-        b.leadership.tick()
-        assert not b.leadership.wake.is_set()
+        assert not b.leadership.tick()
         wall[0] += 2
-        b.leadership.tick()
-        assert b.leadership.wake.is_set()
+        assert b.leadership.tick()  # the lease lapsed: the standby's cycle should run now
         assert b.analyzer.cycle() and b.leadership.leading
         # The old leader learns at its next renewal that it lost the lease, and stops telling.
-        a.leadership.tick()
+        assert not a.leadership.tick()
         assert not a.leadership.leading and not a.leadership.gate.open
-        asyncio.run(b.leadership.pause(asyncio.Event(), 0.01))  # a pause clears the wake-up
-        assert not b.leadership.wake.is_set()
+    finally:
+        a.close()
+        b.close()
+
+
+def test_keep_wakes_a_waiting_standby_when_the_lease_lapses(stores: StoreSpace) -> None:
+    """The daemon's loop: a standby pausing for a long interval is woken by the lease task as soon
+    as the leader's lease has expired (the wall clock is already past it here)."""
+    path, wall, now = stores / "ha.db", [1000.0], [at(2)]
+    a, b = Replica(path, "a", wall, now), Replica(path, "b", wall, now)
+
+    async def standby_wakes() -> float:
+        stop = asyncio.Event()
+        keeper = asyncio.create_task(b.leadership.keep(stop))
+        started = asyncio.get_running_loop().time()
+        await b.leadership.pause(stop, 600.0)
+        waited = asyncio.get_running_loop().time() - started
+        stop.set()
+        await keeper
+        return waited
+
+    try:
+        assert a.analyzer.cycle() and b.analyzer.cycle() and not b.leadership.leading
+        wall[0] += LEASE_S + 1
+        # Its first look finds the lapse; the next would be 300 s on, the pause ends at 600 s.
+        b.leadership.renew_s = 300.0
+        assert asyncio.run(standby_wakes()) < 60
+        assert not b.leadership.wake.is_set()  # a pause clears its wake-up
     finally:
         a.close()
         b.close()
