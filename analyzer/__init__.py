@@ -1,1 +1,2 @@
-"""The analyzer: signals, baselines, detectors, correlation, incidents."""
+"""The analyzer, in stage packages that read in the order data flows: signals -> detection ->
+diagnosis -> incidents -> service (each imports only the stages before it)."""

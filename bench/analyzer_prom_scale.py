@@ -37,12 +37,12 @@ import requests
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from analyzer.baselines import BaselinePolicy
-from analyzer.catalogue import CATALOGUE
-from analyzer.cycle import SignalCycle
-from analyzer.frame import SeriesFrame
-from analyzer.signals import SignalSpec
-from analyzer.sources.prometheus import PrometheusSource
+from analyzer.detection.baselines import BaselinePolicy
+from analyzer.detection.cycle import SignalCycle
+from analyzer.signals.catalogue import CATALOGUE
+from analyzer.signals.frame import SeriesFrame
+from analyzer.signals.sources.prometheus import PrometheusSource
+from analyzer.signals.spec import SignalSpec
 from gateway.metrics import LATENCY_BUCKETS_S, QUEUE_WAIT_BUCKETS_S
 from stack.ports import start_reserved
 from stack.procs import ManagedProcess, http_ok

@@ -28,11 +28,11 @@ import pandas as pd
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from analyzer.catalogue import CATALOGUE
-from analyzer.cycle import SignalCycle
-from analyzer.frame import SeriesFrame
-from analyzer.signals import SignalSpec
-from analyzer.sources.base import grid_index
+from analyzer.detection.cycle import SignalCycle
+from analyzer.signals.catalogue import CATALOGUE
+from analyzer.signals.frame import SeriesFrame
+from analyzer.signals.sources.base import grid_index
+from analyzer.signals.spec import SignalSpec
 
 GPU_SIGNALS = ("gpu_temperature", "gpu_sm_clock_ratio", "gpu_utilization_p95", "ecc_corrected_increase",
                "pcie_replay_increase", "gpu_series_vanished")

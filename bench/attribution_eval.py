@@ -43,11 +43,11 @@ from typing import Any
 
 import pandas as pd
 
-from analyzer import query as q
-from analyzer.catalogue import CATALOGUE
-from analyzer.events import parse_iso
-from analyzer.incident_store import parse_duration
-from analyzer.incidents import IncidentSettings
+from analyzer.detection.events import parse_iso
+from analyzer.incidents.lifecycle import IncidentSettings
+from analyzer.incidents.store import parse_duration
+from analyzer.signals import query as q
+from analyzer.signals.catalogue import CATALOGUE
 from drills.cli import DEFAULT_CACHE
 from drills.history import DRILL_END_S, HistoryWindow, history_dir
 from drills.replay import prepare_drill_windows, replay_drill, replay_history

@@ -34,10 +34,11 @@ import yaml
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from analyzer.catalogue import CATALOGUE, build_catalogue
-from analyzer.events import AnomalyEvent
-from analyzer.incident_store import parse_duration
-from analyzer.signals import SignalSpec
+from analyzer.detection.events import AnomalyEvent
+from analyzer.detection.judges import persistence_of
+from analyzer.incidents.store import parse_duration
+from analyzer.signals.catalogue import CATALOGUE, build_catalogue
+from analyzer.signals.spec import SignalSpec
 from drills.cli import DEFAULT_CACHE
 from drills.history import (
     DAY_S,
@@ -102,7 +103,7 @@ SIGNALS: dict[str, SignalSpec] = dict(CATALOGUE)
 
 def target_s(signal: str, step_s: float) -> float:
     """The signal's persistence window on this grid, plus two steps."""
-    persistence = SIGNALS[signal].persistence(step_s)
+    persistence = persistence_of(SIGNALS[signal], step_s)
     return (persistence.n + 2) * step_s
 
 

@@ -35,10 +35,10 @@ import pandas as pd
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from analyzer.catalogue import KIND_DEFAULTS
-from analyzer.detect_cli import detect_file
-from analyzer.detectors.neighbours import NeighbourSurprise
-from analyzer.sources.files import load_regular
+from analyzer.detection.detectors.neighbours import NeighbourSurprise
+from analyzer.service.detect_cli import detect_file
+from analyzer.signals.catalogue import KIND_DEFAULTS
+from analyzer.signals.tables import load_regular
 
 ROOT = Path(__file__).resolve().parents[1]
 DEFAULT_DATA = ROOT.parent / "shared" / "nab-train"

@@ -22,7 +22,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from analyzer.incident_store import parse_duration
+from analyzer.incidents.store import parse_duration
 from drills.cli import DEFAULT_CACHE
 from drills.history import DRILL_END_S, HistoryWindow, history_dir
 from drills.replay import replay_history

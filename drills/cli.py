@@ -67,7 +67,7 @@ def print_table(scores: Sequence[DrillScore]) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Entry point of ``oximeter drill``."""
-    from analyzer.incident_store import parse_duration
+    from analyzer.incidents.store import parse_duration
     from oximeter.promql import parse_matchers
     from oximeter.secrets import read_secret
 

@@ -25,8 +25,8 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 
-from analyzer.baselines import BaselinePolicy
-from analyzer.maintenance import MaintenanceWindow
+from analyzer.detection.baselines import BaselinePolicy
+from analyzer.incidents.maintenance import MaintenanceWindow
 from simulator.history import HISTORY_VERSION
 from simulator.scenario import Scenario, ScenarioFault
 

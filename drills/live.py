@@ -42,8 +42,8 @@ def live_drill(path: Path, target: LiveTarget) -> DrillScore:
     """Inject the scenario's faults now (durations × time scale), watch the analyzer, score, clean up."""
     import requests
 
-    from analyzer.incidents import NOTIFY_KINDS
-    from analyzer.stability import message_budget
+    from analyzer.incidents.lifecycle import NOTIFY_KINDS
+    from analyzer.incidents.stability import message_budget
     from simulator.scenario import load_scenario
 
     sc = load_scenario(path)

@@ -19,24 +19,24 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from analyzer.baselines import BaselinePolicy
-from analyzer.case import Labels, Snapshot
-from analyzer.catalogue import CATALOGUE
-from analyzer.daemon import Analyzer
-from analyzer.evaluate import evaluate_signal
-from analyzer.events import AnomalyEvent
-from analyzer.frame import SeriesFrame
-from analyzer.incident_store import IncidentQuery, IncidentStore
-from analyzer.incidents import Change, Incident, IncidentSettings
-from analyzer.maintenance import MaintenanceWindow
-from analyzer.pipeline import CONTEXT, topology_from_frames
-from analyzer.settings import AnalyzerSettings
-from analyzer.signals import SignalSpec
-from analyzer.sources.base import ReplayClock
-from analyzer.sources.frames import FrameSource
-from analyzer.sources.raw import RawStore
-from analyzer.sources.stock import with_stock_translated
-from analyzer.topology import Topology
+from analyzer.detection.baselines import BaselinePolicy
+from analyzer.detection.evaluate import evaluate_signal
+from analyzer.detection.events import AnomalyEvent
+from analyzer.diagnosis.case import Labels, Snapshot
+from analyzer.diagnosis.topology import Topology
+from analyzer.incidents.lifecycle import Change, Incident, IncidentSettings
+from analyzer.incidents.maintenance import MaintenanceWindow
+from analyzer.incidents.store import IncidentQuery, IncidentStore
+from analyzer.service.daemon import Analyzer
+from analyzer.service.pipeline import CONTEXT, topology_from_frames
+from analyzer.service.settings import AnalyzerSettings
+from analyzer.signals.catalogue import CATALOGUE
+from analyzer.signals.frame import SeriesFrame
+from analyzer.signals.raw import RawStore
+from analyzer.signals.sources.base import ReplayClock
+from analyzer.signals.sources.frames import FrameSource
+from analyzer.signals.sources.stock import with_stock_translated
+from analyzer.signals.spec import SignalSpec
 from drills.history import DAY_S, drill_windows, history_dir, maintenance_windows, prepare, same_time_window
 from drills.score import DrillScore, expected_truths, score
 from drills.stock import why_stock_cannot_judge
@@ -95,7 +95,7 @@ def as_of(events: Sequence[AnomalyEvent], now: datetime) -> list[AnomalyEvent]:
 
 
 class Snapshots:
-    """The context snapshot (``analyzer.pipeline.snapshot_from_frames``) of any moment, from frames
+    """The context snapshot (``analyzer.service.pipeline.snapshot_from_frames``) of any moment, from frames
     forward-filled once: the latest finite value within the last ``rows`` samples, per series."""
 
     def __init__(self, frames: Mapping[str, SeriesFrame], rows: int = 20) -> None:
@@ -168,7 +168,7 @@ def replay_cycles(frames: Mapping[str, SeriesFrame], events: Sequence[AnomalyEve
                   catalogue: Mapping[str, SignalSpec] = CATALOGUE,
                   unreadable: frozenset[str] = frozenset(), not_judged: Sequence[str] = (),
                   maintenance: Sequence[MaintenanceWindow] = ()) -> ReplayOutcome:
-    """The daemon's own cycle (:class:`analyzer.daemon.Analyzer`: findings, tracker, store,
+    """The daemon's own cycle (:class:`analyzer.service.daemon.Analyzer`: findings, tracker, store,
     notifier) every ``interval_s`` of replayed time over the whole history, on an in-memory store
     (``catalogue``: the one the events were detected with, which also says which signals open
     incidents; ``unreadable`` and ``not_judged``: what the inputs cannot feed, as the daemon is told;
@@ -270,7 +270,7 @@ class Replayed:
     """A scenario's drill windows replayed: what the analyzer opened and told, and the truth."""
 
     incidents: list[dict[str, Any]]  # the API's JSON shape
-    told: list[Any]  # the notify-worthy changes (analyzer.incidents.Change), in order
+    told: list[Any]  # the notify-worthy changes (analyzer.incidents.lifecycle.Change), in order
     faults: list[dict[str, Any]]  # truth.json's faults, with absolute start/end epochs
     days: float  # simulated time replayed, all windows together
     suppressed: list[str] = field(default_factory=list)  # incidents opened during maintenance
@@ -280,7 +280,7 @@ def replay_windows(sc: Any, cache_dir: Path, step_s: float, interval_s: float,
                    shards: Sequence[str] = ()) -> Replayed:
     """Every drill window of scenario ``sc`` (generated or cached) through the daemon's cycles
     (``shards``: one analyzer per selector on one store instead of one over the whole fleet)."""
-    from analyzer.incidents import NOTIFY_KINDS
+    from analyzer.incidents.lifecycle import NOTIFY_KINDS
 
     stock = sc.telemetry == "stock"
     # Stock inputs leave out the signals nothing feeds, as the analyzer does on them.
@@ -322,7 +322,7 @@ def replay_drill(path: Path, cache_dir: Path, step_s: float, interval_s: float,
                  shards: Sequence[str] = ()) -> DrillScore:
     """The scenario's windows replayed through the analyzer (or sharded analyzers), scored; a stock
     drill that fails says whether stock telemetry could have judged it (:mod:`drills.stock`)."""
-    from analyzer.stability import message_budget
+    from analyzer.incidents.stability import message_budget
 
     sc = load_drill_scenario(path, trace, inputs)
     run = replay_windows(sc, cache_dir, step_s, interval_s, shards)

@@ -13,7 +13,7 @@ from dataclasses import asdict, dataclass
 from datetime import datetime
 from typing import Any
 
-from analyzer.incidents import Incident
+from analyzer.incidents.lifecycle import Incident
 
 
 @dataclass(frozen=True)

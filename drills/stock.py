@@ -5,7 +5,7 @@ which runs no gateway. Otherwise a fault is judgeable on stock telemetry when th
 name it on Oximeter's own telemetry have stock inputs. So for a stock drill that missed, the same
 scenario is replayed on Oximeter's telemetry (by :mod:`drills.replay`, its history cached) and
 the root-cause signals of the incidents that named the truth are looked up in
-:class:`analyzer.stock_inputs.StockInputs`: each one stock telemetry lacks is the reason, in the
+:class:`analyzer.signals.stock_inputs.StockInputs`: each one stock telemetry lacks is the reason, in the
 words ``oximeter config check`` uses. A miss with neither reason is a real failure.
 """
 
@@ -14,15 +14,15 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from analyzer.catalogue import CATALOGUE
-from analyzer.settings import AnalyzerSettings
+from analyzer.service.settings import AnalyzerSettings
+from analyzer.signals.catalogue import CATALOGUE
 
 
 def why_stock_cannot_judge(sc: Any, incidents: Sequence[Mapping[str, Any]]) -> str | None:
     """The gateway faults of scenario ``sc`` and the missing inputs behind the signals that name its
     faults in ``incidents`` (its replay on Oximeter's telemetry, the API's JSON shape), or None when
     there are none."""
-    from analyzer.stock_inputs import describe
+    from analyzer.signals.stock_inputs import describe
     from drills.score import expected_truths, truth_matches
     from simulator.faults import FAULT_KINDS
 

@@ -34,12 +34,12 @@ _SECRET_HINT = re.compile(r"(url|password|secret|token|key|webhook)", re.IGNOREC
 SECTIONS: dict[str, str] = {
     "gateway": "gateway.settings:GatewaySettings",
     "sim": "simulator.settings:SimSettings",
-    "analyzer": "analyzer.settings:AnalyzerSettings",
-    "incidents": "analyzer.settings:IncidentSettings",
-    "topology": "analyzer.topology:TopologySettings",
+    "analyzer": "analyzer.service.settings:AnalyzerSettings",
+    "incidents": "analyzer.incidents.settings:IncidentSettings",
+    "topology": "analyzer.diagnosis.topology:TopologySettings",
     "exporter": "exporter.settings:ExporterSettings",
     "reporter": "reporter.settings:ReporterSettings",
-    "slos": "analyzer.slo:SloSettings",
+    "slos": "analyzer.signals.slo:SloSettings",
 }
 
 M = TypeVar("M", bound="BaseModel")

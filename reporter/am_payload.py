@@ -6,7 +6,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from analyzer.events import parse_iso
+from analyzer.detection.events import parse_iso
 from oximeter.vocabulary import SEVERITIES, Severity, as_severity
 
 

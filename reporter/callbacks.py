@@ -31,8 +31,8 @@ from aiohttp import web
 from loguru import logger
 from pydantic import SecretStr
 
-from analyzer.incident_store import IncidentStore
-from analyzer.oncall import DEFAULT_SILENCE_S
+from analyzer.incidents.oncall import DEFAULT_SILENCE_S
+from analyzer.incidents.store import IncidentStore
 
 # How far a signed request's timestamp may be from our clock (Slack's own verifier allows 5 min).
 REPLAY_WINDOW_S = 300.0

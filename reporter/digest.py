@@ -24,9 +24,9 @@ from zoneinfo import ZoneInfo
 
 import numpy as np
 
-from analyzer.detectors.counter import counter_steps
-from analyzer.incident_store import IncidentQuery, IncidentStore
-from analyzer.incidents import Incident
+from analyzer.incidents.model import Incident
+from analyzer.incidents.store import IncidentQuery, IncidentStore
+from analyzer.signals.rolling import counter_steps
 from oximeter.prometheus import Series
 from reporter.digest_capacity import Headroom, NMinusOne, headroom, n_minus_one, placement
 from reporter.prom import PromQuery

@@ -53,8 +53,8 @@ def _jsonable(value: Any) -> Any:
 
 def run(args: argparse.Namespace) -> int:
     """Entry point of ``oximeter report``."""
-    from analyzer.incident_store import IncidentStore
-    from analyzer.settings import IncidentSettings
+    from analyzer.incidents.settings import IncidentSettings
+    from analyzer.incidents.store import IncidentStore
     from reporter.digest_schedule import build, send
     from reporter.prom import digest_client
 

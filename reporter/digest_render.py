@@ -5,7 +5,7 @@ from __future__ import annotations
 from datetime import datetime, tzinfo
 from urllib.parse import urlencode
 
-from analyzer.events import iso_utc
+from analyzer.detection.events import iso_utc
 from oximeter.vocabulary import Severity
 from reporter.chart_link import chart_url
 from reporter.digest import Digest, zone

@@ -16,7 +16,7 @@ from datetime import UTC, date, datetime, time, timedelta
 
 from loguru import logger
 
-from analyzer.incident_store import IncidentStore
+from analyzer.incidents.store import IncidentStore
 from oximeter.errors import OximeterError
 from oximeter.store import lock_for
 from reporter.chart import render_chart

@@ -30,9 +30,9 @@ from loguru import logger
 from prometheus_client import CollectorRegistry, Gauge
 from pydantic import SecretStr
 
-from analyzer.api import GUARD
-from analyzer.incident_store import IncidentQuery, IncidentStore
-from analyzer.incidents import ChangeEvent, Incident
+from analyzer.incidents.model import ChangeEvent, Incident
+from analyzer.incidents.store import IncidentQuery, IncidentStore
+from analyzer.service.api_requests import GUARD
 from oximeter.auth import bearer_refusal
 from oximeter.errors import OximeterError
 from oximeter.guard import read_body

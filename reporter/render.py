@@ -19,7 +19,7 @@ from collections.abc import Callable, Sequence
 from datetime import datetime, timedelta
 from urllib.parse import urlencode
 
-from analyzer.incidents import NOT_DECLARED, Change, Incident, TimelineEntry
+from analyzer.incidents.model import NOT_DECLARED, Change, Incident, TimelineEntry
 from oximeter.runbook import runbook_link, runbook_ref
 from oximeter.vocabulary import priority
 from reporter.held import HeldMessages

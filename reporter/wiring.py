@@ -1,6 +1,6 @@
 """Everything the analyzer daemon needs from the reporter, built from the config in one call.
 
-``oximeter analyze`` (``analyzer/daemon.py``) wires it in four lines::
+``oximeter analyze`` (``analyzer/service/daemon.py``) wires it in four lines::
 
     reporting = build_reporting(store, config.reporter, read_secret(token_env), metrics.registry)
     analyzer = Analyzer(..., notifier=reporting.notifier, ...)
@@ -21,8 +21,8 @@ from loguru import logger
 from prometheus_client import CollectorRegistry
 from pydantic import SecretStr
 
-from analyzer.api import CLOCK
-from analyzer.incident_store import IncidentStore
+from analyzer.incidents.store import IncidentStore
+from analyzer.service.api_requests import CLOCK
 from oximeter.errors import OximeterError
 from oximeter.secrets import read_secret
 from reporter import callbacks, chart_link, digest_schedule

@@ -8,7 +8,7 @@ every section and key with its type, constraints, default and description (a fie
 comment beside or above it in the settings model). The metric reference joins the contract
 (``alert_rules/metric_catalogue.yml``: name, type, labels, producer) with the help text the
 producers actually register (every call in their packages whose first two arguments are a metric
-name and a help string), and lists the analyzer's signal catalogue (``analyzer/catalogue.py``).
+name and a help string), and lists the analyzer's signal catalogue (``analyzer/signals/catalogue.py``).
 """
 
 from __future__ import annotations
@@ -230,7 +230,7 @@ def _help_for(name: str, kind: str, helps: Mapping[str, tuple[str, str]]) -> tup
 def render_metrics() -> str:
     """The metric reference and the analyzer's signal catalogue."""
     from alert_rules import load_catalogue
-    from analyzer.catalogue import CATALOGUE
+    from analyzer.signals.catalogue import CATALOGUE
 
     helps = registered_help()
     out = ["# Metric reference", "",
@@ -253,7 +253,8 @@ def render_metrics() -> str:
                        f"{f'`{where}`' if where else '—'} |")
         out.append("")
     out += ["## Analyzer signals", "",
-            "What the analyzer judges (`analyzer/catalogue.py`; override or add under `analyzer.signals`).",
+            "What the analyzer judges (`analyzer/signals/catalogue.py`; override or add under "
+            "`analyzer.signals`).",
             "The query is the recording rule when Prometheus has it, else the raw PromQL fallback.", "",
             "| signal | layer | kind | entity | recording rule | description |", "|---|---|---|---|---|---|"]
     for spec in CATALOGUE.values():

@@ -2,7 +2,7 @@
 
 Fault times are durations such as ``90m``, ``1d6h`` or seconds; a negative start counts back
 from the end of the history, so one scenario works for any ``--days``. The truth names the
-layer, entity and diagnosis rule (analyzer/diagnosis.py) that an analyzer should
+layer, entity and diagnosis rule (analyzer/diagnosis/rules.py) that an analyzer should
 report (``rule: none`` for fault-free scenarios).
 """
 

@@ -42,7 +42,7 @@ def analyzer_config(workspace: Path, prometheus_url: str, *, scale: float, step_
                     interval_s: float = 2.0, use_recording_rules: bool = True,
                     api_url: str = "http://127.0.0.1:9471", inputs: str = "oximeter") -> dict[str, Any]:
     """The one YAML config ``oximeter analyze`` and ``oximeter report`` read in the demo."""
-    from analyzer.catalogue import CATALOGUE
+    from analyzer.signals.catalogue import CATALOGUE
 
     signals: dict[str, dict[str, Any]] = {}
     for name, spec in CATALOGUE.items():

@@ -9,7 +9,7 @@ import threading
 import requests
 from aiohttp import web
 
-from analyzer.api import start_api
+from analyzer.service.api import start_api
 
 
 class ApiServer:

@@ -27,7 +27,7 @@ LOOKBACK_S = 300 / SCALE
 # Traffic at a constant rate, in the history and live: the suite must take as long and judge the same
 # traffic whatever hour CI starts it (with the daily shape, a night start carried 0.44 req/s per
 # node and the queue's p99 waited four minutes for the requests its guard needs). 2 req/s per node
-# (the daily shape's evening peak) fills that guard (analyzer.signals.P99_MIN_COUNT in 5 min) within
+# (the daily shape's evening peak) fills that guard (analyzer.signals.spec.P99_MIN_COUNT in 5 min) within
 # the quiet soak, well inside the gateway's 12 concurrent requests.
 BACKFILL = BackfillSpec(nodes=2, gpus_per_node=2, base_rps=2.0, days=0.125, step_s=15.0, daily_shape=False)
 # The history ends BACKFILL_GAP_S before the stack starts (stack/demo_stack.py says why).
@@ -85,7 +85,7 @@ def open_deadline_s(*signals: str) -> float:
     """
     config = _analyzer_settings()
     catalogue = config["analyzer"]["signals"]
-    from analyzer.catalogue import CATALOGUE
+    from analyzer.signals.catalogue import CATALOGUE
 
     need = max(CATALOGUE[s].window_s / SCALE + catalogue[s]["for_s"] for s in signals)
     need += config["incidents"]["root_cause_dwell_s"]
@@ -112,7 +112,7 @@ def resolve_deadline_s(fault_s: float, *signals: str) -> float:
     """How long an incident of ``signals`` may take to resolve once a ``fault_s`` fault started:
     the fault, its anomalies clearing (a window), the quiet time before resolving; as above."""
     config = _analyzer_settings()
-    from analyzer.catalogue import CATALOGUE
+    from analyzer.signals.catalogue import CATALOGUE
 
     clear = max(CATALOGUE[s].window_s / SCALE for s in signals) + config["incidents"]["resolve_after_s"]
     return fault_s + 3 * clear + 30 * ANALYZER_STEP_S

@@ -19,8 +19,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from pydantic import SecretStr
 
-from analyzer.api import build_app
-from analyzer.incident_store import IncidentStore
+from analyzer.incidents.store import IncidentStore
+from analyzer.service.api import build_app
 from oximeter.cli import main
 from oximeter.config import load_config
 from oximeter.errors import ConfigError

@@ -23,8 +23,8 @@ from hypothesis import strategies as st
 from pydantic import SecretStr
 from test_fuzz_inputs import EDGES, FUZZ, JSON, TEXT, VALUE
 
-from analyzer.api import build_app
-from analyzer.incident_store import IncidentStore
+from analyzer.incidents.store import IncidentStore
+from analyzer.service.api import build_app
 from gateway.app import Gateway
 from gateway.settings import GatewaySettings
 from oximeter.cli import main

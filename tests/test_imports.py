@@ -37,14 +37,24 @@ def test_settings_models_import_neither_pandas_nor_numpy() -> None:
     statement = "from oximeter.config import config_model\nconfig_model()"
     assert [m for m in loaded(statement) if m != "analyzer"] == []
     # The guard can fail: the analyzer's catalogue does pull pandas in.
-    assert "pandas" in loaded("import analyzer.signals")
+    assert "pandas" in loaded("import analyzer.signals.catalogue")
+
+
+def test_the_incident_package_and_the_reporters_readers_stay_light() -> None:
+    # The reporter reads and renders incidents from the store without the detection's data stack.
+    statement = ("import analyzer.incidents.model, analyzer.incidents.store, analyzer.incidents.oncall, "
+                 "analyzer.incidents.maintenance, analyzer.incidents.settings, "
+                 "reporter.render, reporter.relay, reporter.callbacks")
+    assert [m for m in loaded(statement) if m != "analyzer"] == []
+    # The guard can fail: the lifecycle runs the diagnosis, which reads the catalogue.
+    assert "pandas" in loaded("import analyzer.incidents.lifecycle")
 
 
 def test_the_incident_commands_leave_scikit_learn_to_the_detector_that_fits() -> None:
     # ``oximeter incidents`` and the daemons load the diagnosis (and through it the detector
     # registry); scikit-learn's two seconds of start-up belong only to a detector that fits one.
-    assert "sklearn" not in loaded("import analyzer.diagnosis, analyzer.incidents_cli")
+    assert "sklearn" not in loaded("import analyzer.diagnosis.rules, analyzer.service.incidents_cli")
     # The guard can fail: fitting one does load it.
     assert "sklearn" in loaded("import numpy as np\n"
-                               "from analyzer.detectors.neighbours import NeighbourSurprise\n"
+                               "from analyzer.detection.detectors.neighbours import NeighbourSurprise\n"
                                "NeighbourSurprise().surprise(np.sin(np.arange(2000.0)))")

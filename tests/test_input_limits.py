@@ -16,8 +16,8 @@ import requests
 from api_server import ApiServer
 from pydantic import SecretStr
 
-from analyzer.api import build_app
-from analyzer.incident_store import IncidentStore
+from analyzer.incidents.store import IncidentStore
+from analyzer.service.api import build_app
 from gateway.app import Gateway
 from gateway.settings import GatewaySettings
 from oximeter.cli import main

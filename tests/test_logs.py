@@ -11,7 +11,7 @@ import logging
 import pytest
 from loguru import logger
 
-import analyzer.daemon
+import stack.analyze
 from gateway.logsink import ThreadedJsonSink
 from oximeter.cli import main
 from oximeter.logs import setup_stdlib_logging
@@ -28,7 +28,7 @@ def _log_twice(args: argparse.Namespace) -> int:
 def test_analyze_honours_level_and_format(fmt: str, monkeypatch: pytest.MonkeyPatch,
                                           capfd: pytest.CaptureFixture[str]) -> None:
     # analyze's configure() binds its run(); replacing it keeps the real parser and main()'s set-up.
-    monkeypatch.setattr(analyzer.daemon, "run", _log_twice)
+    monkeypatch.setattr(stack.analyze, "run", _log_twice)
     assert main(["--log-level", "warning", "--log-format", fmt, "analyze"]) == 0
     lines = capfd.readouterr().err.splitlines()
     assert len(lines) == 1, lines

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from analyzer.catalogue import CATALOGUE
+from analyzer.signals.catalogue import CATALOGUE
 from oximeter.promql import labels_match, metric_names, parse_matchers, with_matchers
 
 M = 'cluster="a"'

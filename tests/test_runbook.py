@@ -11,7 +11,7 @@ import pytest
 from pydantic import ValidationError
 
 from alert_rules import alerting_rules
-from analyzer.diagnosis import RULE_IDS
+from analyzer.diagnosis.rules import RULE_IDS
 from oximeter.runbook import RUNBOOK_PATH, runbook_link, runbook_ref
 from reporter.settings import ReporterSettings
 

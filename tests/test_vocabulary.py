@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from analyzer.case import LOWER_LAYERS
+from analyzer.diagnosis.case import LOWER_LAYERS
 from oximeter.vocabulary import LAYERS, SEVERITIES, SEVERITY_RANK, as_severity, priority
 from reporter.message import Message
 from simulator.scenario import LAYERS as SCENARIO_LAYERS

@@ -7,7 +7,7 @@ import pandas as pd
 import pytest
 from analyzer_frames import T0, frame
 
-from analyzer.baselines import BaselinePolicy, combine, compute_baseline, history_start, recent
+from analyzer.detection.baselines import BaselinePolicy, combine, compute_baseline, history_start, recent
 
 STEP = 300.0  # 5-minute grid: 288 rows a day
 DAY = 288
@@ -126,7 +126,7 @@ def test_same_time_windows_give_the_same_baseline_as_the_whole_history() -> None
 
 
 def test_tracker_incremental_equals_the_batch_baseline() -> None:
-    from analyzer.baseline_tracker import BaselineTracker
+    from analyzer.detection.baseline_tracker import BaselineTracker
 
     values = frame({"a": daily(8), "b": daily(8) * 2, "c": daily(8)[::-1].copy()}, STEP)
     values.iloc[2000:2010, 1] = np.nan
@@ -153,8 +153,8 @@ def test_tracker_incremental_equals_the_batch_baseline() -> None:
 def test_tracker_hour_scale_equals_the_whole_windows_row_for_row() -> None:
     """The hour scale is kept between cycles like the centre: every row the tracker computed when it
     was new equals that row of the whole live window's, like-node floor included."""
-    from analyzer.baseline_tracker import BaselineTracker
-    from analyzer.hour_scale import hour_scale
+    from analyzer.detection.baseline_tracker import BaselineTracker
+    from analyzer.detection.hour_scale import hour_scale
 
     rng = np.random.default_rng(3)
     columns = {f"n{i}": daily(8) * (1.0 + 0.1 * i) + rng.gamma(1.0, 0.2 * i, 8 * DAY) for i in range(6)}
@@ -181,7 +181,7 @@ def test_tracker_hour_scale_equals_the_whole_windows_row_for_row() -> None:
 
 
 def test_tracker_cold_start_limit_computes_only_the_newest_rows() -> None:
-    from analyzer.baseline_tracker import BaselineTracker
+    from analyzer.detection.baseline_tracker import BaselineTracker
 
     values = frame({"a": daily(2)}, STEP)
     tracker = BaselineTracker(BaselinePolicy(), max_new_rows=5)

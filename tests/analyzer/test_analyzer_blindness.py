@@ -13,13 +13,13 @@ from urllib.parse import parse_qs
 
 import pytest
 
-from analyzer.catalogue import CATALOGUE
-from analyzer.daemon import Analyzer
-from analyzer.incident_store import IncidentStore
-from analyzer.incidents import Change, Incident, IncidentSettings
-from analyzer.pipeline import CyclePipeline
-from analyzer.sources.prometheus import PrometheusSource
-from analyzer.topology import Topology
+from analyzer.diagnosis.topology import Topology
+from analyzer.incidents.lifecycle import Change, Incident, IncidentSettings
+from analyzer.incidents.store import IncidentStore
+from analyzer.service.daemon import Analyzer
+from analyzer.service.pipeline import CyclePipeline
+from analyzer.signals.catalogue import CATALOGUE
+from analyzer.signals.sources.prometheus import PrometheusSource
 from oximeter.store import connect
 
 

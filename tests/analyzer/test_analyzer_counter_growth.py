@@ -12,10 +12,11 @@ import pandas as pd
 import pytest
 from analyzer_frames import frame
 
-from analyzer.catalogue import CATALOGUE
-from analyzer.detectors import CounterGrowth
-from analyzer.evaluate import evaluate_signal
-from analyzer.frame import Baseline, SeriesFrame
+from analyzer.detection.detectors import CounterGrowth
+from analyzer.detection.evaluate import evaluate_signal
+from analyzer.detection.judges import detectors_of
+from analyzer.signals.catalogue import CATALOGUE
+from analyzer.signals.frame import Baseline, SeriesFrame
 
 DAY_ROWS = 1440  # one day of one-minute rows
 
@@ -82,7 +83,7 @@ BURN_ROWS = [
 @pytest.mark.parametrize(("per_minute", "fires"), BURN_ROWS)
 def test_burn_window_boundary(per_minute: float, fires: bool) -> None:
     spec = CATALOGUE["ecc_corrected_burn"]
-    [det] = spec.build_detectors(cumulative=True)
+    [det] = detectors_of(spec, cumulative=True)
     counter = 1000.0 + per_minute * np.arange(180.0)
     flags = det.detect(frame({"a": counter})).flags["a"]
     assert bool(flags.iloc[-1]) is fires
@@ -142,7 +143,7 @@ def test_blocks_of_series_give_the_same_detection(monkeypatch: pytest.MonkeyPatc
                           index=values.index, columns=values.columns)
     detector = CounterGrowth(window_s=300, min_increase=100, ratio=100, cumulative=False)
     whole = [detector.detect(values, base) for base in (None, Baseline(center, center * 0))]
-    monkeypatch.setattr("analyzer.detectors.counter.BLOCK_SERIES", 3)
+    monkeypatch.setattr("analyzer.detection.detectors.counter.BLOCK_SERIES", 3)
     for base, want in zip((None, Baseline(center, center * 0)), whole, strict=True):
         got = detector.detect(values, base)
         for name in ("flags", "score", "reference", "keep"):

@@ -8,11 +8,11 @@ from datetime import UTC, datetime, timedelta
 import numpy as np
 import pandas as pd
 
-from analyzer.catalogue import CATALOGUE
-from analyzer.cycle import SignalCycle
-from analyzer.evaluate import evaluate_signal
-from analyzer.frame import SeriesFrame
-from analyzer.sources.frames import FrameSource
+from analyzer.detection.cycle import SignalCycle
+from analyzer.detection.evaluate import evaluate_signal
+from analyzer.signals.catalogue import CATALOGUE
+from analyzer.signals.frame import SeriesFrame
+from analyzer.signals.sources.frames import FrameSource
 
 STEP = 60.0
 START = datetime(2026, 5, 1, tzinfo=UTC)

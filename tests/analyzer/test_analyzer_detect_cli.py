@@ -12,9 +12,10 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from analyzer.catalogue import KIND_DEFAULTS
-from analyzer.detect_cli import detect_file, infer_kind
-from analyzer.sources.files import InputError
+from analyzer.detection.judges import persistence_of
+from analyzer.service.detect_cli import detect_file, infer_kind
+from analyzer.signals.catalogue import KIND_DEFAULTS
+from analyzer.signals.tables import InputError
 from stack.procs import oximeter_argv
 
 T0 = pd.Timestamp("2026-02-03T00:00:00Z")
@@ -64,7 +65,7 @@ def test_planted_shift_gives_one_event_within_the_persistence_window(tmp_path: P
     assert len(events) == 1
     [event] = events
     shift_at = T0 + pd.Timedelta(seconds=SHIFT * spec.step_s)
-    persistence = KIND_DEFAULTS["gauge"].persistence(spec.step_s)
+    persistence = persistence_of(KIND_DEFAULTS["gauge"], spec.step_s)
     assert shift_at <= pd.Timestamp(event.onset) <= pd.Timestamp(event.detected_at)
     assert pd.Timestamp(event.detected_at) <= shift_at + pd.Timedelta(seconds=persistence.n * spec.step_s)
     assert event.signal == "series" and event.score > 6

@@ -11,7 +11,7 @@ import pandas as pd
 import pytest
 from analyzer_frames import frame
 
-from analyzer.detectors import (
+from analyzer.detection.detectors import (
     DETECTORS,
     AbsoluteThreshold,
     BaselineRatio,
@@ -24,8 +24,8 @@ from analyzer.detectors import (
     Trend,
     Vanished,
 )
-from analyzer.frame import Baseline, FrameError
-from analyzer.persistence import Persistence, to_events
+from analyzer.detection.persistence import Persistence, to_events
+from analyzer.signals.frame import Baseline, FrameError
 
 ROWS = 40
 PERSIST = Persistence(k=3, n=4, clear_n=2)

@@ -11,10 +11,11 @@ import pandas as pd
 import pytest
 from analyzer_frames import frame
 
-from analyzer.detectors import DETECTORS, Detection, Detector
-from analyzer.detectors.base import like
-from analyzer.evaluate import evaluate_signal
-from analyzer.frame import Baseline, SeriesFrame
+from analyzer.detection.detectors import DETECTORS, Detection, Detector
+from analyzer.detection.evaluate import evaluate_signal
+from analyzer.detection.judges import detectors_of
+from analyzer.signals.frame import Baseline, SeriesFrame
+from analyzer.signals.rolling import like
 from oximeter.config import parse_config
 from oximeter.errors import ConfigError
 
@@ -47,7 +48,7 @@ def test_a_registered_detector_runs_from_configuration_alone() -> None:
     toy = _signal([{"type": "toy_spike", "limit": 40}])
     config = parse_config({"analyzer": {"signals": {"toy_depth": toy}}})
     spec = config.analyzer.catalogue()["toy_depth"]
-    assert [type(d) for d in spec.build_detectors()] == [ToySpike]
+    assert [type(d) for d in detectors_of(spec)] == [ToySpike]
     values = np.full(60, 5.0)
     values[30:40] = 50.0  # ten minutes over the limit on node n1; n2 stays quiet
     data = SeriesFrame(frame({"a": values, "b": np.full(60, 5.0)}),
@@ -62,7 +63,7 @@ def test_a_listed_detector_replaces_the_kinds_default() -> None:
     # gpu_temperature's kind gives a threshold at 85; listing a detector replaces it.
     config = parse_config({"analyzer": {"signals": {"gpu_temperature": {
         "detectors": [{"type": "toy_spike", "limit": 70}]}}}})
-    [detector] = config.analyzer.catalogue()["gpu_temperature"].build_detectors()
+    [detector] = detectors_of(config.analyzer.catalogue()["gpu_temperature"])
     assert detector == ToySpike(limit=70)
 
 

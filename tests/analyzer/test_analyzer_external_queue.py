@@ -10,9 +10,9 @@ import numpy as np
 import pytest
 from analyzer_frames import write_history
 
-from analyzer.catalogue import CATALOGUE
-from analyzer.evaluate import evaluate_signal
-from analyzer.sources.frames import FrameSource
+from analyzer.detection.evaluate import evaluate_signal
+from analyzer.signals.catalogue import CATALOGUE
+from analyzer.signals.sources.frames import FrameSource
 
 T0 = datetime(2026, 3, 1, tzinfo=UTC)
 STEP = 15.0

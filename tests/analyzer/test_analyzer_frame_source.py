@@ -13,14 +13,14 @@ import pandas as pd
 import pytest
 from analyzer_frames import write_history
 
-from analyzer.catalogue import CATALOGUE
-from analyzer.evaluate import evaluate_signal
-from analyzer.frame import SeriesFrame
-from analyzer.pipeline import CyclePipeline
-from analyzer.query import bucket_quantile
-from analyzer.signals import SignalSpec, traffic_name
-from analyzer.sources.base import LiveWindow, ReplayClock, align
-from analyzer.sources.frames import FrameSource, write_signal_file
+from analyzer.detection.evaluate import evaluate_signal
+from analyzer.service.pipeline import CyclePipeline
+from analyzer.signals.catalogue import CATALOGUE
+from analyzer.signals.frame import SeriesFrame
+from analyzer.signals.query import bucket_quantile
+from analyzer.signals.sources.base import LiveWindow, ReplayClock, align
+from analyzer.signals.sources.frames import FrameSource, write_signal_file
+from analyzer.signals.spec import SignalSpec, traffic_name
 
 T0 = datetime(2026, 3, 1, tzinfo=UTC)
 STEP = 15.0

@@ -7,10 +7,10 @@ import numpy as np
 import pandas as pd
 from analyzer_frames import at, frame
 
-from analyzer.catalogue import CATALOGUE
-from analyzer.evaluate import evaluate_signal
-from analyzer.frame import SeriesFrame
-from analyzer.incidents import IncidentSettings
+from analyzer.detection.evaluate import evaluate_signal
+from analyzer.incidents.lifecycle import IncidentSettings
+from analyzer.signals.catalogue import CATALOGUE
+from analyzer.signals.frame import SeriesFrame
 from drills.replay import detect, replay_cycles
 
 SIGNAL = "dependency_latency_p99"

@@ -11,10 +11,10 @@ from pathlib import Path
 import numpy as np
 
 from alert_rules import ADAPTERS_DIR, load_groups
-from analyzer.catalogue import CATALOGUE
-from analyzer.evaluate import evaluate_signal
-from analyzer.sources.kube import increase
-from analyzer.sources.raw import RawStore
+from analyzer.detection.evaluate import evaluate_signal
+from analyzer.signals.catalogue import CATALOGUE
+from analyzer.signals.raw import RawStore
+from analyzer.signals.sources.kube import increase
 from drills.replay import signal_frames
 from oximeter.promql import metric_names
 from simulator.history import generate

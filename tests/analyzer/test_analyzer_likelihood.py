@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from analyzer.detectors.likelihood import range_breaks, score_z
+from analyzer.detection.detectors.likelihood import range_breaks, score_z
 
 
 def test_score_z_measures_the_recent_mean_against_earlier_means_only() -> None:

@@ -8,11 +8,12 @@ import pandas as pd
 import pytest
 from analyzer_frames import at, frame
 
-from analyzer.catalogue import CATALOGUE, P99_MIN_COUNT, PEER_MIN_COUNT
-from analyzer.detectors import BaselineRatio
-from analyzer.evaluate import evaluate_signal, widen_ratio
-from analyzer.frame import Baseline, SeriesFrame
-from analyzer.signals import LATENCY_NOISE_Z
+from analyzer.detection.detectors import BaselineRatio
+from analyzer.detection.evaluate import evaluate_signal, widen_ratio
+from analyzer.detection.judges import detectors_of
+from analyzer.signals.catalogue import CATALOGUE, P99_MIN_COUNT, PEER_MIN_COUNT
+from analyzer.signals.frame import Baseline, SeriesFrame
+from analyzer.signals.spec import LATENCY_NOISE_Z
 
 ROWS = 40
 
@@ -92,7 +93,7 @@ def test_baseline_ratio_judges_a_swinging_statistic_against_its_spread(value: fl
 
 
 def test_latency_signals_use_the_noise_margin() -> None:
-    ratios = {name: [d for d in spec.build_detectors() if isinstance(d, BaselineRatio)]
+    ratios = {name: [d for d in detectors_of(spec) if isinstance(d, BaselineRatio)]
               for name, spec in CATALOGUE.items()}
     assert {name for name, ds in ratios.items() if ds and ds[0].noise_z == LATENCY_NOISE_Z} == {
         name for name, spec in CATALOGUE.items() if spec.kind == "latency" and spec.ratio is not None}

@@ -11,7 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
-from analyzer.persistence import Persistence
+from analyzer.detection.persistence import Persistence
 
 flags_arrays = hnp.arrays(np.bool_, st.tuples(st.integers(1, 60), st.integers(1, 3)))
 

@@ -8,11 +8,11 @@ import numpy as np
 import pytest
 from analyzer_frames import frame
 
-from analyzer.catalogue import CATALOGUE
-from analyzer.evaluate import evaluate_signal
-from analyzer.frame import SeriesFrame
-from analyzer.settings import AnalyzerSettings
-from analyzer.stock_inputs import adapter_rules
+from analyzer.detection.evaluate import evaluate_signal
+from analyzer.service.settings import AnalyzerSettings
+from analyzer.signals.catalogue import CATALOGUE
+from analyzer.signals.frame import SeriesFrame
+from analyzer.signals.stock_inputs import adapter_rules
 from oximeter.promql import metric_names
 
 POD = {"node": "n1", "namespace": "llm", "pod": "vllm-n1"}

@@ -20,15 +20,15 @@ import pytest
 from analyzer_frames import write_history
 from pydantic import SecretStr
 
-from analyzer.catalogue import CATALOGUE, build_catalogue
-from analyzer.evaluate import evaluate_signal
-from analyzer.frame import series_key
-from analyzer.settings import AnalyzerSettings
-from analyzer.sources.base import align
-from analyzer.sources.frames import FrameSource
-from analyzer.sources.matrix import decode_matrix
-from analyzer.sources.prometheus import PrometheusSource
-from analyzer.sources.raw import RawStore
+from analyzer.detection.evaluate import evaluate_signal
+from analyzer.service.settings import AnalyzerSettings
+from analyzer.signals.catalogue import CATALOGUE, build_catalogue
+from analyzer.signals.frame import series_key
+from analyzer.signals.raw import RawStore
+from analyzer.signals.sources.base import align
+from analyzer.signals.sources.frames import FrameSource
+from analyzer.signals.sources.matrix import decode_matrix
+from analyzer.signals.sources.prometheus import PrometheusSource
 from oximeter.errors import DependencyError
 from reporter.prom import digest_client
 from reporter.settings import DigestSettings

@@ -1,4 +1,4 @@
-"""Each signal's query is written once (analyzer/query.py): the frame source's replay of every
+"""Each signal's query is written once (analyzer/signals/query.py): the frame source's replay of every
 catalogue signal, traffic guard and diagnosis context agrees with what Prometheus computes from
 the same PromQL on a small fixture (checked by ``promtool test rules`` in one run)."""
 
@@ -15,12 +15,12 @@ import pandas as pd
 import pytest
 import yaml
 
-from analyzer import query as q
-from analyzer.catalogue import CATALOGUE, build_catalogue
-from analyzer.pipeline import CONTEXT
-from analyzer.signals import SignalSpec
-from analyzer.sources.frames import FrameSource
-from analyzer.sources.raw import RawStore
+from analyzer.service.pipeline import CONTEXT
+from analyzer.signals import query as q
+from analyzer.signals.catalogue import CATALOGUE, build_catalogue
+from analyzer.signals.raw import RawStore
+from analyzer.signals.sources.frames import FrameSource
+from analyzer.signals.spec import SignalSpec
 
 PROMTOOL = shutil.which("promtool") or "/usr/bin/promtool"
 STEP = 15

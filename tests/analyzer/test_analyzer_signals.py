@@ -12,9 +12,10 @@ from pathlib import Path
 import pytest
 import yaml
 
-from analyzer.catalogue import CATALOGUE, KIND_DEFAULTS, build_catalogue
-from analyzer.events import AnomalyEvent
-from analyzer.settings import AnalyzerSettings
+from analyzer.detection.events import AnomalyEvent
+from analyzer.detection.judges import detectors_of, persistence_of
+from analyzer.service.settings import AnalyzerSettings
+from analyzer.signals.catalogue import CATALOGUE, KIND_DEFAULTS, build_catalogue
 from oximeter.config import parse_config
 from oximeter.errors import ConfigError
 
@@ -51,8 +52,8 @@ def test_every_raw_fallback_is_valid_promql(tmp_path: Path) -> None:
 
 def test_every_signal_has_detectors_and_a_persistence() -> None:
     for spec in [*CATALOGUE.values(), *KIND_DEFAULTS.values()]:
-        assert spec.build_detectors(), spec.name
-        assert spec.persistence(15.0).n >= spec.min_samples
+        assert detectors_of(spec), spec.name
+        assert persistence_of(spec, 15.0).n >= spec.min_samples
 
 
 @pytest.mark.parametrize(("name", "threshold", "for_s", "layer"), [

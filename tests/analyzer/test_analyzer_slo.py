@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from analyzer.slo import HISTOGRAMS, SloSettings
+from analyzer.signals.slo import HISTOGRAMS, SloSettings
 from gateway.metrics import LATENCY_BUCKETS_S, QUEUE_WAIT_BUCKETS_S
 from oximeter.buckets import VLLM_REQUEST_LATENCY_BUCKETS_S, VLLM_TTFT_BUCKETS_S
 from oximeter.cli import main

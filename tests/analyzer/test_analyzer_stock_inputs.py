@@ -8,10 +8,16 @@ from pathlib import Path
 
 import pytest
 
-from analyzer.catalogue import CATALOGUE
-from analyzer.settings import AnalyzerSettings
-from analyzer.signals import SignalSpec
-from analyzer.stock_inputs import DCGM_DEFAULT_FIELDS, AdapterRule, StockInputs, adapter_rules, describe
+from analyzer.service.settings import AnalyzerSettings
+from analyzer.signals.catalogue import CATALOGUE
+from analyzer.signals.spec import SignalSpec
+from analyzer.signals.stock_inputs import (
+    DCGM_DEFAULT_FIELDS,
+    AdapterRule,
+    StockInputs,
+    adapter_rules,
+    describe,
+)
 from oximeter.cli import main
 
 ECC = {"ecc_corrected_increase", "ecc_corrected_burn", "ecc_uncorrected_increase"}

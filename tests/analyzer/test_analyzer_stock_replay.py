@@ -1,5 +1,5 @@
 """A stock fleet's history (``telemetry: stock``) and its replay: the simulator presents what a
-stock fleet exports, and the replay's translation (``analyzer/sources/stock.py``) gives back the
+stock fleet exports, and the replay's translation (``analyzer/signals/sources/stock.py``) gives back the
 series Oximeter's own exporter and gateway would have, as the adapter rules do in Prometheus."""
 
 from __future__ import annotations
@@ -13,8 +13,8 @@ import numpy as np
 import pytest
 
 from alert_rules import ADAPTERS_DIR
-from analyzer.sources.raw import RawStore
-from analyzer.sources.stock import (
+from analyzer.signals.raw import RawStore
+from analyzer.signals.sources.stock import (
     CLOCK_EVENT_BITS,
     CLOCK_EVENT_FIELDS,
     DCGM_GAUGES,
@@ -22,7 +22,7 @@ from analyzer.sources.stock import (
     _xid_events,
     with_stock_translated,
 )
-from analyzer.stock_inputs import adapter_rules
+from analyzer.signals.stock_inputs import adapter_rules
 from exporter.dcgm import DCGM_DEFAULT_FIELDS
 from simulator.history import generate
 from simulator.scenario import Scenario, Truth

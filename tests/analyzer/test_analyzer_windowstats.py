@@ -6,7 +6,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from analyzer.windowstats import window_quantiles
+from analyzer.signals.windowstats import window_quantiles
 
 
 @pytest.mark.parametrize(("window", "min_count", "nan_share"), [(5, 3, 0.0), (12, 6, 0.2), (31, 1, 0.5)])
@@ -37,6 +37,6 @@ def test_blocks_of_any_size_give_the_same_numbers(block_values: int, monkeypatch
     data[:, 3] = rng.normal(size=80)  # a full series
     starts = np.array([-5, 0, 10, 20, 30, 49])
     whole = window_quantiles(data, starts, 31, (0.5, 0.9), 10)
-    monkeypatch.setattr("analyzer.windowstats.BLOCK_VALUES", block_values)
+    monkeypatch.setattr("analyzer.signals.windowstats.BLOCK_VALUES", block_values)
     for got, want in zip(window_quantiles(data, starts, 31, (0.5, 0.9), 10), whole, strict=True):
         np.testing.assert_array_equal(got, want)

@@ -10,7 +10,7 @@ from typing import Any
 
 from prometheus_client.core import HistogramMetricFamily
 
-from analyzer.events import iso_utc
+from analyzer.detection.events import iso_utc
 from simulator.series import SeriesStore
 from tests.script_module import load_script
 

@@ -7,7 +7,7 @@ from typing import NamedTuple
 
 import pytest
 
-from analyzer.events import AnomalyEvent
+from analyzer.detection.events import AnomalyEvent
 from tests.script_module import load_script
 
 T0 = datetime(2026, 1, 7, 15, 0, tzinfo=UTC)

@@ -9,7 +9,7 @@ from datetime import UTC, datetime
 
 import pytest
 
-from analyzer.incident_model import Change
+from analyzer.incidents.model import Change
 from simulator.arrivals import ArrivalStream, mean_lengths
 from simulator.load_shape import RequestMix
 from simulator.scenario import EngineOverrides

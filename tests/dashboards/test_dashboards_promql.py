@@ -16,11 +16,11 @@ from api_server import ApiServer
 
 from alert_rules import all_rules
 from alert_rules.scale import write_scaled_rules
-from analyzer.api import build_app
-from analyzer.events import AnomalyEvent
-from analyzer.incident_store import IncidentStore
-from analyzer.incidents import IncidentSettings, IncidentTracker, findings
-from analyzer.topology import Topology, TopologySettings
+from analyzer.detection.events import AnomalyEvent
+from analyzer.diagnosis.topology import Topology, TopologySettings
+from analyzer.incidents.lifecycle import IncidentSettings, IncidentTracker, findings
+from analyzer.incidents.store import IncidentStore
+from analyzer.service.api import build_app
 from dashboards.build import load_built
 from dashboards.promql import (
     ALL,

@@ -24,7 +24,8 @@ import pytest
 import yaml
 
 from alert_rules import alerting_rules, kubernetes, load_groups
-from analyzer.settings import AnalyzerSettings, IncidentSettings
+from analyzer.incidents.settings import IncidentSettings
+from analyzer.service.settings import AnalyzerSettings
 from oximeter.cli import build_parser
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -207,7 +207,7 @@ def test_a_drill_over_its_message_budget_fails(messages: int, budget: int | None
 
 
 def test_message_budget_grows_only_with_reopens() -> None:
-    from analyzer.stability import message_budget
+    from analyzer.incidents.stability import message_budget
 
     assert message_budget(["opened", "severity_up", "resolved"]) == 4
     assert message_budget(["opened", "resolved", "opened", "resolved"]) == 6

@@ -43,6 +43,7 @@ PINNED = {
     "70df6b062104c93b": 3,  # the store error moved to the core errors module: same histories
     "63d4557371d8cde7": 3,  # the gateway tells a stream's closing [DONE] apart: same histories
     "35e9dcc10186801b": 2,  # the store's error class moved to the shared errors module: same histories
+    "6025cf81b289c0ef": 3,  # a docstring names the diagnosis rules' new path: same histories
 }
 
 

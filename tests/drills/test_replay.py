@@ -6,8 +6,8 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from analyzer.catalogue import CATALOGUE
-from analyzer.sources.raw import RawStore
+from analyzer.signals.catalogue import CATALOGUE
+from analyzer.signals.raw import RawStore
 from drills.replay import detect, replay_cycles, signal_frames
 
 MINUTES = 120

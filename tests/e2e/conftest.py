@@ -23,7 +23,7 @@ from e2e_helpers import THERMAL_S, Faults, Victoria, VictoriaStore, analyzer_url
 from shared_stack import ANALYZER_STEP_S, SCALE, open_deadline_s
 
 from alert_rules.scale import format_duration
-from analyzer.catalogue import CATALOGUE
+from analyzer.signals.catalogue import CATALOGUE
 from reporter.sink import ChatSink
 from stack.config import ANALYZER_JOB
 from stack.demo_stack import CHAT_URL_ENV, analyzer_config

@@ -29,7 +29,7 @@ from shared_stack import (
     open_deadline_s,
 )
 
-from analyzer.stock_inputs import StockInputs
+from analyzer.signals.stock_inputs import StockInputs
 from dashboards.build import load_built
 from dashboards.promql import panel_queries
 from reporter.sink import ChatSink

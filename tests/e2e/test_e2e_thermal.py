@@ -25,7 +25,7 @@ from e2e_helpers import (
 )
 from shared_stack import live_timeout_s, open_deadline_s, resolve_deadline_s
 
-from analyzer.stability import MESSAGE_BUDGET
+from analyzer.incidents.stability import MESSAGE_BUDGET
 from reporter.sink import ChatSink
 from stack.local import Stack
 from stack.procs import wait_until

@@ -13,7 +13,7 @@ from fake_pynvml import FakeNvml
 from prometheus_client.parser import text_string_to_metric_families
 
 from alert_rules import ADAPTERS_DIR
-from analyzer.stock_inputs import adapter_rules
+from analyzer.signals.stock_inputs import adapter_rules
 from exporter.backends.nvml import NvmlBackend
 from exporter.collector import GpuCollector
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from datetime import UTC, datetime, timedelta
 
-from analyzer.catalogue import CATALOGUE
-from analyzer.events import AnomalyEvent
+from analyzer.detection.events import AnomalyEvent
+from analyzer.signals.catalogue import CATALOGUE
 
 T0 = datetime(2026, 3, 2, 10, 0, tzinfo=UTC)
 

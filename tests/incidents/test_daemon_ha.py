@@ -13,15 +13,15 @@ from typing import Any
 from incident_cases import at, ev
 from pg_server import StoreSpace
 
-from analyzer.case import Snapshot
-from analyzer.daemon import Analyzer
-from analyzer.events import AnomalyEvent
-from analyzer.frame import SeriesFrame
-from analyzer.incident_store import IncidentStore
-from analyzer.incidents import Change, Incident, IncidentSettings
-from analyzer.leadership import Gate, Leadership
-from analyzer.pipeline import snapshot_from_frames
-from analyzer.topology import Topology
+from analyzer.detection.events import AnomalyEvent
+from analyzer.diagnosis.case import Snapshot
+from analyzer.diagnosis.topology import Topology
+from analyzer.incidents.lifecycle import Change, Incident, IncidentSettings
+from analyzer.incidents.store import IncidentStore
+from analyzer.service.daemon import Analyzer
+from analyzer.service.leadership import Gate, Leadership
+from analyzer.service.pipeline import snapshot_from_frames
+from analyzer.signals.frame import SeriesFrame
 from oximeter.lease import Lease
 from oximeter.store import connect
 

@@ -13,16 +13,22 @@ import pandas as pd
 import pytest
 from incident_cases import at, ev
 
-from analyzer.catalogue import CATALOGUE
-from analyzer.cycle import SignalCycle
-from analyzer.daemon_metrics import DaemonMetrics
-from analyzer.evaluate import evaluate_signal
-from analyzer.events import AnomalyEvent
-from analyzer.frame import SeriesFrame
-from analyzer.incidents import ChangeEvent, IncidentTracker, findings
-from analyzer.pipeline import CHANGE_SETTLE_S, CONTEXT, CyclePipeline, anomalous_mask, change_windows
-from analyzer.sources.frames import FrameSource
-from analyzer.topology import Topology
+from analyzer.detection.cycle import SignalCycle
+from analyzer.detection.evaluate import evaluate_signal
+from analyzer.detection.events import AnomalyEvent
+from analyzer.diagnosis.topology import Topology
+from analyzer.incidents.lifecycle import ChangeEvent, IncidentTracker, findings
+from analyzer.service.daemon_metrics import DaemonMetrics
+from analyzer.service.pipeline import (
+    CHANGE_SETTLE_S,
+    CONTEXT,
+    CyclePipeline,
+    anomalous_mask,
+    change_windows,
+)
+from analyzer.signals.catalogue import CATALOGUE
+from analyzer.signals.frame import SeriesFrame
+from analyzer.signals.sources.frames import FrameSource
 
 STEP = 60.0
 START = datetime(2026, 5, 1, tzinfo=UTC)

@@ -9,8 +9,8 @@ import time
 from datetime import UTC, datetime
 from pathlib import Path
 
-from analyzer.daemon import AnalyzeConfig, _source
-from analyzer.incident_store import IncidentQuery, IncidentStore
+from analyzer.incidents.store import IncidentQuery, IncidentStore
+from analyzer.service.daemon import AnalyzeConfig, _source
 from oximeter.store import connect
 from stack.procs import oximeter_argv
 

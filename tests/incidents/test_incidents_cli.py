@@ -14,9 +14,9 @@ import pytest
 from incident_cases import ev, gpu
 from inprocess import run_main
 
-from analyzer.incident_store import IncidentStore
-from analyzer.incidents import IncidentSettings, IncidentTracker, findings
-from analyzer.topology import Topology, TopologySettings
+from analyzer.diagnosis.topology import Topology, TopologySettings
+from analyzer.incidents.lifecycle import IncidentSettings, IncidentTracker, findings
+from analyzer.incidents.store import IncidentStore
 from oximeter.store import connect
 from stack.procs import oximeter_argv
 

@@ -8,12 +8,12 @@ from collections.abc import Mapping
 import pytest
 from incident_cases import at, ev
 
-from analyzer.catalogue import CATALOGUE
-from analyzer.events import AnomalyEvent
-from analyzer.incidents import IncidentSettings, findings
-from analyzer.settings import AnalyzerSettings
-from analyzer.signals import SignalSpec
-from analyzer.topology import Topology, TopologySettings
+from analyzer.detection.events import AnomalyEvent
+from analyzer.diagnosis.topology import Topology, TopologySettings
+from analyzer.incidents.lifecycle import IncidentSettings, findings
+from analyzer.service.settings import AnalyzerSettings
+from analyzer.signals.catalogue import CATALOGUE
+from analyzer.signals.spec import SignalSpec
 
 TOPO = Topology.from_settings(TopologySettings(services={"chat": ["node-0", "node-1"]}))
 P99 = ev("request_p99", 15.6, 9.3, node="node-1", service="chat", route="/v1/chat/completions")

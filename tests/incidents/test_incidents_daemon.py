@@ -15,16 +15,16 @@ import requests
 from incident_cases import at, ev
 from pg_server import StoreSpace
 
-from analyzer.case import Snapshot
-from analyzer.daemon import Analyzer
-from analyzer.daemon_metrics import DaemonMetrics
-from analyzer.events import AnomalyEvent
-from analyzer.frame import SeriesFrame
-from analyzer.incident_store import IncidentStore
-from analyzer.incidents import Change, Incident, IncidentSettings
-from analyzer.pipeline import snapshot_from_frames, topology_from_frames
-from analyzer.settings import AnalyzerSettings
-from analyzer.topology import Topology
+from analyzer.detection.events import AnomalyEvent
+from analyzer.diagnosis.case import Snapshot
+from analyzer.diagnosis.topology import Topology
+from analyzer.incidents.lifecycle import Change, Incident, IncidentSettings
+from analyzer.incidents.store import IncidentStore
+from analyzer.service.daemon import Analyzer
+from analyzer.service.daemon_metrics import DaemonMetrics
+from analyzer.service.pipeline import snapshot_from_frames, topology_from_frames
+from analyzer.service.settings import AnalyzerSettings
+from analyzer.signals.frame import SeriesFrame
 from oximeter.store import connect
 from stack.ports import wait_port
 from stack.procs import ManagedProcess, http_ok, oximeter_argv, wait_until

@@ -9,12 +9,12 @@ from dataclasses import dataclass, field, replace
 import pytest
 from incident_cases import ev, gpu
 
-from analyzer import diagnosis as dx
-from analyzer.case import Case, Snapshot
-from analyzer.diagnosis import diagnose
-from analyzer.events import AnomalyEvent
-from analyzer.signals import SignalSpec
-from analyzer.verdicts import symptom_severity
+from analyzer.detection.events import AnomalyEvent
+from analyzer.diagnosis import rules as dx
+from analyzer.diagnosis.case import THROTTLE_REASON, Case, Snapshot
+from analyzer.diagnosis.rules import diagnose
+from analyzer.diagnosis.verdicts import symptom_severity
+from analyzer.signals.spec import SignalSpec
 from oximeter.config import parse_config
 
 N0 = {"service": "chat", "node": "node-0"}
@@ -172,7 +172,7 @@ ROWS = [
         sentence="model=m,node=node-0: engine_itl_peer 90 ms = 3.0 × baseline of its same-model peers, "
                  "no throttle reason; impact: queue_wait p99 600 ms = 2.4 × baseline"),
     Row("a throttled outlier is not a peer outlier", dx.peer_outlier, (PEER,),
-        {dx.THROTTLE_REASON: {gpu(): 1.0}}, fires=False, winner="unclassified", root="engine_itl_peer"),
+        {THROTTLE_REASON: {gpu(): 1.0}}, fires=False, winner="unclassified", root="engine_itl_peer"),
     Row("a GPU busier than its same-model peers", dx.peer_outlier,
         (ev("gpu_utilization_peer", 0.37, 0.20, node="node-0", gpu="2"), Q_SOFT), root="gpu_utilization_peer",
         severity="warning"),

@@ -8,12 +8,12 @@ from datetime import timedelta
 import pytest
 from incident_cases import T0, at, ev, gpu
 
-from analyzer import diagnosis as dx
-from analyzer.case import Snapshot
-from analyzer.correlate import correlate
-from analyzer.events import AnomalyEvent
-from analyzer.incidents import ChangeEvent, Incident, IncidentSettings, IncidentTracker, findings
-from analyzer.topology import Topology, TopologySettings
+from analyzer.detection.events import AnomalyEvent
+from analyzer.diagnosis import rules as dx
+from analyzer.diagnosis.case import Snapshot
+from analyzer.diagnosis.correlate import correlate
+from analyzer.diagnosis.topology import Topology, TopologySettings
+from analyzer.incidents.lifecycle import ChangeEvent, Incident, IncidentSettings, IncidentTracker, findings
 
 TOPO = Topology.from_settings(TopologySettings(services={"chat": ["node-0", "node-1"], "embed": ["node-2"]},
                                                instances={"10.0.0.9:9400": "node-2"}))

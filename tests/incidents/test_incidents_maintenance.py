@@ -17,13 +17,13 @@ from pg_server import StoreSpace
 from pydantic import SecretStr
 from test_incidents_daemon import Flaky, Recorder
 
-from analyzer.api import build_app
-from analyzer.daemon import Analyzer
-from analyzer.incident_store import IncidentStore
-from analyzer.incidents import ChangeEvent, IncidentSettings
-from analyzer.maintenance import MaintenanceWindow
-from analyzer.oncall import OnCall
-from analyzer.topology import Topology
+from analyzer.diagnosis.topology import Topology
+from analyzer.incidents.lifecycle import ChangeEvent, IncidentSettings
+from analyzer.incidents.maintenance import MaintenanceWindow
+from analyzer.incidents.oncall import OnCall
+from analyzer.incidents.store import IncidentStore
+from analyzer.service.api import build_app
+from analyzer.service.daemon import Analyzer
 from oximeter.config import parse_config
 from oximeter.errors import ConfigError
 from oximeter.inputs import InputValueError

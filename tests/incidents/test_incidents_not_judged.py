@@ -6,10 +6,10 @@ from __future__ import annotations
 import pytest
 from incident_cases import T0, at, ev
 
-from analyzer.incidents import Change, Incident, IncidentTracker, findings
-from analyzer.incidents_cli import render
-from analyzer.settings import AnalyzerSettings
-from analyzer.topology import Topology
+from analyzer.diagnosis.topology import Topology
+from analyzer.incidents.lifecycle import Change, Incident, IncidentTracker, findings
+from analyzer.service.incidents_cli import render
+from analyzer.service.settings import AnalyzerSettings
 from reporter.render import render_change
 from reporter.settings import ReporterSettings
 

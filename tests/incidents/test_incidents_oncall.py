@@ -17,12 +17,12 @@ from pg_server import StoreSpace
 from pydantic import SecretStr
 from test_incidents_daemon import Flaky, Recorder
 
-from analyzer.api import build_app
-from analyzer.daemon import Analyzer
-from analyzer.incident_store import IncidentStore
-from analyzer.incidents import Change, IncidentSettings
-from analyzer.oncall import OnCall
-from analyzer.topology import Topology
+from analyzer.diagnosis.topology import Topology
+from analyzer.incidents.lifecycle import Change, IncidentSettings
+from analyzer.incidents.oncall import OnCall
+from analyzer.incidents.store import IncidentStore
+from analyzer.service.api import build_app
+from analyzer.service.daemon import Analyzer
 from oximeter.store import connect
 
 TOKEN = "oncall-token"

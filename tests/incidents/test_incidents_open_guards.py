@@ -7,12 +7,12 @@ from dataclasses import replace
 import pytest
 from incident_cases import at, ev
 
-from analyzer.case import Case
-from analyzer.diagnosis import unclassified
-from analyzer.events import AnomalyEvent
-from analyzer.incidents import IncidentSettings, IncidentTracker, findings
-from analyzer.opening import distinct
-from analyzer.topology import Topology
+from analyzer.detection.events import AnomalyEvent
+from analyzer.diagnosis.case import Case
+from analyzer.diagnosis.opening import distinct
+from analyzer.diagnosis.rules import unclassified
+from analyzer.diagnosis.topology import Topology
+from analyzer.incidents.lifecycle import IncidentSettings, IncidentTracker, findings
 
 
 def _opened(events: list[AnomalyEvent]) -> list[str]:

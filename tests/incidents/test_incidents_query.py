@@ -15,11 +15,11 @@ from api_server import ApiServer
 from incident_cases import ev
 from inprocess import run_main
 
-from analyzer.api import build_app
-from analyzer.incident_model import Incident
-from analyzer.incident_store import IncidentQuery, IncidentStore, QueryError
-from analyzer.incidents import IncidentSettings, IncidentTracker, findings
-from analyzer.topology import Topology
+from analyzer.diagnosis.topology import Topology
+from analyzer.incidents.lifecycle import IncidentSettings, IncidentTracker, findings
+from analyzer.incidents.model import Incident
+from analyzer.incidents.store import IncidentQuery, IncidentStore, QueryError
+from analyzer.service.api import build_app
 from oximeter.store import connect
 
 NOW = datetime(2026, 12, 5, 9, 0, tzinfo=UTC)

@@ -7,10 +7,10 @@ from dataclasses import replace
 
 from incident_cases import at, ev, gpu
 
-from analyzer.case import THERMAL_REASON, Snapshot
-from analyzer.events import AnomalyEvent
-from analyzer.incidents import ChangeEvent, IncidentSettings, IncidentTracker, findings
-from analyzer.topology import Topology, TopologySettings
+from analyzer.detection.events import AnomalyEvent
+from analyzer.diagnosis.case import THERMAL_REASON, Snapshot
+from analyzer.diagnosis.topology import Topology, TopologySettings
+from analyzer.incidents.lifecycle import ChangeEvent, IncidentSettings, IncidentTracker, findings
 
 TOPO = Topology.from_settings(TopologySettings(services={"chat": ["node-0"]}))
 SETTINGS = IncidentSettings(resolve_after_s=300, reopen_window_s=1800, root_cause_dwell_s=300)

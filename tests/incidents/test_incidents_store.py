@@ -9,10 +9,10 @@ import pytest
 from incident_cases import at, ev, gpu
 from pg_server import StoreSpace
 
-from analyzer.events import AnomalyEvent
-from analyzer.incident_store import IncidentQuery, IncidentStore, QueryError, parse_duration
-from analyzer.incidents import ChangeEvent, IncidentSettings, IncidentTracker, findings
-from analyzer.topology import Topology, TopologySettings
+from analyzer.detection.events import AnomalyEvent
+from analyzer.diagnosis.topology import Topology, TopologySettings
+from analyzer.incidents.lifecycle import ChangeEvent, IncidentSettings, IncidentTracker, findings
+from analyzer.incidents.store import IncidentQuery, IncidentStore, QueryError, parse_duration
 from oximeter.store import connect
 
 TOPO = Topology.from_settings(TopologySettings(services={"chat": ["node-0"], "embed": ["node-1"]}))

@@ -13,16 +13,16 @@ import pandas as pd
 import requests
 from incident_cases import at, ev
 
-from analyzer.case import Snapshot
-from analyzer.daemon import Analyzer
-from analyzer.events import AnomalyEvent
-from analyzer.frame import SeriesFrame
-from analyzer.incident_model import ChangeEvent
-from analyzer.incident_store import IncidentStore
-from analyzer.incidents import Change, Incident, IncidentSettings
-from analyzer.kube_changes import FEEDS, KubeChangePoller, rises
-from analyzer.signals import SignalSpec
-from analyzer.topology import Topology
+from analyzer.detection.events import AnomalyEvent
+from analyzer.diagnosis.case import Snapshot
+from analyzer.diagnosis.topology import Topology
+from analyzer.incidents.lifecycle import Change, Incident, IncidentSettings
+from analyzer.incidents.model import ChangeEvent
+from analyzer.incidents.store import IncidentStore
+from analyzer.service.daemon import Analyzer
+from analyzer.service.kube_changes import FEEDS, KubeChangePoller, rises
+from analyzer.signals.frame import SeriesFrame
+from analyzer.signals.spec import SignalSpec
 from oximeter.store import connect
 
 T0 = datetime(2026, 3, 2, 12, 0, tzinfo=UTC)

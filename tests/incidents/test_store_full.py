@@ -9,8 +9,8 @@ from pathlib import Path
 from api_server import ApiServer
 from pydantic import SecretStr
 
-from analyzer.api import build_app
-from analyzer.incident_store import IncidentStore
+from analyzer.incidents.store import IncidentStore
+from analyzer.service.api import build_app
 from oximeter.store import connect
 
 TOKEN = "full-token"

@@ -8,9 +8,9 @@ from datetime import datetime, timedelta
 
 from aiohttp import web
 
-from analyzer.api import start_api
-from analyzer.case import RootCause
-from analyzer.incidents import Evidence, Incident
+from analyzer.diagnosis.case import RootCause
+from analyzer.incidents.lifecycle import Evidence, Incident
+from analyzer.service.api import start_api
 from stack.procs import http_ok, wait_until
 
 

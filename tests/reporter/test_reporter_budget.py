@@ -11,8 +11,8 @@ from typing import Any
 from pydantic import SecretStr
 from relay_harness import sample_incident
 
-from analyzer.incident_store import IncidentStore
-from analyzer.incidents import Change, TimelineEntry
+from analyzer.incidents.lifecycle import Change, TimelineEntry
+from analyzer.incidents.store import IncidentStore
 from oximeter.store import connect
 from reporter.channels import CHANNELS
 from reporter.outbox import Outbox, OutboxPolicy

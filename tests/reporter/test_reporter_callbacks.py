@@ -31,10 +31,10 @@ import requests
 from api_server import ApiServer
 from pydantic import SecretStr
 
-from analyzer.api import build_app
-from analyzer.incident_store import IncidentStore
-from analyzer.incidents import IncidentSettings, IncidentTracker, findings
-from analyzer.topology import Topology
+from analyzer.diagnosis.topology import Topology
+from analyzer.incidents.lifecycle import IncidentSettings, IncidentTracker, findings
+from analyzer.incidents.store import IncidentStore
+from analyzer.service.api import build_app
 from oximeter.store import connect
 from reporter import callbacks
 from reporter.callbacks import RefusedError, slack_signature, verify_slack

@@ -21,8 +21,8 @@ from chat_receiver import ChatReceiver, delivered_chart
 from conftest import MakeChannel
 from relay_harness import ThreadedApp
 
-from analyzer.api import build_app
-from analyzer.incident_store import IncidentStore
+from analyzer.incidents.store import IncidentStore
+from analyzer.service.api import build_app
 from oximeter.store import connect
 from reporter import chart_link
 from reporter.channels import CHANNELS, Outcome

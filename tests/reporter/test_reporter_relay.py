@@ -17,9 +17,9 @@ from prometheus_client import CollectorRegistry
 from pydantic import SecretStr
 from relay_harness import ThreadedApp, sample_incident
 
-from analyzer.api import build_app
-from analyzer.incident_store import IncidentStore
-from analyzer.incidents import Change
+from analyzer.incidents.lifecycle import Change
+from analyzer.incidents.store import IncidentStore
+from analyzer.service.api import build_app
 from oximeter.store import connect
 from reporter.channels import CHANNELS
 from reporter.outbox import Outbox, OutboxPolicy

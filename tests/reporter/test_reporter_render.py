@@ -12,9 +12,9 @@ from chat_receiver import ChatReceiver
 from pydantic import SecretStr
 from relay_harness import sample_incident
 
-from analyzer.api import build_app
-from analyzer.incident_store import IncidentStore
-from analyzer.incidents import Change
+from analyzer.incidents.lifecycle import Change
+from analyzer.incidents.store import IncidentStore
+from analyzer.service.api import build_app
 from oximeter.store import connect
 from reporter.routing import Router
 from reporter.settings import ChannelSettings, ReporterSettings, RouteSettings
@@ -136,7 +136,7 @@ def test_reporter_config_errors_name_the_key(section: dict[str, object], error: 
 def test_a_message_says_when_a_member_had_no_seasonal_baseline_yet(provisional: bool) -> None:
     from dataclasses import replace
 
-    from analyzer.incident_model import Incident
+    from analyzer.incidents.model import Incident
     from reporter.render import render_change
 
     incident = sample_incident(NOW)

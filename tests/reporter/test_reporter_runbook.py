@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 from relay_harness import sample_incident
 
-from analyzer.incident_store import IncidentStore
-from analyzer.incidents import Change
+from analyzer.incidents.lifecycle import Change
+from analyzer.incidents.store import IncidentStore
 from oximeter.store import connect
 from reporter.am_payload import Alert, Payload
 from reporter.outbox import Outbox

@@ -21,15 +21,15 @@ from conftest import MakeChannel
 from pydantic import SecretStr
 from relay_harness import ThreadedApp
 
-from analyzer.api import build_app
-from analyzer.case import Snapshot
-from analyzer.daemon import Analyzer
-from analyzer.events import AnomalyEvent
-from analyzer.frame import SeriesFrame
-from analyzer.incident_store import IncidentQuery, IncidentStore
-from analyzer.incidents import IncidentSettings
-from analyzer.pipeline import snapshot_from_frames
-from analyzer.topology import Topology
+from analyzer.detection.events import AnomalyEvent
+from analyzer.diagnosis.case import Snapshot
+from analyzer.diagnosis.topology import Topology
+from analyzer.incidents.lifecycle import IncidentSettings
+from analyzer.incidents.store import IncidentQuery, IncidentStore
+from analyzer.service.api import build_app
+from analyzer.service.daemon import Analyzer
+from analyzer.service.pipeline import snapshot_from_frames
+from analyzer.signals.frame import SeriesFrame
 from oximeter.store import connect
 from reporter.outbox import Outbox
 from reporter.relay import PATH, Relay, mount

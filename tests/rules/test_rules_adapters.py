@@ -12,7 +12,7 @@ import pytest
 import yaml
 
 from alert_rules import ADAPTERS_DIR, RULES_DIR, load_catalogue, load_groups, rule_files
-from analyzer.catalogue import CATALOGUE
+from analyzer.signals.catalogue import CATALOGUE
 
 PROMTOOL = shutil.which("promtool") or "/usr/bin/promtool"
 ADAPTER_FILES = rule_files(ADAPTERS_DIR)

@@ -12,9 +12,10 @@ import yaml
 from inprocess import run_main
 
 from alert_rules import alerting_rules, recording_rules
-from analyzer.catalogue import CATALOGUE, build_catalogue
-from analyzer.recording_rules import SIGNALS_RULES, render, rendered_adapters
-from analyzer.sources import stock
+from analyzer.detection.judges import detectors_of
+from analyzer.signals.catalogue import CATALOGUE, build_catalogue
+from analyzer.signals.recording_rules import SIGNALS_RULES, render, rendered_adapters
+from analyzer.signals.sources import stock
 from stack.procs import oximeter_argv
 
 
@@ -149,7 +150,7 @@ def test_the_gpu_memory_alert_projects_as_far_as_the_trend_detector() -> None:
     """The alert's horizon is the trend criterion said as a time: a rise of ``min_rise_rel`` of the
     headroom per window fills the card in window / min_rise_rel."""
     spec = CATALOGUE["gpu_memory_trend"]
-    (trend,) = spec.build_detectors()
+    (trend,) = detectors_of(spec)
     horizon = spec.window_s / trend.min_rise_rel  # type: ignore[attr-defined]
     projection = f"predict_linear({spec.record}[{spec.window_s / 60:g}m], {horizon:g})"
     assert projection in _alert_expr("GpuMemoryGrowing")

@@ -13,7 +13,7 @@ import yaml
 from real_exposition import fixture as read_fixture
 
 from alert_rules import ADAPTERS_DIR, RULES_DIR
-from analyzer.stock_inputs import adapter_rules
+from analyzer.signals.stock_inputs import adapter_rules
 
 PROMTOOL = shutil.which("promtool") or "/usr/bin/promtool"
 MIB = 1048576

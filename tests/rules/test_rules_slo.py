@@ -11,9 +11,9 @@ import yaml
 from inprocess import run_main
 
 from alert_rules import ADAPTERS_DIR, kubernetes
-from analyzer.recording_rules import SLO_RULES
-from analyzer.slo import SloSettings
-from analyzer.slo_rules import render_slos
+from analyzer.signals.recording_rules import SLO_RULES
+from analyzer.signals.slo import SloSettings
+from analyzer.signals.slo_rules import render_slos
 
 PROMTOOL = shutil.which("promtool") or "/usr/bin/promtool"
 # A stock fleet's objective: aborted requests count (a client cut-off, 499, is bad), and 99 % of

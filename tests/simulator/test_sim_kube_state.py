@@ -121,7 +121,7 @@ def test_a_rollout_raises_the_generation_and_is_a_change_event() -> None:
     engine starts, and no container restarted; the analyzer's change feed reads one rollout."""
     import pandas as pd
 
-    from analyzer.kube_changes import FEEDS, rises
+    from analyzer.service.kube_changes import FEEDS, rises
 
     clock, fleet = _fleet()
     generation = 'kube_deployment_metadata_generation{deployment="vllm",namespace="llm"}'

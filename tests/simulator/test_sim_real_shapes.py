@@ -11,7 +11,7 @@ from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.core import Metric
 from real_exposition import Sample, fixture, read
 
-from analyzer.stock_inputs import adapter_rules
+from analyzer.signals.stock_inputs import adapter_rules
 from exporter.dcgm import DCGM_COUNTER_FIELDS, DCGM_DEFAULT_FIELDS, DCGM_FIELDS
 from simulator.exposition import engine_families
 from simulator.history import build_fleet
@@ -124,7 +124,7 @@ def test_the_default_fields_are_the_real_default_counters() -> None:
     default-counters.csv that Oximeter's exporter can write."""
     from real_exposition import REAL
 
-    from analyzer.stock_inputs import read_counters_csv
+    from analyzer.signals.stock_inputs import read_counters_csv
 
     enabled = read_counters_csv(REAL / "dcgm-default-counters.csv")
     assert enabled & {name for name, _, _ in DCGM_FIELDS} == DCGM_DEFAULT_FIELDS

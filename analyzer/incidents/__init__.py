@@ -1,0 +1,1 @@
+"""The incident: its record, lifecycle, store, on-call actions and maintenance windows."""

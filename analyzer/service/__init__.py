@@ -1,0 +1,1 @@
+"""The running analyzer: the daemon loop, its API and pages, and the command-line entries."""

@@ -1,0 +1,429 @@
+"""``oximeter analyze``: every interval detect, correlate, diagnose, store and notify; serve the API.
+
+Detection is ``analyzer/service/pipeline.py``'s CyclePipeline: a SignalCycle per signal, so live cycles
+compare with the same time 1 d / 7 d back and the recent past, fetching only what is new.
+The cycle is synchronous (pandas) and runs in a worker thread so the aiohttp API on the same
+event loop stays responsive; both share one SQLite connection behind ``lock_for``. A source that
+cannot be read sets ``oximeter_analyzer_source_up`` to 0, backs off, sends one "analyzer cannot
+see" notice per outage and recovers by itself. SIGTERM finishes the cycle in flight, then stops.
+
+One active analyzer per shard: the tracker's state is in-process, so two daemons writing one
+store would open the same incident twice. By default a second one on the same store is refused,
+naming the first (``oximeter/store_lock.py``); with ``analyzer.ha`` several share it, one leading
+by lease and the others standing by (``analyzer/service/leadership.py``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import dataclasses
+import importlib
+import signal
+import sqlite3
+import sys
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import TYPE_CHECKING, Protocol, get_args
+
+import requests
+from aiohttp import web
+from loguru import logger
+from prometheus_client import generate_latest
+from prometheus_client.exposition import CONTENT_TYPE_LATEST
+
+from analyzer.diagnosis.topology import Topology, TopologySettings
+from analyzer.incidents.lifecycle import IncidentSettings, IncidentTracker, findings
+from analyzer.incidents.maintenance import MaintenanceStore, MaintenanceWindow
+from analyzer.incidents.oncall import OnCall
+from analyzer.incidents.store import IncidentStore
+from analyzer.service.api import build_app, start_api
+from analyzer.service.blindness import BlindWatch
+from analyzer.service.daemon_metrics import DaemonMetrics, LogNotifier, Notifier
+from analyzer.service.kube_changes import KubeChangePoller
+from analyzer.service.leadership import Gate, Leadership
+from analyzer.service.pipeline import CyclePipeline, Pipeline, topology_from_frames
+from analyzer.service.settings import AnalyzerSettings, InputProfile
+from analyzer.service.unsaved import Unsaved
+from analyzer.signals.catalogue import CATALOGUE
+from analyzer.signals.frame import SeriesFrame
+from analyzer.signals.sources.base import ReplayClock, Source
+from analyzer.signals.spec import SignalSpec
+from oximeter.config import DEFAULT_CONFIG_PATH, read_config, section
+from oximeter.errors import ConfigError, OximeterError
+from oximeter.inputs import cli_type, parse_timestamp
+from oximeter.lease import Lease
+from oximeter.ports import write_port_file
+from oximeter.secrets import read_secret
+from oximeter.store import connect
+from oximeter.store_lock import hold_store
+
+if TYPE_CHECKING:
+    from prometheus_client import CollectorRegistry
+
+
+class ApiLinks(Protocol):
+    """Where chat links point: set to the API's address once the kernel has picked its port."""
+
+    api_url: str
+
+
+class Companion(Protocol):
+    """What runs in the daemon's process beside the cycle (the reporter, wired by the command that
+    starts both): its routes on the API, and a task until ``stop``."""
+
+    @property
+    def settings(self) -> ApiLinks: ...
+
+    def mount(self, app: web.Application) -> None: ...
+
+    async def run(self, stop: asyncio.Event) -> None: ...
+
+
+# Given the store (the outbox lives in it) and the daemon's metrics registry: the notifier the
+# cycle hands changes to, and the companion to run beside it (None: nothing). An OximeterError
+# says why it cannot be built (a channel's secret missing).
+CompanionFactory = Callable[[IncidentStore, "CollectorRegistry"], tuple[Notifier, Companion | None]]
+
+SOURCE_ERRORS = (OximeterError, OSError, requests.RequestException)
+
+
+class Analyzer:
+    """The cycle: pipeline → findings → tracker → store → notifier, with source health.
+
+    ``catalogue``: the signals the pipeline evaluates (config overrides applied); it also says
+    which of them may open an incident.
+    """
+
+    def __init__(self, pipeline: Pipeline, store: IncidentStore, settings: IncidentSettings,
+                 topology: Topology, notifier: Notifier, clock: Callable[[], datetime],
+                 metrics: DaemonMetrics | None = None,
+                 catalogue: Mapping[str, SignalSpec] = CATALOGUE,
+                 change_feed: Callable[[datetime], object] | None = None,
+                 unreadable: frozenset[str] = frozenset(), not_judged: Sequence[str] = (),
+                 maintenance: Sequence[MaintenanceWindow] = (), leadership: Leadership | None = None) -> None:
+        self.pipeline, self.store, self.settings, self.catalogue = pipeline, store, settings, catalogue
+        self.unreadable = unreadable  # context the inputs cannot feed (AnalyzerSettings.unreadable_context)
+        # Records changes found in the telemetry itself (Kubernetes restarts and rollouts).
+        self.change_feed = change_feed
+        self.topology, self.notifier, self.clock = topology, notifier, clock
+        self.metrics = metrics or DaemonMetrics()
+        self.not_judged, self.leadership = tuple(not_judged), leadership
+        self.tracker = IncidentTracker(settings, store.tracked(clock(), settings.reopen_window_s), not_judged)
+        self.oncall = OnCall(store.conn)
+        # The config's windows; those added at run time are read from the store every cycle.
+        self.maintenance, self.maintenance_store = tuple(maintenance), MaintenanceStore(store.conn)
+        self.source_down_since: datetime | None = None
+        self.failures = 0
+        self.blind_watch = BlindWatch()
+        self.unsaved = Unsaved()
+
+    def cycle(self) -> bool:
+        """One cycle; returns whether the source could be read."""
+        started, now = time.monotonic(), self.clock()
+        try:
+            events, frames = self.pipeline.run(now)
+        except SOURCE_ERRORS as exc:
+            self._source_down(now, exc)
+            return False
+        self._source_up(now)
+        if self.leadership is not None and not self._lead(now):
+            # Standing by: the windows are warm, nothing is opened or told, the leader's gauges count.
+            self.metrics.update([], [])
+            self.metrics.cycle.observe(time.monotonic() - started)
+            return True
+        self._blindness(now, frames)
+        if self.change_feed is not None:
+            try:
+                self.change_feed(now)
+            except (*SOURCE_ERRORS, sqlite3.Error) as exc:  # the signals were read: judge them, retry later
+                logger.warning("analyzer: cannot read platform changes: {}", exc)
+        topology = topology_from_frames(frames, self.topology)
+        found = findings(events, topology, now=now, snapshot=self.pipeline.snapshot(frames, now),
+                         settings=self.settings, catalogue=self.catalogue, unreadable=self.unreadable)
+        lookback = timedelta(seconds=self.settings.lookback_s + self.settings.reopen_window_s)
+        windows = self.windows(now - lookback, now)
+        # A declared change under a maintenance window is the planned work: expected, not evidence.
+        declared = [c for c in self.store.change_events(now - lookback, now)
+                    if not any(w.active(c.at) and w.covers_labels(dict(c.labels)) for w in windows)]
+        # Resolved by hand first: the fault's detections this cycle then find it resolved, not open.
+        by_hand, told = self.oncall.apply_resolves(self.tracker, now)
+        changes, touched = self.tracker.step(found, now, declared)
+        self.pipeline.remember(e for i in self.tracker.incidents if i.state == "open" for e in i.evidence)
+        if self.unsaved.save(self.store, [*by_hand, *touched], [*told, *changes], now,
+                             self.notifier.notify, self.notifier.notice):
+            self.flush(now, windows)
+        self.metrics.update(self.tracker.incidents, events)
+        self.metrics.cycle.observe(time.monotonic() - started)
+        return True
+
+    def _lead(self, now: datetime) -> bool:
+        assert self.leadership is not None
+        leading, became = self.leadership.check()
+        if became is not None:
+            self.leadership.take_over(self.store, became, now)
+            # What the previous leader stored is the truth now: its open incidents go on.
+            tracked = self.store.tracked(now, self.settings.reopen_window_s)
+            self.tracker = IncidentTracker(self.settings, tracked, self.not_judged)
+            self.pipeline.remember(e for i in self.tracker.incidents if i.state == "open" for e in i.evidence)
+        if leading:
+            self.leadership.report_lapsed()
+        self.metrics.leader.set(int(leading))
+        return leading
+
+    def windows(self, start: datetime, end: datetime) -> list[MaintenanceWindow]:
+        """The maintenance windows overlapping ``[start, end]``, the config's and the store's."""
+        return [*(w for w in self.maintenance if w.end > start and w.start <= end),
+                *self.maintenance_store.overlapping(start, end)]
+
+    def flush(self, now: datetime, windows: Sequence[MaintenanceWindow] | None = None) -> None:
+        """Hand change records not yet emitted to the notifier (after a crash too), then mark them;
+        first tell the incidents opened during maintenance that outlived their window."""
+        windows = self.windows(now, now) if windows is None else windows
+        for opening, incident in self.oncall.outlived(self.store, windows, now):
+            self.notifier.notify(opening, incident)
+        for change in self.store.pending_changes():
+            held = self.oncall.hold_for(change, now, self.store.get(change.incident_id), windows)
+            if held is None:
+                self.notifier.notify(change, self.oncall.as_told(self.store, change.incident_id))
+            else:
+                self.oncall.hold(change, held, now)
+            self.store.mark_emitted([change.key], now)
+
+    def _blindness(self, now: datetime, frames: Mapping[str, SeriesFrame]) -> None:
+        self.metrics.blind.set(self.blind_watch.report(now, frames, self.catalogue, self.notifier.notice))
+
+    def _source_down(self, now: datetime, exc: BaseException) -> None:
+        self.metrics.source_up.set(0)
+        self.failures += 1
+        logger.error("analyzer: cannot read the source ({} failure(s) in a row): {}", self.failures, exc)
+        if self.source_down_since is None:
+            self.source_down_since = now
+            self.notifier.notice(f"analyzer:source_down:{now:%Y%m%dT%H%M%S}",
+                                 f"analyzer cannot see: the metrics source failed ({type(exc).__name__}); "
+                                 "incidents are not being detected until it recovers")
+
+    def _source_up(self, now: datetime) -> None:
+        self.metrics.source_up.set(1)
+        if self.source_down_since is not None:
+            logger.info("analyzer: source back after {}", now - self.source_down_since)
+        self.source_down_since, self.failures = None, 0
+
+    def wait_s(self, interval_s: float) -> float:
+        """The interval, doubled per consecutive source failure up to 5 minutes."""
+        return interval_s if self.failures == 0 else min(300.0, interval_s * 2 ** min(self.failures, 8))
+
+
+async def serve(analyzer: Analyzer, interval_s: float, host: str, port: int | None,
+                token_env: str = "OXIMETER_API_TOKEN", reporting: Companion | None = None,
+                port_file: str | None = None) -> None:
+    """Run cycles until SIGTERM/SIGINT, with the API (and /metrics) on ``host:port``.
+
+    With ``reporting``: the Alertmanager relay on the API, and outbox delivery plus the daily
+    digest as a task beside the cycle.
+    """
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    runner = None
+    if port is not None:
+        app = build_app(analyzer.store, read_secret(token_env), clock=analyzer.clock)
+
+        async def metrics(_: web.Request) -> web.Response:
+            return web.Response(body=generate_latest(analyzer.metrics.registry),
+                                headers={"Content-Type": CONTENT_TYPE_LATEST})
+
+        app.router.add_get("/metrics", metrics)
+        if reporting is not None:
+            reporting.mount(app)
+        runner = await start_api(app, host, port)
+        bound = runner.addresses[0][1]
+        if port == 0 and reporting is not None:
+            # No configuration could name the port the kernel picks: chat links use the one it got.
+            reporting.settings.api_url = f"http://{host}:{bound}"
+        port = bound
+        if port_file is not None:
+            write_port_file(port_file, port)
+        logger.info("analyzer API on http://{}:{}", host, port)
+    reporter_task = asyncio.create_task(reporting.run(stop)) if reporting is not None else None
+    leadership = analyzer.leadership
+    lease_task = asyncio.create_task(leadership.keep(stop)) if leadership is not None else None
+    try:
+        while not stop.is_set():
+            try:
+                await asyncio.to_thread(analyzer.cycle)
+            except sqlite3.Error as exc:
+                # The store may be briefly locked by another reader's checkpoint: skip one cycle.
+                logger.error("analyzer: store error, cycle skipped: {}", exc)
+            if leadership is not None:
+                await leadership.pause(stop, analyzer.wait_s(interval_s))
+                continue
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(stop.wait(), analyzer.wait_s(interval_s))
+    finally:
+        if leadership is not None and lease_task is not None:
+            stop.set()
+            await lease_task
+            await asyncio.to_thread(leadership.release)
+        if reporter_task is not None:
+            stop.set()
+            await reporter_task
+        if runner is not None:
+            await runner.cleanup()
+        logger.info("analyzer stopped")
+
+
+def configure(parser: argparse.ArgumentParser) -> None:
+    """Arguments of ``oximeter analyze``."""
+    parser.add_argument("--once", action="store_true",
+                        help="run one cycle and exit (no API); a replay's cycle is at its start")
+    parser.add_argument("--replay", metavar="DIR",
+                        help="replay `oximeter sim history` output instead of Prometheus")
+    parser.add_argument("--signals", metavar="FILE", help="replay a long signal file (CSV/Parquet)")
+    parser.add_argument("--speed", type=float, default=60.0, help="replay speed (default 60 ×)")
+    parser.add_argument("--replay-start", metavar="ISO", type=cli_type(parse_timestamp, "--replay-start"),
+                        help="replayed time to start at (default: the data's start)")
+    parser.add_argument("--store", default=None, help="store file (default: incidents.store_path)")
+    parser.add_argument("--inputs", choices=get_args(InputProfile), default=None,
+                        help="whose telemetry to read (default: analyzer.inputs): Oximeter's exporter and "
+                        "gateway, stock dcgm-exporter/vLLM/kube-state-metrics, or both")
+    parser.add_argument("--port", type=int, default=None, help="API port (default: incidents.api_port)")
+    parser.add_argument("--port-file", metavar="PATH",
+                        help="write the API port there once listening (with --port 0 the kernel picks it, "
+                        "and chat links point at it)")
+    parser.set_defaults(func=run)
+
+
+def replay_source(directory: str, *, speed: float = 60.0, start: datetime | None = None,
+                  selector: str = "") -> Source:
+    """``oximeter sim history`` output as a source, context series included (``selector``: only
+    the series a shard's label matchers select)."""
+    from analyzer.signals.raw import RawStore
+    from analyzer.signals.sources.frames import FrameSource
+
+    raw = RawStore.from_history(directory).only(selector)
+    clock = ReplayClock(start or raw.index[0].to_pydatetime(), speed).now
+    return FrameSource(raw=raw, clock=clock)
+
+
+@dataclass(frozen=True)
+class AnalyzeConfig:
+    """The sections the analyzer runs on (the rest of the file is not its business)."""
+
+    analyzer: AnalyzerSettings
+    incidents: IncidentSettings
+    topology: TopologySettings
+
+    @classmethod
+    def load(cls, path: str | None) -> AnalyzeConfig:
+        """Read ``path`` (or ./oximeter.yaml) and validate the three sections."""
+        sections, where = read_config(path)
+        return cls(section(sections, "analyzer", AnalyzerSettings, where),
+                   section(sections, "incidents", IncidentSettings, where),
+                   section(sections, "topology", TopologySettings, where))
+
+
+def _source(args: argparse.Namespace, config: AnalyzeConfig) -> Source:
+    from analyzer.signals.sources.frames import FrameSource
+
+    start: datetime | None = args.replay_start
+    # One cycle judges the replay at its start: at the running speed the instant would depend on
+    # how long the set-up took (60 × a slow machine's 20 s of imports is 20 minutes later).
+    speed = 0.0 if args.once else args.speed
+    if args.replay:
+        return replay_source(args.replay, speed=speed, start=start, selector=config.analyzer.ha.selector)
+    if args.signals:
+        if config.analyzer.ha.selector:
+            raise OximeterError("analyzer.ha.selector reads a part of the fleet from Prometheus or a "
+                                "--replay history; a --signals file holds signals already computed")
+        return FrameSource.from_signal_file(args.signals, speed=speed, start=start)
+    try:
+        prometheus = importlib.import_module("analyzer.signals.sources.prometheus")
+    except ImportError:
+        raise OximeterError("the Prometheus source is not available yet: use --replay or --signals") from None
+    source: Source = prometheus.PrometheusSource.from_settings(config.analyzer.prometheus,
+                                                               config.analyzer.ha.selector)
+    return source
+
+
+def run(args: argparse.Namespace, companion: CompanionFactory | None = None) -> int:
+    """The analyzer daemon on ``args`` (``oximeter analyze``'s), with ``companion`` beside its cycle."""
+    try:
+        config = AnalyzeConfig.load(args.config)
+        if getattr(args, "inputs", None):
+            inputs = config.analyzer.model_copy(update={"inputs": args.inputs})
+            config = dataclasses.replace(config, analyzer=inputs)
+        settings = config.incidents
+        # Said before anything else can fail: the signals these inputs cannot feed are left out.
+        for line in config.analyzer.missing_inputs():
+            logger.warning("{}", line)
+        store_path = args.store or settings.store_path
+        # Analyzers with a lease share the store; without one, a second is refused.
+        alone = not config.analyzer.ha.enabled and str(store_path) != ":memory:"
+        lock = hold_store(store_path, "oximeter analyze") if alone else None
+        try:
+            store = IncidentStore(connect(store_path), config.analyzer.ha.shard)
+        except OximeterError:
+            if lock is not None:
+                lock.release()
+            raise
+    except OximeterError as exc:
+        print(f"oximeter analyze: {exc}", file=sys.stderr)
+        return 2
+    try:
+        return _run(args, config, store, companion)
+    finally:
+        store.conn.close()
+        if lock is not None:
+            lock.release()
+
+
+def _run(args: argparse.Namespace, config: AnalyzeConfig, store: IncidentStore,
+         companion: CompanionFactory | None) -> int:
+    settings = config.incidents
+    try:
+        source = _source(args, config)
+    except OximeterError as exc:
+        print(f"oximeter analyze: {exc}", file=sys.stderr)
+        return 2
+    pipeline = CyclePipeline(source, config.analyzer.catalogue(), config.analyzer.step_s,
+                             config.analyzer.live_window_s, policy=config.analyzer.baseline.policy(),
+                             change_events=store.change_events)
+    metrics = DaemonMetrics()
+    notifier: Notifier = LogNotifier()
+    reporting = None
+    try:
+        if companion is not None:
+            notifier, reporting = companion(store, metrics.registry)
+    except OximeterError as exc:
+        if isinstance(exc, ConfigError) and exc.path is None:  # a channel's secret: name the file too
+            exc = ConfigError(exc.problems, str(args.config or DEFAULT_CONFIG_PATH))
+        print(f"oximeter analyze: {exc}", file=sys.stderr)
+        return 2
+    leadership = None
+    if config.analyzer.ha.enabled and not args.once:
+        ha = config.analyzer.ha
+        notifier = gate = Gate(notifier)
+        leadership = Leadership(Lease(store.conn, ha.shard, ha.lease_s), gate, ha.renew_s)
+    # On stock telemetry kube-state-metrics tells of restarts and rollouts (replays hold none).
+    kube = (KubeChangePoller(source, store, config.analyzer.step_s)
+            if config.analyzer.inputs != "oximeter" and not (args.replay or args.signals) else None)
+    analyzer = Analyzer(pipeline, store, settings, Topology.from_settings(config.topology), notifier,
+                        clock=source.now, metrics=metrics, catalogue=pipeline.catalogue,
+                        change_feed=kube.poll if kube is not None else None,
+                        unreadable=config.analyzer.unreadable_context(),
+                        not_judged=config.analyzer.not_judged(),
+                        maintenance=[m.window() for m in settings.maintenance], leadership=leadership)
+    # A restart into an ongoing fault: its evidence stays out of the first cycle's baselines.
+    pipeline.remember(e for inc in analyzer.tracker.incidents if inc.state == "open" for e in inc.evidence)
+    if args.once:
+        return 0 if analyzer.cycle() else 1
+    port = settings.api_port if args.port is None else args.port
+    # The caller closes the store once serve() has returned: no cycle thread or API handler uses it then.
+    asyncio.run(serve(analyzer, config.analyzer.interval_s, settings.api_host, port,
+                      reporting=reporting, port_file=args.port_file))
+    return 0
