@@ -68,6 +68,7 @@ def print_table(scores: Sequence[DrillScore]) -> None:
 def run(args: argparse.Namespace) -> int:
     """Entry point of ``oximeter drill``."""
     from analyzer.incidents.store import parse_duration
+    from oximeter.promql import parse_matchers
     from oximeter.secrets import read_secret
 
     live = args.live or (not args.replay and bool(args.sim_url and args.analyzer_url))
@@ -84,6 +85,11 @@ def run(args: argparse.Namespace) -> int:
             from simulator.trace import load_trace
 
             load_trace(args.trace)
+        if live and args.shard:
+            raise ConfigError(["--shard splits a replayed history; a live drill watches the analyzers "
+                               "that run"], None)
+        for selector in args.shard:
+            parse_matchers(selector)
         if live and args.inputs != "oximeter":
             raise ConfigError(["--inputs picks what a replayed history presents; a live drill reads whatever "
                                "the running stack exports"], None)
@@ -112,7 +118,8 @@ def run(args: argparse.Namespace) -> int:
                 skipped.append(f"{path.stem} ({', '.join(kinds)})")
                 continue
             scores.append(live_drill(path, target) if target is not None
-                          else replay_drill(path, Path(args.cache), step_s, interval_s, trace, args.inputs))
+                          else replay_drill(path, Path(args.cache), step_s, interval_s, trace, args.inputs,
+                                            args.shard))
     except (OximeterError, requests.RequestException) as exc:
         print(f"oximeter drill: {exc}", file=sys.stderr)
         return 2
@@ -156,6 +163,10 @@ def configure(parser: argparse.ArgumentParser) -> None:
                         "(default), or stock telemetry (no gateway, dcgm-exporter's default fields, vLLM's "
                         "own series), read through the adapter rules; a drill stock telemetry cannot show "
                         "is listed, with why")
+    replay.add_argument("--shard", action="append", default=[], metavar="MATCHERS",
+                        help="split the fleet over sharded analyzers sharing one store, one per --shard "
+                        "(PromQL label matchers, as analyzer.ha.selector: node=\"n1\"); give the shards "
+                        "so that together they cover the fleet")
     replay.add_argument("--jobs", type=int, default=2, help="histories generated in parallel (default 2)")
     replay.add_argument("--cache", default=str(DEFAULT_CACHE),
                         help=f"history cache folder (default {DEFAULT_CACHE})")

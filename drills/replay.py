@@ -224,6 +224,55 @@ def replay_history(directory: Path, interval_s: float, settings: IncidentSetting
                          not_judged=inputs.not_judged(), maintenance=maintenance)
 
 
+def replay_sharded(directory: Path, interval_s: float, selectors: Sequence[str],
+                   catalogue: Mapping[str, SignalSpec], same_time: Mapping[float, Path], *, stock: bool,
+                   maintenance: Sequence[MaintenanceWindow] = ()) -> ReplayOutcome:
+    """``replay_history`` split over shards, as ``analyzer.ha`` shards run: one analyzer per
+    selector, reading only the series it matches (its own detection, baselines and topology),
+    tracking and telling only its shard's incidents, all on one store that holds the whole
+    fleet's; their cycles interleave on one replayed clock."""
+    settings = IncidentSettings()
+    inputs = AnalyzerSettings(inputs="stock" if stock else "oximeter")
+    raw = RawStore.from_history(directory)
+    lagged_raw = {lag: RawStore.from_history(d) for lag, d in same_time.items()}
+    conn = connect(":memory:")
+    told = Told()
+    analyzers: list[Analyzer] = []
+    start = end = None
+    try:
+        elapsed = [0.0]
+        for n, selector in enumerate(selectors):
+            frames, step_s = signal_frames(raw.only(selector), catalogue, stock=stock)
+            lagged = {lag: signal_frames(r.only(selector), catalogue, stock=stock)[0]
+                      for lag, r in lagged_raw.items()}
+            events = detect(frames, step_s, catalogue, None, lagged, settings.resolve_after_s)
+            indexes = [f.values.index for f in frames.values() if len(f.values.index)]
+            if not indexes:
+                continue
+            if start is None:
+                start, end = indexes[0][0].to_pydatetime(), indexes[0][-1].to_pydatetime()
+            clock = ReplayClock(start, speed=1.0, monotonic=lambda: elapsed[0])
+            analyzers.append(Analyzer(
+                DetectedPipeline(frames, events), IncidentStore(conn, f"shard-{n}"), settings,
+                topology_from_frames(frames, Topology()), told, clock.now, catalogue=catalogue,
+                unreadable=inputs.unreadable_context(), not_judged=inputs.not_judged(),
+                maintenance=maintenance))
+        if start is None or end is None:
+            return ReplayOutcome((), ())
+        now = start
+        while now + timedelta(seconds=interval_s) <= end:
+            elapsed[0] += interval_s
+            now = start + timedelta(seconds=elapsed[0])
+            for analyzer in analyzers:
+                analyzer.cycle()
+        incidents = IncidentStore(conn).query(IncidentQuery(limit=10_000), now)
+        suppressed = tuple(i for a in analyzers for i in a.oncall.opened_suppressed())
+    finally:
+        conn.close()
+    return ReplayOutcome(tuple(sorted(incidents, key=lambda i: (i.first_onset, i.id))), tuple(told.changes),
+                         suppressed)
+
+
 # -- drills ----------------------------------------------------------------------------------------
 @dataclass(frozen=True)
 class Replayed:
@@ -238,8 +287,10 @@ class Replayed:
     burns: list[tuple[BurnReader, list[dict[str, Any]]]] = field(default_factory=list)
 
 
-def replay_windows(sc: Any, cache_dir: Path, step_s: float, interval_s: float) -> Replayed:
-    """Every drill window of scenario ``sc`` (generated or cached) through the daemon's cycles."""
+def replay_windows(sc: Any, cache_dir: Path, step_s: float, interval_s: float,
+                   shards: Sequence[str] = ()) -> Replayed:
+    """Every drill window of scenario ``sc`` (generated or cached) through the daemon's cycles
+    (``shards``: one analyzer per selector on one store instead of one over the whole fleet)."""
     from analyzer.incidents.lifecycle import NOTIFY_KINDS
 
     stock = sc.telemetry == "stock"
@@ -258,8 +309,10 @@ def replay_windows(sc: Any, cache_dir: Path, step_s: float, interval_s: float) -
         held = json.loads((directory / "truth.json").read_text(encoding="utf-8"))["faults"]
         faults += held
         burns.append((BurnReader(directory, DEFAULT_SLOS, stock=stock), held))
-        outcome = replay_history(directory, interval_s, catalogue=catalogue, same_time={DAY_S: yesterday},
-                                 stock=stock, maintenance=maintenance)
+        outcome = (replay_sharded(directory, interval_s, shards, catalogue, {DAY_S: yesterday}, stock=stock,
+                                  maintenance=maintenance) if shards else
+                   replay_history(directory, interval_s, catalogue=catalogue, same_time={DAY_S: yesterday},
+                                  stock=stock, maintenance=maintenance))
         suppressed += outcome.suppressed
         incidents += [i.to_dict() for i in outcome.incidents]
         # Replay has no Alertmanager: chat's messages are the incidents' told changes.
@@ -279,13 +332,14 @@ def load_drill_scenario(path: Path, trace: tuple[str, float] | None = None, inpu
 
 
 def replay_drill(path: Path, cache_dir: Path, step_s: float, interval_s: float,
-                 trace: tuple[str, float] | None = None, inputs: str = "oximeter") -> DrillScore:
-    """The scenario's windows replayed through the analyzer, scored; a stock drill that fails says
-    whether stock telemetry could have judged it (:mod:`drills.stock`)."""
+                 trace: tuple[str, float] | None = None, inputs: str = "oximeter",
+                 shards: Sequence[str] = ()) -> DrillScore:
+    """The scenario's windows replayed through the analyzer (or sharded analyzers), scored; a stock
+    drill that fails says whether stock telemetry could have judged it (:mod:`drills.stock`)."""
     from analyzer.incidents.stability import message_budget
 
     sc = load_drill_scenario(path, trace, inputs)
-    run = replay_windows(sc, cache_dir, step_s, interval_s)
+    run = replay_windows(sc, cache_dir, step_s, interval_s, shards)
     budget = sum(message_budget(c.kind for c in run.told if c.incident_id == i["id"]) for i in run.incidents)
     starts = [f["start_epoch_s"] for f in run.faults]
     start = datetime.fromtimestamp(min(starts), tz=UTC) if starts else None

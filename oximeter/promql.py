@@ -1,4 +1,5 @@
-"""The metric names any PromQL text reads: a small lexer (no PromQL parser exists in Python here).
+"""The metric names any PromQL text reads, and the same text with label matchers added to every
+selector: a small lexer (no PromQL parser exists in Python here).
 
 Shared by the analyzer (which exporter series a stock adapter rule reads) and the metric-name
 contract tests of the rules and dashboards.
@@ -7,6 +8,7 @@ contract tests of the rules and dashboards.
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable, Mapping
 
 _STRING_RE = re.compile(r'"(?:[^"\\]|\\.)*"|\'(?:[^\'\\]|\\.)*\'|`[^`]*`')
 _GROUPING_RE = re.compile(r"\b(?:by|without|on|ignoring|group_left|group_right)\s*\([^)]*\)")
@@ -28,3 +30,71 @@ def metric_names(expr: str) -> set[str]:
     text = re.sub(r"\boffset\s+-?[\dsmhdwy]+", " ", text)
     text = re.sub(r"@\s*(?:start\(\)|end\(\)|[\d.]+)", " ", text)
     return found | {name for name in _NAME_RE.findall(text) if name not in _KEYWORDS}
+
+
+# One token of PromQL text that matters to a selector: what is skipped whole (strings, ranges,
+# grouping clauses, offsets) or a name, or a selector's braces.
+_TOKEN_RE = re.compile(
+    r"""(?P<skip>"(?:[^"\\]|\\.)*"|'(?:[^'\\]|\\.)*'|`[^`]*`|\[[^\]]*\]
+        |\b(?:by|without|on|ignoring|group_left|group_right)\s*\([^)]*\)|\boffset\s+-?[\dsmhdwy]+)
+      |(?P<braces>\{[^}]*\})
+      |(?P<name>(?<![\w.:])[a-zA-Z_:][\w:]*)""", re.VERBOSE)
+# After a name: an aggregation's optional grouping and then its call (``sum by (x) (``).
+_CALL_RE = re.compile(r"\s*(?:(?:by|without)\s*\([^)]*\)\s*)?\(")
+
+
+def with_matchers(expr: str, matchers: str) -> str:
+    """``expr`` with ``matchers`` (``cluster="a",node=~"n[12]"``) added to every series selector,
+    so the whole expression reads only the series they match."""
+    if not matchers:
+        return expr
+    out: list[str] = []
+    pos = 0
+    for token in _TOKEN_RE.finditer(expr):
+        out.append(expr[pos:token.start()])
+        text, pos = token.group(), token.end()
+        if token.lastgroup == "braces":
+            inside = text[1:-1].strip()
+            out.append("{" + matchers + ("," + inside if inside else "") + "}")
+        elif token.lastgroup == "name" and text not in _KEYWORDS and not _CALL_RE.match(expr, pos):
+            # A metric name: matchers go into its braces (the next token) or new ones.
+            following = expr[pos:].lstrip()
+            out.append(text if following.startswith("{") else text + "{" + matchers + "}")
+        else:
+            out.append(text)
+    out.append(expr[pos:])
+    return "".join(out)
+
+
+_MATCHER_RE = re.compile(r'\s*([a-zA-Z_]\w*)\s*(=~|!~|!=|=)\s*"((?:[^"\\]|\\.)*)"\s*(?:,|$)')
+
+
+def parse_matchers(text: str) -> list[tuple[str, str, str]]:
+    """``cluster="a", node=~"n[12]"`` as ``(label, op, value)`` triples; ValueError when it is not
+    a comma-separated list of PromQL label matchers with double-quoted values."""
+    found, pos = [], 0
+    while pos < len(text.rstrip()):
+        match = _MATCHER_RE.match(text, pos)
+        if match is None:
+            raise ValueError(f"not a list of label matchers such as cluster=\"a\": {text[pos:]!r}")
+        label, op, value = match.groups()
+        value = re.sub(r"\\(.)", r"\1", value)  # \" and \\ as in a PromQL string
+        if op in ("=~", "!~"):
+            try:
+                re.compile(value)
+            except re.error as exc:
+                raise ValueError(f"label {label}: not a regular expression: {exc}") from None
+        found.append((label, op, value))
+        pos = match.end()
+    return found
+
+
+def labels_match(labels: Mapping[str, str], matchers: Iterable[tuple[str, str, str]]) -> bool:
+    """Whether a series with ``labels`` is selected by ``matchers``, as PromQL decides it (a missing
+    label is the empty string; regular expressions match the whole value)."""
+    for label, op, value in matchers:
+        have = labels.get(label, "")
+        hit = have == value if op in ("=", "!=") else re.fullmatch(value, have) is not None
+        if hit != (op in ("=", "=~")):
+            return False
+    return True

@@ -59,6 +59,11 @@ class Connection(Protocol):
     def close(self) -> None: ...
 
 
+def dialect(conn: Connection) -> str:
+    """The SQL dialect behind ``conn``: ``"postgresql"`` (``oximeter.store_pg``) or ``"sqlite"``."""
+    return str(getattr(conn, "dialect", "sqlite"))
+
+
 def is_postgres_url(store: object) -> bool:
     """Whether a ``store_path`` names a PostgreSQL database rather than a SQLite file."""
     return str(store).startswith(("postgresql://", "postgres://"))

@@ -129,6 +129,8 @@ class PgConnection:
     """One PostgreSQL session in autocommit mode: each ``BEGIN``..``COMMIT`` is one transaction,
     as on the SQLite connection; ``oximeter.store.lock_for`` serialises it across threads."""
 
+    dialect = "postgresql"
+
     def __init__(self, raw: Any) -> None:
         self._raw = raw
 

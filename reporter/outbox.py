@@ -3,7 +3,10 @@
 - One row per (channel, idempotency key), UNIQUE: announcing the same incident change twice
   queues it once.
 - At least once: a row is claimed (``delivering``) before it is sent and finished after; a row
-  whose claiming process died is claimed again, so a crash re-sends rather than loses. Parts
+  whose claiming process died is claimed again, so a crash re-sends rather than loses. Several
+  deliverers (analyzers sharing a store) claim rows atomically, each row to one of them; the
+  webhook channel sends the row's idempotency key, so a receiver can drop the one re-send a crash
+  mid-send causes. Parts
   already delivered of a split message are remembered (``parts_sent``) and not re-sent.
 - Exponential back-off (and the service's ``Retry-After``) in ``next_attempt_at``, wall-clock
   seconds, so the schedule survives restarts.
@@ -27,7 +30,7 @@ from typing import Any
 from loguru import logger
 from prometheus_client import CollectorRegistry, Counter, Gauge
 
-from oximeter.store import Connection, Row, lock_for, migrate, transaction
+from oximeter.store import Connection, Row, dialect, lock_for, migrate, transaction
 from oximeter.vocabulary import SEVERITY_RANK, as_severity, priority
 from reporter.channels.base import Channel, DeliveryResult, Outcome
 from reporter.message import Message, Section
@@ -238,18 +241,20 @@ class Outbox:
                     logger.warning("outbox: re-queued row {} claimed by a stopped deliverer", row["id"])
 
     def _claim(self, now: float, limit: int) -> list[Row]:
+        """Claim up to ``limit`` due rows for this deliverer in one statement: on PostgreSQL the
+        rows another deliverer is claiming are skipped (``FOR UPDATE SKIP LOCKED``), on SQLite a
+        statement holds the file's one write lock; either way each row goes to one deliverer."""
         due = self.next_due_at()
         if due is None or due > now:
             return []
-        with transaction(self.conn) as conn:
-            rows = conn.execute(
-                "SELECT * FROM outbox WHERE state = 'pending' AND next_attempt_at <= ?"
-                " ORDER BY next_attempt_at, id LIMIT ?", (now, limit)).fetchall()
-            for row in rows:
-                conn.execute(
-                    "UPDATE outbox SET state = 'delivering', claimed_by = ?, claimed_at = ? WHERE id = ?",
-                    (self.worker_id, now, row["id"]))
-        return rows
+        skip_locked = " FOR UPDATE SKIP LOCKED" if dialect(self.conn) == "postgresql" else ""
+        with self._lock:
+            rows = self.conn.execute(
+                "UPDATE outbox SET state = 'delivering', claimed_by = ?, claimed_at = ? WHERE id IN"
+                " (SELECT id FROM outbox WHERE state = 'pending' AND next_attempt_at <= ?"
+                f" ORDER BY next_attempt_at, id LIMIT ?{skip_locked}) RETURNING *",
+                (self.worker_id, now, now, limit)).fetchall()
+        return sorted(rows, key=lambda row: (row["next_attempt_at"], row["id"]))
 
     def _summary(self, row: Row) -> Message:
         window = self.policy.storm_window_s

@@ -89,7 +89,8 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 # The store test suites: each runs on SQLite and on PostgreSQL (the ``stores`` fixture).
 STORE_SUITES = ("tests/test_store.py", "tests/incidents/test_incidents_store.py",
                 "tests/reporter/test_reporter_outbox.py", "tests/reporter/test_reporter_relay.py",
-                "tests/incidents/test_incidents_maintenance.py", "tests/incidents/test_incidents_oncall.py")
+                "tests/incidents/test_incidents_maintenance.py", "tests/incidents/test_incidents_oncall.py",
+                "tests/incidents/test_daemon_ha.py")
 
 
 # Tests that must share one pytest-xdist worker (``make test`` runs several): every user of the
@@ -98,7 +99,8 @@ STORE_SUITES = ("tests/test_store.py", "tests/incidents/test_incidents_store.py"
 # The store suites on both backends share one worker too: one PostgreSQL server for all of them, and
 # so do the real vLLM engine's tests: one engine for all of them.
 XDIST_GROUPS = {"live_stack": ("tests/live/", "tests/e2e/"), "drill_cache": ("tests/drills/test_drill.py",),
-                "postgres": STORE_SUITES, "real_vllm": ("tests/real_vllm/",)}
+                "postgres": (*STORE_SUITES, "tests/incidents/test_daemon_ha_processes.py"),
+                "real_vllm": ("tests/real_vllm/",)}
 # Modules under those paths that do not use the shared stack: on its worker they would run in
 # series with it; elsewhere their module-scoped fixtures still keep each one unit. The stock e2e
 # starts its own stack; the configuration and chat-sink tests start none.

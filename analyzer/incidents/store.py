@@ -53,6 +53,10 @@ MIGRATIONS = [
         until REAL NOT NULL, by TEXT NOT NULL, note TEXT NOT NULL
     );
     """,
+    # Analyzers of several shards share one store: each tracks only its own shard's incidents.
+    """
+    ALTER TABLE incidents ADD COLUMN shard TEXT NOT NULL DEFAULT 'default';
+    """,
 ]
 
 STATES = ("open", "resolved")
@@ -164,10 +168,14 @@ QUERY_PARAMS: dict[str, str] = {
 
 
 class IncidentStore:
-    """Reads and writes incidents; every method takes the connection's lock (the API shares it)."""
+    """Reads and writes incidents; every method takes the connection's lock (the API shares it).
 
-    def __init__(self, conn: Connection) -> None:
-        self.conn = conn
+    ``shard``: the analyzer's shard (``analyzer.ha.shard``); the incidents it saves are that
+    shard's, and it tracks and tells only those. Queries read every shard's: the whole fleet.
+    """
+
+    def __init__(self, conn: Connection, shard: str = "default") -> None:
+        self.conn, self.shard = conn, shard
         with lock_for(conn):
             migrate(conn, COMPONENT, MIGRATIONS)
 
@@ -178,8 +186,8 @@ class IncidentStore:
             for inc in incidents:
                 db.execute(
                     "INSERT INTO incidents (id, state, severity, layer, rule, root_signal, root_entity,"
-                    " first_onset, opened_at, updated_at, resolved_at, nodes, services, data)"
-                    " VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?) ON CONFLICT (id) DO UPDATE SET"
+                    " first_onset, opened_at, updated_at, resolved_at, nodes, services, data, shard)"
+                    " VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?) ON CONFLICT (id) DO UPDATE SET"
                     " state=excluded.state, severity=excluded.severity, layer=excluded.layer,"
                     " rule=excluded.rule, root_signal=excluded.root_signal, root_entity=excluded.root_entity,"
                     " first_onset=excluded.first_onset, updated_at=excluded.updated_at,"
@@ -188,7 +196,7 @@ class IncidentStore:
                     (inc.id, inc.state, inc.severity, inc.layer, inc.rule, inc.root_cause.signal,
                      inc.root_cause.entity, _ts(inc.first_onset), _ts(inc.opened_at), _ts(inc.updated_at),
                      _ts(inc.resolved_at), json.dumps(list(inc.nodes)), json.dumps(list(inc.services)),
-                     json.dumps(inc.to_dict(), sort_keys=True)))
+                     json.dumps(inc.to_dict(), sort_keys=True), self.shard))
                 db.executemany(
                     "INSERT OR IGNORE INTO incident_timeline (incident_id, pos, at, kind, text)"
                     " VALUES (?,?,?,?,?)",
@@ -202,9 +210,9 @@ class IncidentStore:
         """What a (re)starting tracker holds: open incidents and those resolved within the window."""
         with lock_for(self.conn):
             rows = self.conn.execute(
-                "SELECT data FROM incidents WHERE state = 'open' OR resolved_at >= ?"
+                "SELECT data FROM incidents WHERE shard = ? AND (state = 'open' OR resolved_at >= ?)"
                 " ORDER BY first_onset, id",
-                (now.timestamp() - reopen_window_s,)).fetchall()
+                (self.shard, now.timestamp() - reopen_window_s)).fetchall()
         return [Incident.from_dict(json.loads(r["data"])) for r in rows]
 
     def pending_changes(self) -> list[Change]:
@@ -212,7 +220,8 @@ class IncidentStore:
         with lock_for(self.conn):
             rows = self.conn.execute(
                 "SELECT * FROM incident_changes WHERE emitted_at IS NULL"
-                " ORDER BY at, incident_id, seq").fetchall()
+                " AND incident_id IN (SELECT id FROM incidents WHERE shard = ?)"
+                " ORDER BY at, incident_id, seq", (self.shard,)).fetchall()
         return [Change(r["incident_id"], r["kind"], r["seq"], _dt(r["at"]) or datetime.now(UTC),
                        r["severity"], r["text"]) for r in rows]
 

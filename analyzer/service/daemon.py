@@ -7,10 +7,10 @@ event loop stays responsive; both share one SQLite connection behind ``lock_for`
 cannot be read sets ``oximeter_analyzer_source_up`` to 0, backs off, sends one "analyzer cannot
 see" notice per outage and recovers by itself. SIGTERM finishes the cycle in flight, then stops.
 
-One active analyzer per fleet: the store is an embedded SQLite file and the tracker's state is
-in-process, so two daemons would open the same incident twice; a second one on the same store is
-refused, naming the first (``oximeter/store_lock.py``). Sharding needs a shared store and a
-leader (for the digest too) and is a later step.
+One active analyzer per shard: the tracker's state is in-process, so two daemons writing one
+store would open the same incident twice. By default a second one on the same store is refused,
+naming the first (``oximeter/store_lock.py``); with ``analyzer.ha`` several share it, one leading
+by lease and the others standing by (``analyzer/service/leadership.py``).
 """
 
 from __future__ import annotations
@@ -47,6 +47,7 @@ from analyzer.service.api import build_app, start_api
 from analyzer.service.blindness import BlindWatch
 from analyzer.service.daemon_metrics import DaemonMetrics, LogNotifier, Notifier
 from analyzer.service.kube_changes import KubeChangePoller
+from analyzer.service.leadership import Gate, Leadership
 from analyzer.service.pipeline import CONTEXT, CyclePipeline, Pipeline, topology_from_frames
 from analyzer.service.settings import AnalyzerSettings, InputProfile
 from analyzer.service.unsaved import Unsaved
@@ -58,6 +59,7 @@ from analyzer.signals.spec import SignalSpec
 from oximeter.config import DEFAULT_CONFIG_PATH, read_config, section
 from oximeter.errors import ConfigError, OximeterError
 from oximeter.inputs import cli_type, parse_timestamp
+from oximeter.lease import Lease
 from oximeter.ports import write_port_file
 from oximeter.secrets import read_secret
 from oximeter.store import connect
@@ -106,7 +108,8 @@ class Analyzer:
                  catalogue: Mapping[str, SignalSpec] = CATALOGUE,
                  change_feed: Callable[[datetime], object] | None = None,
                  unreadable: frozenset[str] = frozenset(), not_judged: Sequence[str] = (),
-                 maintenance: Sequence[MaintenanceWindow] = (), slos: SloSettings | None = None) -> None:
+                 maintenance: Sequence[MaintenanceWindow] = (), slos: SloSettings | None = None,
+                 leadership: Leadership | None = None) -> None:
         self.pipeline, self.store, self.settings, self.catalogue = pipeline, store, settings, catalogue
         # Severity follows the harm these objectives measure (analyzer/incidents/harm.py); None: the rules'.
         self.slos = slos
@@ -117,6 +120,7 @@ class Analyzer:
         self.change_feed = change_feed
         self.topology, self.notifier, self.clock = topology, notifier, clock
         self.metrics = metrics or DaemonMetrics()
+        self.not_judged, self.leadership = tuple(not_judged), leadership
         self.tracker = IncidentTracker(settings, store.tracked(clock(), settings.reopen_window_s), not_judged)
         self.oncall = OnCall(store.conn)
         # The config's windows; those added at run time are read from the store every cycle.
@@ -135,6 +139,11 @@ class Analyzer:
             self._source_down(now, exc)
             return False
         self._source_up(now)
+        if self.leadership is not None and not self._lead(now):
+            # Standing by: the windows are warm, nothing is opened or told, the leader's gauges count.
+            self.metrics.update([], [])
+            self.metrics.cycle.observe(time.monotonic() - started)
+            return True
         self._blindness(now, frames)
         if self.change_feed is not None:
             try:
@@ -167,6 +176,20 @@ class Analyzer:
             self.metrics.update_learning(self.pipeline.learning())
         self.metrics.cycle.observe(time.monotonic() - started)
         return True
+
+    def _lead(self, now: datetime) -> bool:
+        assert self.leadership is not None
+        leading, became = self.leadership.check()
+        if became is not None:
+            self.leadership.take_over(self.store, became, now)
+            # What the previous leader stored is the truth now: its open incidents go on.
+            tracked = self.store.tracked(now, self.settings.reopen_window_s)
+            self.tracker = IncidentTracker(self.settings, tracked, self.not_judged)
+            self.pipeline.remember(e for i in self.tracker.incidents if i.state == "open" for e in i.evidence)
+        if leading:
+            self.leadership.report_lapsed()
+        self.metrics.leader.set(int(leading))
+        return leading
 
     def windows(self, start: datetime, end: datetime) -> list[MaintenanceWindow]:
         """The maintenance windows overlapping ``[start, end]``, the config's and the store's."""
@@ -244,6 +267,8 @@ async def serve(analyzer: Analyzer, interval_s: float, host: str, port: int | No
             write_port_file(port_file, port)
         logger.info("analyzer API on http://{}:{}", host, port)
     reporter_task = asyncio.create_task(reporting.run(stop)) if reporting is not None else None
+    leadership = analyzer.leadership
+    lease_task = asyncio.create_task(leadership.keep(stop)) if leadership is not None else None
     try:
         while not stop.is_set():
             try:
@@ -251,9 +276,16 @@ async def serve(analyzer: Analyzer, interval_s: float, host: str, port: int | No
             except sqlite3.Error as exc:
                 # The store may be briefly locked by another reader's checkpoint: skip one cycle.
                 logger.error("analyzer: store error, cycle skipped: {}", exc)
+            if leadership is not None:
+                await leadership.pause(stop, analyzer.wait_s(interval_s))
+                continue
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(stop.wait(), analyzer.wait_s(interval_s))
     finally:
+        if leadership is not None and lease_task is not None:
+            stop.set()
+            await lease_task
+            await asyncio.to_thread(leadership.release)
         if reporter_task is not None:
             stop.set()
             await reporter_task
@@ -283,12 +315,14 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.set_defaults(func=run)
 
 
-def replay_source(directory: str, *, speed: float = 60.0, start: datetime | None = None) -> Source:
-    """``oximeter sim history`` output as a source, context series included."""
+def replay_source(directory: str, *, speed: float = 60.0, start: datetime | None = None,
+                  selector: str = "") -> Source:
+    """``oximeter sim history`` output as a source, context series included (``selector``: only
+    the series a shard's label matchers select)."""
     from analyzer.signals.raw import RawStore
     from analyzer.signals.sources.frames import FrameSource
 
-    raw = RawStore.from_history(directory)
+    raw = RawStore.from_history(directory).only(selector)
     clock = ReplayClock(start or raw.index[0].to_pydatetime(), speed).now
     return FrameSource(raw=raw, clock=clock)
 
@@ -320,14 +354,18 @@ def _source(args: argparse.Namespace, config: AnalyzeConfig) -> Source:
     # how long the set-up took (60 × a slow machine's 20 s of imports is 20 minutes later).
     speed = 0.0 if args.once else args.speed
     if args.replay:
-        return replay_source(args.replay, speed=speed, start=start)
+        return replay_source(args.replay, speed=speed, start=start, selector=config.analyzer.ha.selector)
     if args.signals:
+        if config.analyzer.ha.selector:
+            raise OximeterError("analyzer.ha.selector reads a part of the fleet from Prometheus or a "
+                                "--replay history; a --signals file holds signals already computed")
         return FrameSource.from_signal_file(args.signals, speed=speed, start=start)
     try:
         prometheus = importlib.import_module("analyzer.signals.sources.prometheus")
     except ImportError:
         raise OximeterError("the Prometheus source is not available yet: use --replay or --signals") from None
-    source: Source = prometheus.PrometheusSource.from_settings(config.analyzer.prometheus)
+    source: Source = prometheus.PrometheusSource.from_settings(config.analyzer.prometheus,
+                                                               config.analyzer.ha.selector)
     return source
 
 
@@ -343,9 +381,11 @@ def run(args: argparse.Namespace, companion: CompanionFactory | None = None) -> 
         for line in config.analyzer.missing_inputs():
             logger.warning("{}", line)
         store_path = args.store or settings.store_path
-        lock = hold_store(store_path, "oximeter analyze") if str(store_path) != ":memory:" else None
+        # Analyzers with a lease share the store; without one, a second is refused.
+        alone = not config.analyzer.ha.enabled and str(store_path) != ":memory:"
+        lock = hold_store(store_path, "oximeter analyze") if alone else None
         try:
-            store = IncidentStore(connect(store_path))
+            store = IncidentStore(connect(store_path), config.analyzer.ha.shard)
         except OximeterError:
             if lock is not None:
                 lock.release()
@@ -384,6 +424,11 @@ def _run(args: argparse.Namespace, config: AnalyzeConfig, store: IncidentStore,
             exc = ConfigError(exc.problems, str(args.config or DEFAULT_CONFIG_PATH))
         print(f"oximeter analyze: {exc}", file=sys.stderr)
         return 2
+    leadership = None
+    if config.analyzer.ha.enabled and not args.once:
+        ha = config.analyzer.ha
+        notifier = gate = Gate(notifier)
+        leadership = Leadership(Lease(store.conn, ha.shard, ha.lease_s), gate, ha.renew_s)
     # On stock telemetry kube-state-metrics tells of restarts and rollouts (replays hold none).
     kube = (KubeChangePoller(source, store, config.analyzer.step_s)
             if config.analyzer.inputs != "oximeter" and not (args.replay or args.signals) else None)
@@ -392,7 +437,8 @@ def _run(args: argparse.Namespace, config: AnalyzeConfig, store: IncidentStore,
                         change_feed=kube.poll if kube is not None else None,
                         unreadable=config.analyzer.unreadable_context(),
                         not_judged=config.analyzer.not_judged(),
-                        maintenance=[m.window() for m in settings.maintenance], slos=config.slos)
+                        maintenance=[m.window() for m in settings.maintenance], slos=config.slos,
+                        leadership=leadership)
     # A restart into an ongoing fault: its evidence stays out of the first cycle's baselines.
     pipeline.remember(e for inc in analyzer.tracker.incidents if inc.state == "open" for e in inc.evidence)
     if args.once:

@@ -57,6 +57,10 @@ class DaemonMetrics:
         self.blind = Gauge("oximeter_analyzer_blind_signals",
                            "Signals whose queries return no series where some are expected.",
                            registry=self.registry)
+        self.leader = Gauge("oximeter_analyzer_leader",
+                            "1 while this analyzer leads its shard (always, without analyzer.ha); "
+                            "0 on standby.", registry=self.registry)
+        self.leader.set(1)
         # Every layer × severity the open-incidents gauge starts at 0 for (dashboards show 0, not "No data").
         self._open_labels: set[tuple[str, str]] = {(layer, sev) for layer in LAYERS for sev in SEVERITIES}
         for layer, sev in self._open_labels:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from analyzer.signals.sources.prometheus_settings import PrometheusSettings
 from oximeter.errors import ConfigError
@@ -60,6 +60,49 @@ class BaselineSettings(BaseModel):
         )
 
 
+class HaSettings(BaseModel):
+    """Several analyzers on one shared store: one leads each shard, the others stand by."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    # Lead by lease instead of refusing a second analyzer on the store: the leader opens incidents
+    # and notifies; a standby runs the same cycles (its windows stay warm) but writes and tells
+    # nothing, and takes over once the leader's lease has lapsed. Give the store as a postgresql://
+    # URL when the analyzers run on several hosts.
+    enabled: bool = False
+    # Seconds a lease lasts without renewal: a leader that dies is replaced after at most this
+    # long plus renew_s (a standby's look) and one cycle. Clocks of the hosts must agree to well
+    # within it.
+    lease_s: float = Field(30.0, ge=2)
+    # Seconds between the leader's renewals (also between a standby's looks at the lease); at most
+    # a third of lease_s, so two missed renewals do not yet lose the lease.
+    renew_s: float = Field(10.0, gt=0)
+    # This analyzer's shard: analyzers with the same shard elect one leader among them. Shards
+    # share the store, so the incidents API, the page and the digest show the whole fleet; each
+    # shard's leader tracks and tells its own shard's incidents.
+    shard: str = Field("default", min_length=1, max_length=100)
+    # The shard's part of the fleet, as PromQL label matchers added to every query (and applied
+    # to a replayed history's series): e.g. cluster="east" or node=~"gpu-(0|1).*". Pick a label
+    # every series carries (a cluster or node-group label added at scrape time): a series without
+    # it reads as "" to the matchers. Empty: the whole fleet.
+    selector: str = ""
+
+    @field_validator("selector")
+    @classmethod
+    def _selector_parses(cls, text: str) -> str:
+        from oximeter.promql import parse_matchers
+
+        parse_matchers(text)
+        return text
+
+    @model_validator(mode="after")
+    def _renew_within_lease(self) -> HaSettings:
+        if self.renew_s * 3 > self.lease_s:
+            raise ValueError(f"renew_s ({self.renew_s:g}) must be at most a third of "
+                             f"lease_s ({self.lease_s:g})")
+        return self
+
+
 class AnalyzerSettings(BaseModel):
     """The analyzer: data source, grid, baselines and the signal catalogue's overrides."""
 
@@ -88,6 +131,8 @@ class AnalyzerSettings(BaseModel):
     inputs: InputProfile = "oximeter"
     # The counters CSV dcgm-exporter runs with; unset: its shipped default list (ECC fields off).
     dcgm_counters: str | None = None
+    # Active/standby analyzers on one store (off: one analyzer per store, a second one refused).
+    ha: HaSettings = HaSettings()
 
     @field_validator("dcgm_counters")
     @classmethod

@@ -13,6 +13,7 @@ import numpy as np
 import pandas as pd
 
 from analyzer.signals.tables import InputError, infer_step_s
+from oximeter.promql import labels_match, parse_matchers
 
 
 @dataclass(frozen=True)
@@ -74,6 +75,15 @@ class RawStore:
         values[rows, cols] = samples["value"].to_numpy(dtype=np.float32)
         labels = [json.loads(text) for text in series["labels"]]
         return cls(index, series["name"].tolist(), labels, values)
+
+    def only(self, selector: str) -> RawStore:
+        """The series a shard's PromQL label matchers select (all of them for an empty selector)."""
+        if not selector:
+            return self
+        matchers = parse_matchers(selector)
+        keep = [i for i, labels in enumerate(self.labels) if labels_match(labels, matchers)]
+        return RawStore(self.index, self.names[keep].tolist(), [self.labels[i] for i in keep],
+                        self.values[:, keep])
 
     def select(self, name: str, match: Mapping[str, str] | None = None) -> Labeled:
         """The series called ``name`` whose labels satisfy ``match``."""

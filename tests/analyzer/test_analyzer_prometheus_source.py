@@ -24,6 +24,7 @@ from analyzer.detection.evaluate import evaluate_signal
 from analyzer.service.settings import AnalyzerSettings
 from analyzer.signals.catalogue import CATALOGUE, build_catalogue
 from analyzer.signals.frame import series_key
+from analyzer.signals.raw import RawStore
 from analyzer.signals.sources.base import align
 from analyzer.signals.sources.frames import FrameSource
 from analyzer.signals.sources.matrix import decode_matrix
@@ -105,6 +106,20 @@ def test_prometheus_and_frame_sources_give_the_same_events(backfilled: tuple[str
         assert abs((a.detected_at - b.detected_at).total_seconds()) <= STEP, name
     # No rules are loaded, and the rules API says so: every signal is read through its raw PromQL.
     assert prom.recording_rules() == frozenset() and prom.chosen == {}
+
+
+@pytest.mark.parametrize(("selector", "gpus", "events"), [('gpu=~"[01]", node="n1"', ["0", "1"], 0),
+                                                     ('gpu!~"[01]"', ["2", "3"], 1)])
+def test_a_shard_reads_the_series_its_selector_matches_from_either_source(
+        backfilled: tuple[str, Path, datetime], selector: str, gpus: list[str], events: int) -> None:
+    url, frames, t0 = backfilled
+    end = t0 + timedelta(seconds=(ROWS - 1) * STEP)
+    spec = CATALOGUE["gpu_temperature"]  # the hot GPU is 2: in the second shard only
+    prom = PrometheusSource(url, selector=selector).fetch(spec, t0, end, STEP)
+    replay = FrameSource(raw=RawStore.from_history(frames).only(selector)).fetch(spec, t0, end, STEP)
+    for got in (prom, replay):
+        assert sorted(got.labels_of(str(c))["gpu"] for c in got.values.columns) == gpus
+        assert len(evaluate_signal(spec, got)) == events
 
 
 def test_chunks_stay_under_the_point_limit(backfilled: tuple[str, Path, datetime]) -> None:

@@ -289,3 +289,23 @@ def test_the_install_takes_five_commands_that_match_the_manifests() -> None:
     [ref] = [e["valueFrom"]["secretKeyRef"] for e in analyzer[1]["env"] if e["name"] == "OXIMETER_API_TOKEN"]
     assert ref["optional"] is True  # no Secret: a read-only API, not a pod that cannot start
     assert f"create secret generic {ref['name']} --from-file={ref['key']}=" in block
+
+
+def test_the_active_standby_example_runs_two_on_postgresql() -> None:
+    """common/analyzer-ha.example.yaml: two replicas leading by lease on a PostgreSQL store whose
+    password comes from a Secret, no volume, and otherwise the applied analyzer's pod."""
+    config_map, deployment = _documents(KUBE / "common" / "analyzer-ha.example.yaml")
+    settings = yaml.safe_load(config_map["data"]["oximeter.yaml"])
+    analyzer = AnalyzerSettings.model_validate(settings["analyzer"])
+    incidents = IncidentSettings.model_validate(settings["incidents"])
+    assert analyzer.ha.enabled and analyzer.ha.renew_s * 3 <= analyzer.ha.lease_s
+    assert incidents.store_path == settings["reporter"]["store_path"]
+    assert incidents.store_path.startswith("postgresql://") and "@" in incidents.store_path
+    assert ":" not in incidents.store_path.split("//", 1)[1].split("@", 1)[0]  # no password in the URL
+    pod = deployment["spec"]["template"]["spec"]
+    env = {e["name"]: e for e in pod["containers"][0]["env"]}
+    assert env["OXIMETER_STORE_PASSWORD"]["valueFrom"]["secretKeyRef"]["key"] == "password"
+    assert deployment["spec"]["replicas"] == 2 and deployment["spec"]["strategy"]["type"] == "RollingUpdate"
+    assert not any("persistentVolumeClaim" in v for v in pod["volumes"])
+    [applied] = [d for d in _documents(KUBE / "common" / "analyzer.yaml") if d["kind"] == "Deployment"]
+    assert pod["containers"][0]["args"] == applied["spec"]["template"]["spec"]["containers"][0]["args"]

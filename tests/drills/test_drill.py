@@ -62,6 +62,19 @@ def test_every_library_scenario_passes_in_replay(library: dict[str, Any]) -> Non
 
 
 @pytest.mark.timeout(COLD_TIMEOUT_S)
+def test_two_shards_over_one_fleet_score_every_scenario_as_one_analyzer(library: dict[str, Any]) -> None:
+    """The fleet split by node over two analyzers on one store (``analyzer.ha`` shards): every
+    library drill passes, with the scores, messages and times of one analyzer over the whole fleet."""
+    result = drill("--all", "--json", "--shard", 'node="n1"', "--shard", 'node!="n1"')
+    assert result.returncode == 0, result.stdout + result.stderr
+    sharded = json.loads(result.stdout)
+    assert sharded["drills"] == library["drills"] and sharded["passed"] == library["passed"]
+    # A shard sees only its part: alone, the shard without the faulty node finds nothing.
+    alone = json.loads(drill("peer_outlier", "--json", "--shard", 'node="n1"').stdout)
+    assert (alone["passed"], alone["drills"][0]["reason"]) == (0, "not detected: no incident")
+
+
+@pytest.mark.timeout(COLD_TIMEOUT_S)
 def test_a_wrong_truth_fails(tmp_path: Path) -> None:
     # Thermal throttling, but the file claims a leak: the drill must say it missed.
     data = yaml.safe_load((LIBRARY / "thermal_throttle.yaml").read_text())

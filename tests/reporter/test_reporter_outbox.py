@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import subprocess
 import sys
+import threading
+import time
 
 import pytest
 from chat_receiver import ChatReceiver
@@ -193,3 +195,30 @@ def test_a_malformed_row_fails_alone(stores: StoreSpace, receiver: ChatReceiver,
     assert outbox.deliver_due(T0) == 2
     assert [(r.idempotency_key, r.state, r.last_error) for r in outbox.rows()] == [
         ("bad", "failed", "invalid: KeyError: 'title'"), ("good", "sent", None)]
+
+
+def test_two_deliverers_on_one_store_send_each_message_once(stores: StoreSpace, receiver: ChatReceiver,
+                                                            make_channel: MakeChannel) -> None:
+    """Replicas sharing a store deliver its outbox side by side: every row claimed by one of them."""
+    first, _ = _outbox(stores, {"ops": make_channel("webhook")}, storm_cap=1000)
+    second, _ = _outbox(stores, {"ops": make_channel("webhook")}, storm_cap=1000)
+    keys = [f"incident-{i}:opened:1" for i in range(16)]  # within one channel's local rate limit
+    for key in keys:
+        first.enqueue(alert(key), now=T0)
+    attempted: dict[str, int] = {}
+
+    def deliver(outbox: Outbox) -> None:
+        # Small batches, so that the two claim in turns rather than one taking everything.
+        deadline = time.monotonic() + 60
+        while outbox.next_due_at() is not None and time.monotonic() < deadline:
+            attempted[outbox.worker_id] = attempted.get(outbox.worker_id, 0) + outbox.deliver_due(T0, limit=2)
+
+    threads = [threading.Thread(target=deliver, args=(outbox,)) for outbox in (first, second)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert receiver.accepted_keys() == dict.fromkeys(keys, 1)
+    assert sum(attempted.values()) == len(keys)
+    assert {r.state for r in first.rows()} == {"sent"}
+    second.conn.close()

@@ -30,6 +30,7 @@ from analyzer.signals.sources.prometheus_settings import PrometheusSettings
 from analyzer.signals.spec import SignalSpec
 from oximeter.errors import DependencyError
 from oximeter.prometheus import PrometheusClient, RetryableError
+from oximeter.promql import with_matchers
 from oximeter.secrets import read_secret
 
 MAX_POINTS = 11_000  # Prometheus refuses range queries of more points per series
@@ -42,22 +43,26 @@ class PrometheusSource:
     def __init__(self, url: str, *, timeout_s: float = 30.0, retries: int = 3,
                  token: SecretStr | None = None, verify: bool | str = True,
                  use_recording_rules: bool = True, max_points: int = MAX_POINTS,
-                 session: requests.Session | None = None, backoff_s: float = 0.5) -> None:
+                 session: requests.Session | None = None, backoff_s: float = 0.5, selector: str = "") -> None:
         self.http = PrometheusClient(url, timeout_s=timeout_s, retries=retries, token=token, verify=verify,
                                      session=session, backoff_s=backoff_s)
         self.use_recording_rules = use_recording_rules
         self.max_points = max_points
+        # A shard's label matchers, added to every selector of every query (analyzer.ha.selector).
+        self.selector = selector
         # Without a rules API: signal name → the query that answered (rule or raw), found once.
         self.chosen: dict[str, str] = {}
         self._rules: frozenset[str] | None = None
         self._rules_read_at: float | None = None
 
     @classmethod
-    def from_settings(cls, settings: PrometheusSettings) -> PrometheusSource:
-        """A source configured by the ``analyzer.prometheus`` section (token from its env var)."""
+    def from_settings(cls, settings: PrometheusSettings, selector: str = "") -> PrometheusSource:
+        """A source configured by the ``analyzer.prometheus`` section (token from its env var),
+        reading the part of the fleet ``selector`` matches."""
         token = read_secret(settings.bearer_token_env) if settings.bearer_token_env else None
         return cls(settings.url, timeout_s=settings.timeout_s, retries=settings.retries, token=token,
-                   verify=settings.tls_verify, use_recording_rules=settings.use_recording_rules)
+                   verify=settings.tls_verify, use_recording_rules=settings.use_recording_rules,
+                   selector=selector)
 
     def now(self) -> datetime:
         """Wall-clock time."""
@@ -111,6 +116,7 @@ class PrometheusSource:
         return self._rules
 
     def _frame(self, query: str, grid: pd.DatetimeIndex, step_s: float) -> SeriesFrame:
+        query = with_matchers(query, self.selector)
         per_chunk = self.max_points - 1
         chunks = (grid[lo:lo + per_chunk] for lo in range(0, len(grid), per_chunk))
         return decode_matrix((self.http.matrix(query, c[0], c[-1], step_s) for c in chunks), grid, step_s)
