@@ -12,7 +12,7 @@ import sys
 from prometheus_client import CollectorRegistry
 
 from analyzer.incidents.store import IncidentStore
-from analyzer.service import daemon
+from analyzer.service import analyze_cmd
 from analyzer.service.daemon_metrics import LogNotifier, Notifier
 from analyzer.service.limits import configured_catalogue
 from analyzer.signals.slo import SloSettings
@@ -25,7 +25,7 @@ from reporter.wiring import Reporting, build_reporting
 
 def configure(parser: argparse.ArgumentParser) -> None:
     """Arguments of ``oximeter analyze``: the daemon's."""
-    daemon.configure(parser)
+    analyze_cmd.configure(parser)
     parser.set_defaults(func=run)
 
 
@@ -45,4 +45,4 @@ def run(args: argparse.Namespace) -> int:
         built = build_reporting(store, settings, read_secret("OXIMETER_API_TOKEN"), registry, catalogue, slos)
         return (built.notifier if settings.channels else LogNotifier()), built
 
-    return daemon.run(args, reporting)
+    return analyze_cmd.run(args, reporting)

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from analyzer.service.daemon import AnalyzeConfig
+from analyzer.service.analyze_cmd import AnalyzeConfig
 from oximeter.cli import main
 from oximeter.errors import ConfigError
 

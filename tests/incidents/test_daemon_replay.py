@@ -10,7 +10,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from analyzer.incidents.store import IncidentQuery, IncidentStore
-from analyzer.service.daemon import AnalyzeConfig, _source
+from analyzer.service.analyze_cmd import AnalyzeConfig, _source
 from oximeter.store import connect
 from stack.procs import oximeter_argv
 
