@@ -256,7 +256,7 @@ def replay_sharded(directory: Path, interval_s: float, selectors: Sequence[str],
                 DetectedPipeline(frames, events), IncidentStore(conn, f"shard-{n}"), settings,
                 topology_from_frames(frames, Topology()), told, clock.now, catalogue=catalogue,
                 unreadable=inputs.unreadable_context(), not_judged=inputs.not_judged(),
-                maintenance=maintenance))
+                maintenance=maintenance, slos=DEFAULT_SLOS))
         if start is None or end is None:
             return ReplayOutcome((), ())
         now = start

@@ -19,6 +19,7 @@ from functools import cache
 from typing import Any
 
 from simulator.arrivals import mean_lengths
+from simulator.defaults import FLEET_GATEWAY
 from simulator.fault_kinds import FAULT_KINDS, FaultKind, Sweep
 from simulator.load_shape import RequestMix, daily_rate
 from simulator.scenario import EngineOverrides, GatewayLimits
@@ -32,9 +33,6 @@ HOUR_S = 3600.0
 # prefill stalls the whole batch, and a long prompt stalls it for seconds), the queue-wait P0 line:
 # a real capacity shortage every evening, not the fault-free stretch the truth says it is.
 PEAK_SHARE = 0.5
-# The gateway of every generated fleet, as in the library's scenarios: 12 of the engine's 16 batch
-# slots and up to 10 s of queueing (the product's defaults: 8, 5 s).
-GATEWAY = {"max_concurrency": 12, "max_queue_wait_s": 10.0}
 
 
 @dataclass(frozen=True)
@@ -137,7 +135,7 @@ def generate(rng: random.Random, index: int, kinds: dict[str, Kind] | None = Non
     picked = [] if roll < 0.15 else rng.sample(sorted(kinds), 2 if roll > 0.85 else 1)
     doc: dict[str, Any] = {"name": f"sweep_{index:04d}", "nodes": nodes, "gpus_per_node": gpus,
                            "seed": rng.randrange(10_000), "weekend_factor": round(rng.uniform(0.6, 1.0), 2),
-                           "gateway": dict(GATEWAY)}
+                           "gateway": dict(FLEET_GATEWAY)}
     # Light to busy, but within capacity at the daily peak (about twice the mean) for the default
     # engine: a fleet overloaded every evening is a true capacity incident on every
     # node, not a fault-free stretch. Patterns that need load get it from their fault's strength.
@@ -147,7 +145,7 @@ def generate(rng: random.Random, index: int, kinds: dict[str, Kind] | None = Non
     for name in picked:  # a pattern that needs its fleet settings keeps them
         for key, value in kinds[name].scenario.items():
             doc[key] = value
-    doc["base_rps"] = round(level * capacity_rps(doc) / capacity_rps({"gateway": GATEWAY}), 2)
+    doc["base_rps"] = round(level * capacity_rps(doc) / capacity_rps({"gateway": FLEET_GATEWAY}), 2)
     # The model's capacity is the saturated batch's throughput; past about half of it the queue's
     # tail already breaks its P0 line at the peak (see PEAK_SHARE), so busier draws stay at that.
     ceiling = PEAK_SHARE * capacity_rps(doc) / peak_to_mean(doc.get("daily_shape", True))

@@ -21,3 +21,8 @@ SERVICE = "chat"
 # Seconds a request waits on the simulated vector DB when its response cache misses (0 switches
 # the step off).
 DEPENDENCY_LATENCY_S = 0.03
+# The gateway limits the simulated fleets' traffic is sized for (12 of the engine's 16 batch slots,
+# up to 10 s of queueing), run by the local stacks, their backfilled history and generated sweeps;
+# the product's own defaults (gateway/settings.py) are stricter, and at a simulated evening peak
+# they would reject requests and burn the fleet's error budget.
+FLEET_GATEWAY: dict[str, float] = {"max_concurrency": 12, "max_queue_wait_s": 10.0}

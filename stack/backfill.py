@@ -23,7 +23,7 @@ from typing import Any
 import yaml
 
 from oximeter.errors import OximeterError
-from simulator.defaults import DEPENDENCY_LATENCY_S, MODEL, NODES, SERVICE, STACK_GPUS_PER_NODE
+from simulator.defaults import DEPENDENCY_LATENCY_S, FLEET_GATEWAY, MODEL, NODES, SERVICE, STACK_GPUS_PER_NODE
 from stack.ports import start_reserved
 from stack.procs import ManagedProcess, http_ok, oximeter_argv
 
@@ -55,6 +55,7 @@ class BackfillSpec:
             "gpus_per_node": self.gpus_per_node, "model": self.model, "service": self.service,
             "seed": self.seed, "base_rps": self.base_rps, "daily_shape": self.daily_shape,
             "engine": {"dependency_latency_s": self.dependency_latency_s},
+            "gateway": dict(FLEET_GATEWAY),
             "faults": [dict(f) for f in self.faults], "truth": {"layer": "none", "rule": "none"},
         }
 

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Protocol
 
 from gateway.settings import GatewaySettings
-from simulator.defaults import DEPENDENCY_LATENCY_S, MODEL, NODES, SERVICE, STACK_GPUS_PER_NODE
+from simulator.defaults import DEPENDENCY_LATENCY_S, FLEET_GATEWAY, MODEL, NODES, SERVICE, STACK_GPUS_PER_NODE
 from stack.backfill import BackfillSpec
 from stack.vllm.engine import EngineSpec
 
@@ -62,10 +62,10 @@ class StackOptions:
     stream_ratio: float = 1.0  # history models streaming requests: TTFT is the first chunk
     day_seconds: float = 86400.0
     daily_shape: bool = True  # the history's daily_shape: False keeps traffic at its base rate all day
-    # The gateways' limits (the backfilled history's too: it runs the same defaults).
-    max_concurrency: int = _GATEWAY.max_concurrency
+    # The gateways' limits: the simulated fleet's (its backfilled history runs the same).
+    max_concurrency: int = int(FLEET_GATEWAY["max_concurrency"])
     max_queue: int = _GATEWAY.max_queue
-    max_queue_wait_s: float = _GATEWAY.max_queue_wait_s
+    max_queue_wait_s: float = FLEET_GATEWAY["max_queue_wait_s"]
     # "stock": the fleet as a stock one presents it: no gateways (traffic straight to the engines),
     # exporters as dcgm-exporter with its default counters, kube-state-metrics from the simulator,
     # Prometheus with the adapter rules (docs/stock-telemetry.md).

@@ -53,6 +53,7 @@ PINNED = {
     "95d6b74b048ff635": 4,  # the above merged with the analyzer's stage packages: same histories
     "2b6c339303e9ed9a": 4,  # the above with the fault-kind registry and the core field table
     "3bf54b4b47d7083d": 5,  # vllm:cache_config_info labelled as a real vLLM 0.32.0 engine labels it
+    "984ca80dab893f70": 5,  # the simulated fleets' gateway limits named once: same histories
 }
 
 

@@ -79,17 +79,18 @@ def test_the_capture_is_this_builds_output(vllm_engine: VllmEngine) -> None:
 
 
 def test_more_requests_than_sequences_queue(vllm_engine: VllmEngine) -> None:
-    """Three times --max-num-seqs at once: the scheduler runs a full batch and the rest wait, as
-    vllm:num_requests_waiting (what the queue rules read) says; every request is answered."""
+    """Three times --max-num-seqs at once: the scheduler runs a batch and the rest wait, as
+    vllm:num_requests_waiting (what the queue rules read) says; every request is answered. (The
+    batch is full only while its sequences fit the tests' small KV pool: a running count of exactly
+    --max-num-seqs lasts a few steps at most, too short to poll for.)"""
     seen: dict[str, float] = {}
 
     def queued() -> bool:
         seen.update(samples(vllm_engine))
-        return seen["vllm:num_requests_waiting"] >= 1 and \
-            seen["vllm:num_requests_running"] == SPEC.max_num_seqs
+        return seen["vllm:num_requests_waiting"] >= 1 and seen["vllm:num_requests_running"] >= 1
     with load(vllm_engine, 3 * SPEC.max_num_seqs) as running:
         try:
-            wait_until(queued, SEE_S, interval_s=0.1, what="a full batch and a queue")
+            wait_until(queued, SEE_S, interval_s=0.1, what="a running batch and a queue")
         except TimeoutError as exc:
             pytest.fail(f"{exc}; last seen {seen}")
     assert running.statuses == [200] * 3 * SPEC.max_num_seqs
@@ -99,12 +100,13 @@ def test_more_requests_than_sequences_queue(vllm_engine: VllmEngine) -> None:
 
 @pytest.fixture
 def gateway(vllm_engine: VllmEngine, start_process: Callable[..., ManagedProcess], tmp_path: Path) -> str:
-    """Oximeter's gateway in front of the engine, giving up on a stream silent for STALL_S."""
+    """Oximeter's gateway in front of the engine, giving up on a stream silent for STALL_S once it
+    has begun (the first byte may take longer: a CPU engine's first batch of a new size is slow)."""
     port_file = tmp_path / "gateway.port"
     proc = start_process("gateway", oximeter_argv(
         "gateway", "--upstream", vllm_engine.url, "--host", "127.0.0.1", "--port", "0",
         "--port-file", str(port_file), "--node", "n1", "--service", "chat",
-        "--stream-idle-timeout", str(STALL_S), "--first-byte-timeout", str(STALL_S)))
+        "--stream-idle-timeout", str(STALL_S), "--first-byte-timeout", str(SEE_S)))
     url = f"http://127.0.0.1:{wait_port(proc, port_file)}"
     proc.wait_ready(lambda: http_ok(f"{url}/health/ready"), SEE_S)
     return url
@@ -119,8 +121,15 @@ def test_a_hung_engine_core_still_answers_health(vllm_engine: VllmEngine, gatewa
         return summed(text, "oximeter_stream_errors", reason="stream_idle_timeout").get(
             "oximeter_stream_errors_total", 0.0)
     with load(vllm_engine, SPEC.max_num_seqs, via=gateway) as running:
-        wait_until(lambda: samples(vllm_engine)["vllm:num_requests_running"] >= 1, SEE_S, interval_s=0.1,
-                   what="requests running")
+        start = samples(vllm_engine)["vllm:generation_tokens_total"]
+        # Streams under way (tokens flowing, so each stream's first byte has been sent): the stall
+        # is then one the gateway's idle timeout sees.
+        try:
+            wait_until(lambda: (now := samples(vllm_engine))["vllm:num_requests_running"] >= 1
+                       and now["vllm:generation_tokens_total"] > start, SEE_S, interval_s=0.1,
+                       what="requests running and generating")
+        except TimeoutError as exc:
+            pytest.fail(f"{exc}; answered so far {running.statuses}, engine {samples(vllm_engine)}")
         core = vllm_engine.signal_engine_core(signal.SIGSTOP)
         try:
             before = samples(vllm_engine)
