@@ -30,6 +30,7 @@ from analyzer.service.api_requests import (
     authorized,
     error,
     json_body,
+    signed,
     text_field,
 )
 from oximeter.guard import ConnectionGuard, GuardedSite
@@ -66,7 +67,7 @@ async def ack_incident(request: web.Request) -> web.Response:
         return denied
     try:
         data = await json_body(request)
-        by, note = text_field(data, "by"), text_field(data, "note", "")
+        by, note = signed(data)
     except QueryError as exc:
         return error(400, str(exc))
     if not request.app[STORE].ack(request.match_info["id"], by, note, request.app[CLOCK]()):
@@ -81,7 +82,7 @@ async def silence_incident(request: web.Request) -> web.Response:
     now = request.app[CLOCK]()
     try:
         data = await json_body(request)
-        by, note = text_field(data, "by"), text_field(data, "note", "")
+        by, note = signed(data)
         if "until" in data:
             until = parse_timestamp(data["until"], "until")
         else:

@@ -13,7 +13,7 @@ from analyzer.incidents.maintenance import MaintenanceStore, MaintenanceWindow
 from analyzer.incidents.oncall import OnCall
 from analyzer.incidents.store import QueryError
 from analyzer.service import api_page
-from analyzer.service.api_requests import CLOCK, STORE, authorized, error, json_body, text_field
+from analyzer.service.api_requests import CLOCK, STORE, authorized, error, json_body, signed, text_field
 from oximeter.inputs import InputValueError, parse_duration_s, parse_label_value, parse_timestamp
 from oximeter.secrets import read_secret
 
@@ -25,7 +25,7 @@ async def resolve_incident(request: web.Request) -> web.Response:
         return denied
     try:
         data = await json_body(request)
-        by, note = text_field(data, "by"), text_field(data, "note", "")
+        by, note = signed(data)
     except QueryError as exc:
         return error(400, str(exc))
     incident_id = request.match_info["id"]

@@ -50,3 +50,8 @@ def text_field(data: dict[str, Any], key: str, default: str | None = None, limit
     if len(value) > limit:
         raise QueryError(f"{key}: longer than {limit} characters")
     return value
+
+
+def signed(data: dict[str, Any]) -> tuple[str, str]:
+    """Who takes an on-call action (``by``, required) and their ``note`` (optional)."""
+    return text_field(data, "by"), text_field(data, "note", "")
