@@ -14,7 +14,7 @@ from urllib.parse import urlsplit
 import openai
 import pytest
 import requests
-from conftest import MODEL, ReadMetric, StartGateway, Upstream
+from gateway_harness import MODEL, ReadMetric, StartGateway, Upstream
 
 from stack.procs import wait_until
 

@@ -8,7 +8,7 @@ from collections.abc import Iterator
 
 import pytest
 import requests
-from conftest import MODEL, ReadMetric, StartGateway, Upstream
+from gateway_harness import MODEL, ReadMetric, StartGateway, Upstream
 
 from stack.procs import wait_until
 

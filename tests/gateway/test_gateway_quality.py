@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 import requests
-from conftest import MODEL, ReadMetric, StartGateway, Upstream
+from gateway_harness import MODEL, ReadMetric, StartGateway, Upstream
 from prometheus_client.parser import text_string_to_metric_families
 
 from gateway.answer import FINISH_REASONS, OTHER_FINISH

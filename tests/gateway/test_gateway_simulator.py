@@ -7,7 +7,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import openai
 import requests
-from conftest import ReadMetric, StartGateway, StartSim, sim_release
+from gateway_harness import ReadMetric, StartGateway, StartSim, sim_release
 
 from stack.procs import wait_until
 

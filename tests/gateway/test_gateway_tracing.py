@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 import requests
-from conftest import MODEL, StartGateway, Upstream
+from gateway_harness import MODEL, StartGateway, Upstream
 
 from gateway.tracecontext import new_trace, parse_traceparent, trace_of
 from stack.procs import wait_until

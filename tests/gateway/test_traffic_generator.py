@@ -7,7 +7,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from conftest import MODEL, Upstream
+from gateway_harness import MODEL, Upstream
 
 from simulator.load_shape import RequestMix, daily_rate
 from simulator.traffic import RequestBuilder, check_loopback

@@ -16,11 +16,13 @@ import re
 import threading
 import time
 from collections import Counter, defaultdict, deque
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
+from reporter.channels import Channel
 from reporter.sink import check_wecom
 
 WECOM_KEY = "wk-693a91f6-7a0c-4bc4-97a0-0ec2b1fa5aaa"
@@ -31,6 +33,8 @@ WEBHOOK_TOKEN = "wh-Token-31337"
 SECRETS = {"feishu": "demo-secret", "dingtalk": "SECdemo", "webhook": "whsec-s3cr3t"}
 
 Reply = tuple[int, dict[str, str], str]
+# ``make_channel(service, secret=..., clock=...)`` (a fixture): a channel configured for the receiver.
+MakeChannel = Callable[..., Channel]
 _J = json.dumps
 RETRY_AFTER = {"Retry-After": "7"}
 

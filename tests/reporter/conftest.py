@@ -2,15 +2,13 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 
 import pytest
-from chat_receiver import ChatReceiver
+from chat_receiver import ChatReceiver, MakeChannel
 from pydantic import SecretStr
 
 from reporter.channels import CHANNELS, Channel
-
-MakeChannel = Callable[..., Channel]
 
 
 @pytest.fixture

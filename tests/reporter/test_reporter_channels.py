@@ -8,8 +8,7 @@ import struct
 import zlib
 
 import pytest
-from chat_receiver import ChatReceiver
-from conftest import MakeChannel
+from chat_receiver import ChatReceiver, MakeChannel
 from pydantic import SecretStr
 from sample_messages import alert
 

@@ -17,8 +17,7 @@ from pathlib import Path
 
 import pytest
 import requests
-from chat_receiver import ChatReceiver, delivered_chart
-from conftest import MakeChannel
+from chat_receiver import ChatReceiver, MakeChannel, delivered_chart
 from relay_harness import ThreadedApp
 
 from analyzer.incidents.store import IncidentStore

@@ -8,8 +8,7 @@ import threading
 import time
 
 import pytest
-from chat_receiver import ChatReceiver
-from conftest import MakeChannel
+from chat_receiver import ChatReceiver, MakeChannel
 from pg_server import StoreSpace
 from prometheus_client import CollectorRegistry
 from sample_messages import alert

@@ -16,8 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import requests
-from chat_receiver import ChatReceiver
-from conftest import MakeChannel
+from chat_receiver import ChatReceiver, MakeChannel
 from pydantic import SecretStr
 from relay_harness import ThreadedApp
 

@@ -6,8 +6,7 @@ import asyncio
 import time
 from pathlib import Path
 
-from chat_receiver import ChatReceiver
-from conftest import MakeChannel
+from chat_receiver import ChatReceiver, MakeChannel
 from sample_messages import alert
 
 from oximeter.store import connect
