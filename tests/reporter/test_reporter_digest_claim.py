@@ -6,11 +6,14 @@ from __future__ import annotations
 from datetime import UTC, date, datetime, timedelta
 
 from pg_server import StoreSpace
+from pydantic import SecretStr
 
+from analyzer.incidents.store import IncidentStore
 from oximeter.claims import Claims
 from oximeter.store import connect
 from reporter.digest_schedule import CLAIM_S, DigestScheduler, claim_key
 from reporter.settings import DigestSettings, ReporterSettings
+from reporter.wiring import build_reporting
 
 MORNING = datetime(2025, 12, 1, 6, 30, tzinfo=UTC)
 DAY = date(2025, 11, 30)
@@ -53,3 +56,15 @@ def test_one_of_two_analyzers_builds_the_day_and_the_other_replaces_it_once_its_
     finally:
         for conn in conns:
             conn.close()
+
+
+def test_two_analyzers_wired_on_one_store_claim_the_day_once(stores: StoreSpace) -> None:
+    path = stores / "wired.db"
+    stores_of = [IncidentStore(connect(path)), IncidentStore(connect(path))]
+    try:
+        first, second = (build_reporting(store, ReporterSettings(), SecretStr("t")) for store in stores_of)
+        assert (first.scheduler.claim(DAY), second.scheduler.claim(DAY)) == (True, False)
+        assert second.scheduler.claim(DAY + timedelta(days=1))  # the next day is anyone's
+    finally:
+        for store in stores_of:
+            store.conn.close()
