@@ -85,7 +85,8 @@ class HaSettings(BaseModel):
     # to a replayed history's series as the analyzer reads them): e.g. node=~"gpu-(0|1).*" or
     # cluster="east". What the analyzer reads of a node names that node, a stock fleet's through
     # the adapter records (a container by its pod's kube_pod_info, a GPU by dcgm-exporter's
-    # Hostname); another label must be added to every series at scrape time. A series without the
+    # Hostname), and a node matcher on a query joining a pod's series to kube_pod_info goes on
+    # kube_pod_info; another label must be added to every series at scrape time. A series without the
     # label (a deployment's rollout) reads as "" to the matchers, so one shard should take those
     # (node!="n1" does). Empty: the whole fleet.
     selector: str = ""
