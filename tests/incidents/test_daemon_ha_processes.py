@@ -85,18 +85,17 @@ def test_a_shard_whose_only_analyzer_is_killed_is_told_once_by_the_other(
     data = signal_file(tmp_path / "signals.parquet")  # a paging Xid on n1
     store = str(tmp_path / "ha.db")
 
-    def start(shard: str, selector: str) -> tuple[ManagedProcess, int]:
+    def start(shard: str, selector: str) -> ManagedProcess:
         config = tmp_path / f"{shard}.yaml"
         config.write_text(yaml.safe_dump({"analyzer": {"interval_s": 1, "ha": {
             "enabled": True, "lease_s": LEASE_S, "renew_s": LEASE_S / 4, "shard": shard,
             "selector": selector}}}))
-        proc = start_process(f"analyze-{shard}", oximeter_argv(
+        return start_process(f"analyze-{shard}", oximeter_argv(
             "--config", str(config), "analyze", "--signals", str(data), "--replay-start", START,
             "--speed", "1", "--store", store, "--port", "0", "--port-file", str(tmp_path / f"{shard}.port")))
-        return proc, wait_port(proc, tmp_path / f"{shard}.port")
 
-    east, port_east = start("east", 'node="n1"')
-    west, port_west = start("west", 'node!="n1"')
+    east, west = start("east", 'node="n1"'), start("west", 'node!="n1"')  # both start at once
+    port_east, port_west = wait_port(east, tmp_path / "east.port"), wait_port(west, tmp_path / "west.port")
     east.wait_ready(lambda: _open_ids(port_east) and _gauge(port_east, "oximeter_analyzer_leader") == 1, 90)
     west.wait_ready(lambda: _gauge(port_west, "oximeter_analyzer_leader") == 1 and _cycles(port_west) >= 2,
                     90)
@@ -108,9 +107,9 @@ def test_a_shard_whose_only_analyzer_is_killed_is_told_once_by_the_other(
     east.signal(signal.SIGKILL)
     told = "analyzer notice analyzer:shard_lapsed:east:1: shard east has no analyzer: its leader "
     wait_until(lambda: told in west.log_tail(400), 60, what="the lost shard told")
-    # Three leases more of west's cycles (one a second) with east still down: nothing more is told.
+    # Two leases more of west's cycles (one a second) with east still down: nothing more is told.
     seen = _cycles(port_west)
-    wait_until(lambda: _cycles(port_west) >= seen + 3 * LEASE_S, 60, what="west's later cycles")
+    wait_until(lambda: _cycles(port_west) >= seen + 2 * LEASE_S, 60, what="west's later cycles")
     assert west.log_tail(1000).count("analyzer:shard_lapsed:") == 1
     assert _shards(store, "SELECT shard FROM leases WHERE lapse_reported_epoch = epoch") == ["east"]
     assert _open_ids(port_west) == [incident_id]
