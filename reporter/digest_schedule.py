@@ -45,6 +45,14 @@ def build(prom: PromQuery, store: IncidentStore | None, day: date, settings: Rep
     return digest, to_message(digest, settings, png)
 
 
+def already_queued(outbox: Outbox, day: date) -> bool:
+    """Whether some channel already has this day's digest in the outbox."""
+    with lock_for(outbox.conn):
+        row = outbox.conn.execute("SELECT 1 FROM outbox WHERE idempotency_key = ? LIMIT 1",
+                                  (f"digest:{day.isoformat()}",)).fetchone()
+    return row is not None
+
+
 def send(prom: PromQuery, store: IncidentStore | None, outbox: Outbox, day: date, settings: ReporterSettings,
          channels: Iterable[str] | None = None, now: float | None = None,
          catalogue: Mapping[str, SignalSpec] = CATALOGUE, slos: SloSettings | None = None) -> Message:
@@ -66,14 +74,6 @@ CLAIM_S = 600.0
 def claim_key(day: date) -> str:
     """The store's claim on building ``day``'s digest."""
     return f"digest:{day.isoformat()}"
-
-
-def already_queued(outbox: Outbox, day: date) -> bool:
-    """Whether some channel already has this day's digest in the outbox."""
-    with lock_for(outbox.conn):
-        row = outbox.conn.execute("SELECT 1 FROM outbox WHERE idempotency_key = ? LIMIT 1",
-                                  (f"digest:{day.isoformat()}",)).fetchone()
-    return row is not None
 
 
 class DigestScheduler:
