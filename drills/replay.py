@@ -230,11 +230,19 @@ def replay_sharded(directory: Path, interval_s: float, selectors: Sequence[str],
     """``replay_history`` split over shards, as ``analyzer.ha`` shards run: one analyzer per
     selector, reading only the series it matches (its own detection, baselines and topology),
     tracking and telling only its shard's incidents, all on one store that holds the whole
-    fleet's; their cycles interleave on one replayed clock."""
+    fleet's; their cycles interleave on one replayed clock. A stock fleet's series are translated
+    over the whole fleet first, as its Prometheus evaluates the adapter rules, so each shard selects
+    among the records the analyzer reads: a kube-state-metrics container's restarts carry its pod's
+    node (joined through kube_pod_info), a dcgm-exporter GPU its Hostname's."""
     settings = IncidentSettings()
     inputs = AnalyzerSettings(inputs="stock" if stock else "oximeter")
-    raw = RawStore.from_history(directory)
-    lagged_raw = {lag: RawStore.from_history(d) for lag, d in same_time.items()}
+
+    def read(history: Path) -> RawStore:
+        raw = RawStore.from_history(history)
+        return with_stock_translated(raw) if stock else raw
+
+    raw = read(directory)
+    lagged_raw = {lag: read(d) for lag, d in same_time.items()}
     conn = connect(":memory:")
     told = Told()
     analyzers: list[Analyzer] = []
@@ -242,9 +250,8 @@ def replay_sharded(directory: Path, interval_s: float, selectors: Sequence[str],
     try:
         elapsed = [0.0]
         for n, selector in enumerate(selectors):
-            frames, step_s = signal_frames(raw.only(selector), catalogue, stock=stock)
-            lagged = {lag: signal_frames(r.only(selector), catalogue, stock=stock)[0]
-                      for lag, r in lagged_raw.items()}
+            frames, step_s = signal_frames(raw.only(selector), catalogue)
+            lagged = {lag: signal_frames(r.only(selector), catalogue)[0] for lag, r in lagged_raw.items()}
             events = detect(frames, step_s, catalogue, None, lagged, settings.resolve_after_s)
             indexes = [f.values.index for f in frames.values() if len(f.values.index)]
             if not indexes:

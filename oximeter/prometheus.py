@@ -2,8 +2,10 @@
 by the analyzer's source and the reporter's digest.
 
 Queries are POSTed (long PromQL stays out of URLs and logs), with a bearer token when one is
-configured and TLS verification as configured. Connection errors, timeouts, 5xx and 429 answers
-are retried with exponential back-off; the token is never logged or put into an error.
+configured, a tenant header (Mimir's ``X-Scope-OrgID``) when one is configured, and TLS
+verification as configured. Connection errors, timeouts, 5xx and 429 answers
+are retried with exponential back-off; the token and the tenant are never logged or put into
+an error.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from tenacity import Retrying, retry_if_exception_type, stop_after_attempt, wait
 from oximeter.errors import DependencyError
 
 Labels = tuple[tuple[str, str], ...]
+TENANT_HEADER = "X-Scope-OrgID"  # the tenant a multi-tenant store (Mimir, Cortex) answers for
 
 
 class RetryableError(Exception):
@@ -59,7 +62,7 @@ class PrometheusClient:
 
     def __init__(self, url: str, *, timeout_s: float = 30.0, retries: int = 3, token: SecretStr | None = None,
                  verify: bool | str = True, session: requests.Session | None = None,
-                 backoff_s: float = 0.5) -> None:
+                 backoff_s: float = 0.5, tenant: SecretStr | None = None) -> None:
         self.url = url.rstrip("/")
         self.timeout_s = timeout_s
         self.retries = retries
@@ -67,6 +70,9 @@ class PrometheusClient:
         self.backoff_s = backoff_s
         self.session = session or requests.Session()
         self._headers = {"Authorization": f"Bearer {token.get_secret_value()}"} if token else {}
+        if tenant is not None:
+            # Mimir's (and Cortex's) tenant, or tenants joined by "|" where it federates queries.
+            self._headers[TENANT_HEADER] = tenant.get_secret_value()
 
     @property
     def where(self) -> str:

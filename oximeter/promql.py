@@ -41,29 +41,64 @@ _TOKEN_RE = re.compile(
       |(?P<name>(?<![\w.:])[a-zA-Z_:][\w:]*)""", re.VERBOSE)
 # After a name: an aggregation's optional grouping and then its call (``sum by (x) (``).
 _CALL_RE = re.compile(r"\s*(?:(?:by|without)\s*\([^)]*\)\s*)?\(")
+# A pod's own series (kube-state-metrics' pod and container families, cAdvisor's containers) name
+# its namespace and pod; the node it runs on only kube_pod_info names (kube-state-metrics'
+# docs/metrics/workload/pod-metrics.md: `node` is a label of kube_pod_info alone).
+POD_INFO = "kube_pod_info"
+_POD_SERIES_RE = re.compile(r"(?:kube_pod_(?!info$)|container_)[\w:]+")
+_POD_INFO_ONLY = frozenset({"node"})
 
 
 def with_matchers(expr: str, matchers: str) -> str:
     """``expr`` with ``matchers`` (``cluster="a",node=~"n[12]"``) added to every series selector,
-    so the whole expression reads only the series they match."""
+    so the whole expression reads only the series they match.
+
+    Where the expression joins a pod's series to its node through ``kube_pod_info``, a matcher on
+    the node goes on ``kube_pod_info`` only: the pod's own series carry no node label, and the
+    join keeps the pods on the matched nodes (a shard by node reads its pods' restarts)."""
     if not matchers:
         return expr
+    parsed = parse_matchers(matchers)
+    joined = POD_INFO in metric_names(expr)
+    pod_matchers = ",".join(_rendered(m) for m in parsed if m[0] not in _POD_INFO_ONLY)
     out: list[str] = []
     pos = 0
+    name = None  # the metric name whose braces come next
     for token in _TOKEN_RE.finditer(expr):
         out.append(expr[pos:token.start()])
         text, pos = token.group(), token.end()
         if token.lastgroup == "braces":
             inside = text[1:-1].strip()
-            out.append("{" + matchers + ("," + inside if inside else "") + "}")
+            out.append(_braces(_for(name, joined, matchers, pod_matchers), inside))
+            name = None
         elif token.lastgroup == "name" and text not in _KEYWORDS and not _CALL_RE.match(expr, pos):
             # A metric name: matchers go into its braces (the next token) or new ones.
             following = expr[pos:].lstrip()
-            out.append(text if following.startswith("{") else text + "{" + matchers + "}")
+            if following.startswith("{"):
+                out.append(text)
+                name = text
+            else:
+                chosen = _for(text, joined, matchers, pod_matchers)
+                out.append(text + (_braces(chosen, "") if chosen else ""))
         else:
             out.append(text)
     out.append(expr[pos:])
     return "".join(out)
+
+
+def _for(name: str | None, joined: bool, matchers: str, pod_matchers: str) -> str:
+    """The matchers a selector of metric ``name`` takes."""
+    pod_series = joined and name is not None and _POD_SERIES_RE.fullmatch(name) is not None
+    return pod_matchers if pod_series else matchers
+
+
+def _braces(matchers: str, inside: str) -> str:
+    return "{" + ",".join(part for part in (matchers, inside) if part) + "}"
+
+
+def _rendered(matcher: tuple[str, str, str]) -> str:
+    label, op, value = matcher
+    return label + op + '"' + value.replace("\\", "\\\\").replace('"', '\\"') + '"'
 
 
 _MATCHER_RE = re.compile(r'\s*([a-zA-Z_]\w*)\s*(=~|!~|!=|=)\s*"((?:[^"\\]|\\.)*)"\s*(?:,|$)')

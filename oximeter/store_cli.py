@@ -1,9 +1,12 @@
-"""``oximeter store check|backup``: verify the shared SQLite store, or copy it while the daemon runs.
+"""``oximeter store check|backup``: verify the shared store, or copy it while the daemon runs.
 
-``check`` runs SQLite's full ``integrity_check`` (exit 0 when sound, 1 when damaged, 2 when it
-cannot be read at all). ``backup DEST`` writes a consistent copy through SQLite's online backup
-API, so it is safe while the analyzer and the outbox worker write; restoring is stopping them and
-putting the copy in the store's place (``oximeter store check`` it first).
+On a SQLite file, ``check`` runs SQLite's full ``integrity_check`` and ``backup DEST`` writes a
+consistent copy through SQLite's online backup API, so it is safe while the analyzer and the
+outbox worker write; restoring is stopping them and putting the copy in the store's place
+(``oximeter store check`` it first). On PostgreSQL (a ``postgresql://`` store), ``check`` reads or
+verifies the store's schema and ``backup DEST`` is ``pg_dump``'s custom format of it, restored
+with ``pg_restore`` (``oximeter/store_pg_admin.py``). Exit 0 when sound, 1 when damaged, 2 when
+the store cannot be read at all.
 """
 
 from __future__ import annotations
@@ -20,7 +23,8 @@ from oximeter.store import integrity_problems, is_postgres_url
 
 def configure(parser: argparse.ArgumentParser) -> None:
     """Add ``check`` and ``backup``."""
-    parser.add_argument("--store", default=None, help="store file (default: incidents.store_path)")
+    parser.add_argument("--store", default=None,
+                        help="store file or postgresql:// URL (default: incidents.store_path)")
     sub = parser.add_subparsers(dest="store_command", metavar="SUBCOMMAND")
     check = sub.add_parser("check", help="full integrity check of the store; exit 1 when damaged")
     check.set_defaults(func=check_command)
@@ -29,11 +33,11 @@ def configure(parser: argparse.ArgumentParser) -> None:
     backup.set_defaults(func=backup_command)
 
 
-def _path(args: argparse.Namespace) -> Path:
-    store = args.store or load_config(args.config).incidents.store_path
-    if is_postgres_url(store):
-        raise OximeterError("the store is a PostgreSQL database: check and back it up with PostgreSQL's "
-                            "own tools (pg_amcheck, pg_dump)")
+def _store(args: argparse.Namespace) -> str:
+    return str(args.store or load_config(args.config).incidents.store_path)
+
+
+def _path(store: str) -> Path:
     path = Path(store)
     if not path.is_file():
         raise OximeterError(f"{path}: no store there")
@@ -47,9 +51,12 @@ def _open_read_only(path: Path) -> sqlite3.Connection:
 
 
 def check_command(args: argparse.Namespace) -> int:
-    """Print ``PATH: ok`` or the problems SQLite finds."""
+    """Print ``PATH: ok`` or the problems SQLite (or PostgreSQL) finds."""
     try:
-        path = _path(args)
+        store = _store(args)
+        if is_postgres_url(store):
+            return _check_postgres(store)
+        path = _path(store)
     except OximeterError as exc:
         print(f"oximeter store: {exc}", file=sys.stderr)
         return 2
@@ -67,12 +74,19 @@ def check_command(args: argparse.Namespace) -> int:
 
 
 def backup_command(args: argparse.Namespace) -> int:
-    """Copy the store to ``args.dest`` with SQLite's online backup."""
+    """Copy the store to ``args.dest`` with SQLite's online backup (``pg_dump`` on PostgreSQL)."""
     dest = Path(args.dest)
     try:
-        path = _path(args)
+        store = _store(args)
         if dest.exists():
             raise OximeterError(f"{dest}: already exists; choose a new file")
+        if is_postgres_url(store):
+            from oximeter.store_pg_admin import dump
+
+            schema = dump(store, dest)
+            print(f"schema {schema} -> {dest}: backed up (pg_restore --dbname URL {dest} restores it)")
+            return 0
+        path = _path(store)
         with _open_read_only(path) as source:
             if problems := integrity_problems(source, quick=True):
                 raise OximeterError(f"{path}: damaged ({'; '.join(problems[:3])}); not backed up")
@@ -85,4 +99,17 @@ def backup_command(args: argparse.Namespace) -> int:
         print(f"oximeter store: {exc}", file=sys.stderr)
         return 2
     print(f"{path} -> {dest}: backed up")
+    return 0
+
+
+def _check_postgres(url: str) -> int:
+    from oximeter.store_pg import shown
+    from oximeter.store_pg_admin import check_problems
+
+    problems, checked = check_problems(url)
+    if problems:
+        print(f"oximeter store: {shown(url)}: damaged ({checked}):", *problems[:20], sep="\n  ",
+              file=sys.stderr)
+        return 1
+    print(f"{shown(url)}: ok ({checked})")
     return 0

@@ -175,17 +175,22 @@ def _connect_raw(url: str) -> Any:
     try:
         import psycopg
     except ImportError:
-        raise StoreError(f"store {_shown(url)}: PostgreSQL needs psycopg: pip install 'oximeter[postgres]'"
+        raise StoreError(f"store {shown(url)}: PostgreSQL needs psycopg: pip install 'oximeter[postgres]'"
                           ) from None
     if urlsplit(url).password:
-        raise StoreError(f"store {_shown(url)}: the URL carries a password; give it in {PASSWORD_ENV} "
+        raise StoreError(f"store {shown(url)}: the URL carries a password; give it in {PASSWORD_ENV} "
                           f"(or {PASSWORD_ENV}_FILE) or a .pgpass file instead")
     password = read_secret(PASSWORD_ENV)
     extra: dict[str, Any] = {} if password is None else {"password": password.get_secret_value()}
     try:
         return psycopg.connect(url, autocommit=True, row_factory=_row_factory, connect_timeout=10, **extra)
     except psycopg.Error as exc:
-        raise StoreError(f"{_shown(url)}: cannot open store: {str(exc).strip()}") from exc
+        raise StoreError(f"{shown(url)}: cannot open store: {str(exc).strip()}") from exc
+
+
+def open_session(url: str) -> PgConnection:
+    """A session on the store at ``url`` that changes nothing by opening (for checks and backups)."""
+    return PgConnection(_connect_raw(url))
 
 
 def connect_postgres(url: str) -> PgConnection:
@@ -225,12 +230,12 @@ def hold_writer(url: str, command: str) -> AdvisoryLock:
     (held,) = raw.execute(f"SELECT pg_try_advisory_lock({lock_key('writer')})").fetchone()
     if not held:
         raw.close()
-        raise StoreError(f"{_shown(url)}: another process writes this store; {command} refuses to run "
+        raise StoreError(f"{shown(url)}: another process writes this store; {command} refuses to run "
                          "beside it (both would open and notify the same incidents)")
     return AdvisoryLock(raw)
 
 
-def _shown(url: str) -> str:
+def shown(url: str) -> str:
     """The URL as safe to show: never a password."""
     parts = urlsplit(url)
     if parts.password is None:

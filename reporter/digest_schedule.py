@@ -2,7 +2,8 @@
 
 The scheduler sends yesterday's digest at the configured local time (default 08:00, host zone),
 once per day: the outbox key ``digest:<date>`` is unique per channel, and a restarted daemon sees
-the row and does not query Prometheus again.
+the row and does not query Prometheus again. Analyzers sharing a store (replicas, shards) each run
+a scheduler; the one that claims the day in the store builds it, and the others see its rows.
 """
 
 from __future__ import annotations
@@ -64,15 +65,28 @@ def send(prom: PromQuery, store: IncidentStore | None, outbox: Outbox, day: date
     return message
 
 
+# How long a claim on a day's digest keeps the other analyzers from building it: longer than a
+# build takes with its Prometheus queries retried, short enough that a claimer that died is
+# replaced the same morning.
+CLAIM_S = 600.0
+
+
+def claim_key(day: date) -> str:
+    """The store's claim on building ``day``'s digest."""
+    return f"digest:{day.isoformat()}"
+
+
 class DigestScheduler:
-    """Calls ``send_day(yesterday)`` once per local day, at or after the configured time."""
+    """Calls ``send_day(yesterday)`` once per local day, at or after the configured time, when
+    ``claim(day)`` says this process is the one to build it."""
 
     def __init__(self, settings: ReporterSettings, send_day: Callable[[date], None],
-                 sent: Callable[[date], bool] = lambda _day: False) -> None:
+                 sent: Callable[[date], bool] = lambda _day: False,
+                 claim: Callable[[date], bool] = lambda _day: True) -> None:
         self.tz = zone(settings.digest.timezone)
         hours, minutes = (int(part) for part in settings.digest.time.split(":"))
         self.at = time(hours, minutes)
-        self.send_day, self.sent = send_day, sent
+        self.send_day, self.sent, self.claim = send_day, sent, claim
         self.last: date | None = None
 
     def due(self, now: datetime) -> date | None:
@@ -89,11 +103,15 @@ class DigestScheduler:
         return day
 
     def tick(self, now: datetime) -> date | None:
-        """Send when due; a failure (Prometheus down) is logged and retried on the next tick."""
+        """Send when due; a failure (Prometheus down) is logged and retried on the next tick. While
+        another process holds the day's claim, this one waits for its rows (or for the claim to
+        expire, should that process have died)."""
         day = self.due(now)
         if day is None:
             return None
         try:
+            if not self.claim(day):
+                return None
             self.send_day(day)
         except (OximeterError, OSError, sqlite3.Error) as exc:
             logger.error("digest for {} not sent, will retry: {}", day, exc)

@@ -21,7 +21,6 @@ from __future__ import annotations
 import math
 import os
 import socket
-import uuid
 from collections.abc import Iterable, Mapping
 from dataclasses import asdict, dataclass
 from enum import StrEnum
@@ -30,6 +29,7 @@ from typing import Any
 from loguru import logger
 from prometheus_client import CollectorRegistry, Counter, Gauge
 
+from oximeter.lease import holder_id
 from oximeter.store import Connection, Row, dialect, lock_for, migrate, transaction
 from oximeter.vocabulary import SEVERITY_RANK, as_severity, priority
 from reporter.channels.base import Channel, DeliveryResult, Outcome
@@ -158,7 +158,7 @@ class Outbox:
         self.conn = conn
         self.channels = dict(channels or {})
         self.policy = policy or OutboxPolicy()
-        self.worker_id = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
+        self.worker_id = holder_id()
         self._lock = lock_for(conn)
         migrate(conn, COMPONENT, MIGRATIONS)
         registry = registry if registry is not None else CollectorRegistry()

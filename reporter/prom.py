@@ -32,12 +32,13 @@ class PromQuery(Protocol):
 
 def digest_client(settings: DigestSettings, url: str | None = None) -> PrometheusClient:
     """The client the digest queries through (``url`` overrides the configured one)."""
-    token_env = settings.prometheus_bearer_token_env
+    token_env, tenant_env = settings.prometheus_bearer_token_env, settings.prometheus_tenant_env
     session = requests.Session()
     session.trust_env = False  # localhost by default: never through a proxy
     return PrometheusClient(url or settings.prometheus_url, timeout_s=settings.query_timeout_s,
                             token=read_secret(token_env) if token_env else None,
-                            verify=settings.prometheus_tls_verify, session=session)
+                            verify=settings.prometheus_tls_verify, session=session,
+                            tenant=read_secret(tenant_env) if tenant_env else None)
 
 
 

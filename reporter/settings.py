@@ -58,6 +58,8 @@ class DigestSettings(BaseModel):
     prometheus_url: str = "http://127.0.0.1:9090"
     # Name of the env var (or ``<NAME>_FILE``) holding Prometheus's bearer token; never the token itself.
     prometheus_bearer_token_env: str | None = None
+    # Name of the env var (or ``<NAME>_FILE``) holding the X-Scope-OrgID tenant (Mimir, Cortex).
+    prometheus_tenant_env: str | None = None
     prometheus_tls_verify: bool | str = True  # True, False, or a CA bundle path
     time: str = Field("08:00", pattern=r"^([01][0-9]|2[0-3]):[0-5][0-9]$")  # local send time
     timezone: str | None = None  # IANA name; None = the host's local zone

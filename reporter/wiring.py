@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import sqlite3
+import time as _time
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import date
@@ -27,6 +28,7 @@ from analyzer.service.api_requests import CLOCK
 from analyzer.signals.catalogue import CATALOGUE
 from analyzer.signals.slo import SloSettings
 from analyzer.signals.spec import SignalSpec
+from oximeter.claims import Claims
 from oximeter.errors import OximeterError
 from oximeter.secrets import read_secret
 from reporter import callbacks, chart_link, digest_schedule
@@ -93,8 +95,10 @@ def build_reporting(store: IncidentStore, settings: ReporterSettings, token: Sec
     def send_day(day: date) -> None:
         digest_schedule.send(prom, store, outbox, day, settings, catalogue=catalogue, slos=slos)
 
+    claims = Claims(store.conn, outbox.worker_id)
     scheduler = digest_schedule.DigestScheduler(
-        settings, send_day, sent=lambda day: digest_schedule.already_queued(outbox, day))
+        settings, send_day, sent=lambda day: digest_schedule.already_queued(outbox, day),
+        claim=lambda day: claims.take(digest_schedule.claim_key(day), _time.time(), digest_schedule.CLAIM_S))
     return Reporting(settings, outbox, OutboxNotifier(outbox, settings, router),
                      Relay(store, outbox, settings, token, router, registry=registry), scheduler,
                      read_secret("OXIMETER_SLACK_SIGNING_SECRET"),

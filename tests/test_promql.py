@@ -31,6 +31,29 @@ def test_matchers_go_into_every_selector(expr: str, expected: str) -> None:
     assert with_matchers(expr, "") == expr
 
 
+JOIN = " * on (namespace, pod) group_left (node) max by (namespace, pod, node) (kube_pod_info)"
+
+
+@pytest.mark.parametrize(("expr", "matchers", "expected"), [
+    # Joined to its node through kube_pod_info, a pod's series takes every matcher but the node's.
+    ("sum by (namespace, pod) (kube_pod_container_status_restarts_total)" + JOIN, 'node="n1",cluster="a"',
+     'sum by (namespace, pod) (kube_pod_container_status_restarts_total{cluster="a"})'
+     + JOIN.replace("(kube_pod_info)", '(kube_pod_info{node="n1",cluster="a"})')),
+    ('container_memory_working_set_bytes{container!=""}' + JOIN, 'node=~"n[12]"',
+     'container_memory_working_set_bytes{container!=""}'
+     + JOIN.replace("(kube_pod_info)", '(kube_pod_info{node=~"n[12]"})')),
+    # Not joined: the matcher goes on it, and reads its missing node as "" as PromQL does.
+    ('kube_pod_status_ready{condition="true"}', 'node="n1"',
+     'kube_pod_status_ready{node="n1",condition="true"}'),
+    ('kube_pod_info', 'node="n1"', 'kube_pod_info{node="n1"}'),
+    ("up" + JOIN, 'a="x\\"y"',
+     'up{a="x\\"y"}' + JOIN.replace("(kube_pod_info)", '(kube_pod_info{a="x\\"y"})')),
+])
+def test_a_node_matcher_reaches_a_pods_series_through_kube_pod_info(expr: str, matchers: str,
+                                                                     expected: str) -> None:
+    assert with_matchers(expr, matchers) == expected
+
+
 @pytest.mark.parametrize("name", sorted(CATALOGUE))
 def test_every_catalogue_query_keeps_its_metrics_and_gains_one_matcher_per_selector(name: str) -> None:
     promql = CATALOGUE[name].promql

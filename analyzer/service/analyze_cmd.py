@@ -106,10 +106,8 @@ def _source(args: argparse.Namespace, config: AnalyzeConfig) -> Source:
     if args.replay:
         return replay_source(args.replay, speed=speed, start=start, selector=config.analyzer.ha.selector)
     if args.signals:
-        if config.analyzer.ha.selector:
-            raise OximeterError("analyzer.ha.selector reads a part of the fleet from Prometheus or a "
-                                "--replay history; a --signals file holds signals already computed")
-        return FrameSource.from_signal_file(args.signals, speed=speed, start=start)
+        return FrameSource.from_signal_file(args.signals, speed=speed, start=start,
+                                            selector=config.analyzer.ha.selector)
     try:
         prometheus = importlib.import_module("analyzer.signals.sources.prometheus")
     except ImportError:

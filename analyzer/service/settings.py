@@ -82,9 +82,13 @@ class HaSettings(BaseModel):
     # shard's leader tracks and tells its own shard's incidents.
     shard: str = Field("default", min_length=1, max_length=100)
     # The shard's part of the fleet, as PromQL label matchers added to every query (and applied
-    # to a replayed history's series): e.g. cluster="east" or node=~"gpu-(0|1).*". Pick a label
-    # every series carries (a cluster or node-group label added at scrape time): a series without
-    # it reads as "" to the matchers. Empty: the whole fleet.
+    # to a replayed history's series as the analyzer reads them): e.g. node=~"gpu-(0|1).*" or
+    # cluster="east". What the analyzer reads of a node names that node, a stock fleet's through
+    # the adapter records (a container by its pod's kube_pod_info, a GPU by dcgm-exporter's
+    # Hostname), and a node matcher on a query joining a pod's series to kube_pod_info goes on
+    # kube_pod_info; another label must be added to every series at scrape time. A series without the
+    # label (a deployment's rollout) reads as "" to the matchers, so one shard should take those
+    # (node!="n1" does). Empty: the whole fleet.
     selector: str = ""
 
     @field_validator("selector")

@@ -200,7 +200,7 @@ def test_bad_query_names_the_error_and_sends_the_token(canned: str) -> None:
         source.fetch(CATALOGUE["gpu_temperature"], now - timedelta(minutes=5), now, STEP)
     assert "s3cret" not in str(info.value)
     headers, form = Canned.seen[0]
-    assert headers["Authorization"] == "Bearer s3cret"
+    assert headers["Authorization"] == "Bearer s3cret" and "X-Scope-OrgID" not in headers
     assert "step=15" in form and "query=max+without" in form
 
 
@@ -217,23 +217,37 @@ def test_nan_and_inf_strings_are_read(canned: str) -> None:
     assert np.isnan(column[0]) and column[1] == np.inf and np.isnan(column[2]) and column[3] == 2.5
 
 
-def test_from_settings_reads_the_token_from_the_env(canned: str, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_from_settings_reads_the_token_and_the_tenant_from_the_env(canned: str,
+                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("OXIMETER_TEST_PROM_TOKEN", "from-env")
+    monkeypatch.setenv("OXIMETER_TEST_PROM_TENANT", "team-a|team-b")  # Mimir's federated tenants
     Canned.status = 200
     Canned.body = {"status": "success", "data": {"resultType": "matrix", "result": []}}
     settings = AnalyzerSettings.model_validate(
-        {"prometheus": {"url": canned, "bearer_token_env": "OXIMETER_TEST_PROM_TOKEN", "retries": 0}})
+        {"prometheus": {"url": canned, "bearer_token_env": "OXIMETER_TEST_PROM_TOKEN",
+                        "tenant_env": "OXIMETER_TEST_PROM_TENANT", "retries": 0}})
     source = PrometheusSource.from_settings(settings.prometheus)
     now = datetime.now(UTC)
     got = source.fetch(CATALOGUE["queue_wait_p99"], now - timedelta(minutes=1), now, STEP)
     assert got.values.columns.empty
-    # The recording rule answered nothing, so the raw PromQL was tried next; both with the token.
-    assert [h["Authorization"] for h, _ in Canned.seen] == ["Bearer from-env"] * 2
+    # The recording rule answered nothing, so the raw PromQL was tried next; both with the token
+    # and the tenant.
+    assert [(h["Authorization"], h["X-Scope-OrgID"]) for h, _ in Canned.seen] == [
+        ("Bearer from-env", "team-a|team-b")] * 2
     assert "queue_wait_seconds%3Ap99_5m" in Canned.seen[0][1] and "histogram_quantile" in Canned.seen[1][1]
-    # The digest queries through the same client, with its own section's token.
-    digest = DigestSettings(prometheus_url=canned, prometheus_bearer_token_env="OXIMETER_TEST_PROM_TOKEN")
+    # The digest queries through the same client, with its own section's token and tenant.
+    digest = DigestSettings(prometheus_url=canned, prometheus_bearer_token_env="OXIMETER_TEST_PROM_TOKEN",
+                            prometheus_tenant_env="OXIMETER_TEST_PROM_TENANT")
     assert digest_client(digest).range("up", now - timedelta(minutes=1), now, STEP) == []
-    assert Canned.seen[2][0]["Authorization"] == "Bearer from-env" and "query=up" in Canned.seen[2][1]
+    headers, form = Canned.seen[2]
+    assert (headers["Authorization"], headers["X-Scope-OrgID"]) == ("Bearer from-env", "team-a|team-b")
+    assert "query=up" in form
+    # A refused query's error names neither.
+    Canned.status = 401
+    Canned.body = {"status": "error", "errorType": "unauthorized", "error": "no org id"}
+    with pytest.raises(DependencyError, match="HTTP 401") as info:
+        source.fetch(CATALOGUE["gpu_temperature"], now - timedelta(minutes=1), now, STEP)
+    assert "team-a" not in str(info.value) and "from-env" not in str(info.value)
 
 
 def reference_decode(answers: Sequence[Sequence[Mapping[str, Any]]], grid: pd.DatetimeIndex,

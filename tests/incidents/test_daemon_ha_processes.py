@@ -1,6 +1,8 @@
-"""Two real ``oximeter analyze`` processes with ``analyzer.ha`` on one PostgreSQL store: the second
-stands by, the leader is SIGKILLed mid-incident, the standby takes over within the lease (the same
-open incident, no second "opened", one take-over told), and a SIGTERM hands the lease back."""
+"""Real ``oximeter analyze`` processes with ``analyzer.ha`` on one store. Two of one shard on
+PostgreSQL: the second stands by, the leader is SIGKILLed mid-incident, the standby takes over
+within the lease (the same open incident, no second "opened", one take-over told), and a SIGTERM
+hands the lease back. Two shards on SQLite, each reading its own nodes: one shard's only analyzer is
+SIGKILLed, and the other tells of it once."""
 
 from __future__ import annotations
 
@@ -11,7 +13,7 @@ from pathlib import Path
 import requests
 import yaml
 from pg_server import PostgresServer, StoreSpace
-from test_incidents_daemon import START, _open_ids, signal_file
+from test_incidents_daemon import START, _cycles, _open_ids, signal_file
 
 from oximeter.store import connect
 from stack.ports import wait_port
@@ -76,3 +78,47 @@ def test_the_standby_process_takes_over_a_killed_leader(tmp_path: Path, postgres
     finally:
         conn.close()
     assert changes == [f"{incident_id}:opened:1"] and kinds.count("takeover") == 1
+
+
+def test_a_shard_whose_only_analyzer_is_killed_is_told_once_by_the_other(
+        tmp_path: Path, start_process: Callable[..., ManagedProcess]) -> None:
+    data = signal_file(tmp_path / "signals.parquet")  # a paging Xid on n1
+    store = str(tmp_path / "ha.db")
+
+    def start(shard: str, selector: str) -> ManagedProcess:
+        config = tmp_path / f"{shard}.yaml"
+        config.write_text(yaml.safe_dump({"analyzer": {"interval_s": 1, "ha": {
+            "enabled": True, "lease_s": LEASE_S, "renew_s": LEASE_S / 4, "shard": shard,
+            "selector": selector}}}))
+        return start_process(f"analyze-{shard}", oximeter_argv(
+            "--config", str(config), "analyze", "--signals", str(data), "--replay-start", START,
+            "--speed", "1", "--store", store, "--port", "0", "--port-file", str(tmp_path / f"{shard}.port")))
+
+    east, west = start("east", 'node="n1"'), start("west", 'node!="n1"')  # both start at once
+    port_east, port_west = wait_port(east, tmp_path / "east.port"), wait_port(west, tmp_path / "west.port")
+    east.wait_ready(lambda: _open_ids(port_east) and _gauge(port_east, "oximeter_analyzer_leader") == 1, 90)
+    west.wait_ready(lambda: _gauge(port_west, "oximeter_analyzer_leader") == 1 and _cycles(port_west) >= 2,
+                    90)
+    # Each shard reads only its nodes: n1's Xid is east's incident, and west, which sees the whole
+    # fleet's incidents through the shared store, opened none of its own.
+    (incident_id,) = _open_ids(port_west)
+    assert _shards(store, "SELECT shard FROM incidents") == ["east"]
+
+    east.signal(signal.SIGKILL)
+    told = "analyzer notice analyzer:shard_lapsed:east:1: shard east has no analyzer: its leader "
+    wait_until(lambda: told in west.log_tail(400), 60, what="the lost shard told")
+    # Two leases more of west's cycles (one a second) with east still down: nothing more is told.
+    seen = _cycles(port_west)
+    wait_until(lambda: _cycles(port_west) >= seen + 2 * LEASE_S, 60, what="west's later cycles")
+    assert west.log_tail(1000).count("analyzer:shard_lapsed:") == 1
+    assert _shards(store, "SELECT shard FROM leases WHERE lapse_reported_epoch = epoch") == ["east"]
+    assert _open_ids(port_west) == [incident_id]
+    assert west.stop() == 0
+
+
+def _shards(store: str, query: str) -> list[str]:
+    conn = connect(store)
+    try:
+        return sorted(str(row[0]) for row in conn.execute(query).fetchall())
+    finally:
+        conn.close()

@@ -19,6 +19,7 @@ from analyzer.signals.raw import RawStore
 from analyzer.signals.sources.base import ReplayClock, grid_index
 from analyzer.signals.spec import SignalSpec
 from analyzer.signals.tables import InputError, parse_table, read_table
+from oximeter.promql import labels_match, parse_matchers
 
 LOOKBACK_S = 300.0  # Prometheus's default lookback delta
 
@@ -44,17 +45,21 @@ class FrameSource:
         return cls(raw=raw, clock=clock)
 
     @classmethod
-    def from_signal_file(cls, path: str | Path, *, speed: float = 60.0,
-                         start: datetime | None = None) -> FrameSource:
-        """Replay a long signal file: ``timestamp, signal, <labels…>, value`` (CSV or Parquet)."""
+    def from_signal_file(cls, path: str | Path, *, speed: float = 60.0, start: datetime | None = None,
+                         selector: str = "") -> FrameSource:
+        """Replay a long signal file: ``timestamp, signal, <labels…>, value`` (CSV or Parquet);
+        ``selector``: only the series a shard's PromQL label matchers select."""
         table = read_table(path)
         if "signal" not in table.columns:
             raise InputError(path, "a signal file needs a 'signal' column")
+        matchers = parse_matchers(selector)
         signals: dict[str, SeriesFrame] = {}
         for name, part in table.groupby("signal", sort=True):
             part = part.drop(columns=["signal"]).dropna(axis=1, how="all")
             loaded = parse_table(Path(path), part)
-            signals[str(name)] = SeriesFrame(loaded.values, loaded.labels)
+            frame = SeriesFrame(loaded.values, loaded.labels)
+            keep = [c for c in frame.values.columns if labels_match(frame.labels_of(c), matchers)]
+            signals[str(name)] = SeriesFrame(frame.values[keep], {c: frame.labels_of(c) for c in keep})
         source = cls(signals)
         first = source._first_timestamp()
         source._clock = ReplayClock(start or first, speed).now

@@ -43,9 +43,10 @@ class PrometheusSource:
     def __init__(self, url: str, *, timeout_s: float = 30.0, retries: int = 3,
                  token: SecretStr | None = None, verify: bool | str = True,
                  use_recording_rules: bool = True, max_points: int = MAX_POINTS,
-                 session: requests.Session | None = None, backoff_s: float = 0.5, selector: str = "") -> None:
+                 session: requests.Session | None = None, backoff_s: float = 0.5, selector: str = "",
+                 tenant: SecretStr | None = None) -> None:
         self.http = PrometheusClient(url, timeout_s=timeout_s, retries=retries, token=token, verify=verify,
-                                     session=session, backoff_s=backoff_s)
+                                     session=session, backoff_s=backoff_s, tenant=tenant)
         self.use_recording_rules = use_recording_rules
         self.max_points = max_points
         # A shard's label matchers, added to every selector of every query (analyzer.ha.selector).
@@ -60,9 +61,10 @@ class PrometheusSource:
         """A source configured by the ``analyzer.prometheus`` section (token from its env var),
         reading the part of the fleet ``selector`` matches."""
         token = read_secret(settings.bearer_token_env) if settings.bearer_token_env else None
+        tenant = read_secret(settings.tenant_env) if settings.tenant_env else None
         return cls(settings.url, timeout_s=settings.timeout_s, retries=settings.retries, token=token,
                    verify=settings.tls_verify, use_recording_rules=settings.use_recording_rules,
-                   selector=selector)
+                   selector=selector, tenant=tenant)
 
     def now(self) -> datetime:
         """Wall-clock time."""

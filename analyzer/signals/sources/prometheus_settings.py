@@ -19,6 +19,9 @@ class PrometheusSettings(BaseModel):
     retries: int = Field(3, ge=0)
     # Name of the env var (or ``<NAME>_FILE``) holding a bearer token; never the token itself.
     bearer_token_env: str | None = None
+    # Name of the env var (or ``<NAME>_FILE``) holding the tenant a multi-tenant store answers for,
+    # sent as the X-Scope-OrgID header (Mimir, Cortex; "a|b" federates tenants where enabled).
+    tenant_env: str | None = None
     # True, False, or a CA bundle path.
     tls_verify: bool | str = True
     # Read a signal's recording rule where the store evaluates it (cheaper), else its raw PromQL;
