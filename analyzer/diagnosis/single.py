@@ -129,7 +129,7 @@ def engine_hung(case: Case) -> Diagnosis | None:
     crossed its line first."""
     def say(e: AnomalyEvent, cause: RootCause) -> str:
         held = "running in it" if e.signal == "engine_stalled" else "in flight to it"
-        made = "generated no token" if e.signal == "engine_stalled" else "delivered no answer"
+        made = "generated no token" if e.signal == "engine_stalled" else "sent nothing back"
         model = f" ({e.entity['model']})" if "model" in e.entity else ""
         return (f"{e.entity.get('node', cause.entity)}'s engine{model} holds {e.value:.0f} request(s) {held} "
                 f"and {made} for a minute: up but not serving (hung)")

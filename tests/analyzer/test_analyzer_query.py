@@ -88,6 +88,7 @@ def fixture() -> list[Series]:
         add("vllm:generation_tokens_total", _counter(50.0 * (2 - load)), **engine)
         add("oximeter_inflight_requests", _const(3 * load), **gw)
         add("oximeter_output_tokens_total", _counter(40.0 * (2 - load)), **gw)
+        add("oximeter_inter_token_seconds_count", _counter(0.0), **gw)  # nothing streamed: answers only
         for hist in ("vllm:inter_token_latency_seconds", "vllm:time_to_first_token_seconds"):
             for le, per_step in (("0.01", 50), ("0.1", 80 + 10 * load), ("+Inf", 100 + 10 * load)):
                 add(f"{hist}_bucket", _counter(per_step), le=le, **engine)
