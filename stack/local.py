@@ -163,8 +163,7 @@ class Stack:
                 self.nodes, engine_spec, ws / "logs", self.vllm_engines, self.processes))
             engines = {node: engine.url for node, engine in self.vllm_engines.items()}
         exporters, gateways = self._timed(
-            "exporters+gateways", f"{opts.nodes} gateways" if opts.vllm else
-            f"{opts.nodes} exporters and {opts.nodes} gateways",
+            "exporters+gateways", f"{opts.nodes} exporters and {opts.nodes} gateways",
             lambda: self._start_node_services(engines, redis))
         self.endpoints = Endpoints(
             simulator=engines[self.nodes[0]], engines=engines, exporters=exporters, gateways=gateways,
@@ -245,13 +244,14 @@ class Stack:
         started: dict[tuple[str, str], tuple[ManagedProcess, Path]] = {}
         for node in self.nodes:
             queue = ["--redis-url", redis, "--queue", f"jobs=oximeter:jobs:{node}"] if redis else []
-            if opts.vllm is None:  # a real engine's CPU host has no GPU to export
-                port_file = self._port_file(f"exporter-{node}")
-                naming = ["--naming", "dcgm-exporter"] if self.stock else []
-                started["exporter", node] = (self._launch(f"exporter-{node}", oximeter_argv(
-                    "exporter", "--backend", "sim", "--sim-url", engines[self.nodes[0]], "--node", node,
-                    "--host", "127.0.0.1", "--port", "0", "--port-file", str(port_file), *queue, *naming),
-                    None), port_file)
+            port_file = self._port_file(f"exporter-{node}")
+            naming = ["--naming", "dcgm-exporter"] if self.stock else []
+            # A real engine's CPU host has no GPU: its exporter reads the host alone.
+            backend = ["--backend", "sim", "--sim-url", engines[self.nodes[0]]] if opts.vllm is None else \
+                ["--backend", "none"]
+            started["exporter", node] = (self._launch(f"exporter-{node}", oximeter_argv(
+                "exporter", *backend, "--node", node, "--host", "127.0.0.1", "--port", "0",
+                "--port-file", str(port_file), *queue, *naming), None), port_file)
             if self.stock:
                 continue  # no gateway in front of a stock fleet's engines
             port_file = self._port_file(f"gateway-{node}")
