@@ -46,6 +46,7 @@ from stack.ports import start_reserved, wait_port, wait_ports
 from stack.procs import ManagedProcess, http_ok, oximeter_argv
 from stack.scrape_setup import hostport, rule_paths, scrape_targets, wait_ready
 from stack.vllm.engine import VllmEngine, launch_fleet
+from stack.vllm.warmup import warm_up
 
 BINARIES = {"prometheus": "prometheus", "promtool": "prometheus", "alertmanager": "prometheus-alertmanager",
             "redis": "redis-server"}  # role -> Debian package
@@ -161,6 +162,8 @@ class Stack:
             engine_spec = opts.vllm
             self._timed("vllm", f"{opts.nodes} vLLM engines (minutes on a CPU)", lambda: launch_fleet(
                 self.nodes, engine_spec, ws / "logs", self.vllm_engines, self.processes))
+            self._timed("warm-up", "the engines' first batches (their slowest)",
+                        lambda: warm_up(self.vllm_engines, engine_spec))
             engines = {node: engine.url for node, engine in self.vllm_engines.items()}
         exporters, gateways = self._timed(
             "exporters+gateways", f"{opts.nodes} exporters and {opts.nodes} gateways",
