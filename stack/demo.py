@@ -53,6 +53,9 @@ BACKFILL_REUSE_S = 6 * 3600.0
 # Context length of the demo's real engines: the traffic generator's longest prompts, in the tiny
 # model's 512-token vocabulary, plus their answers.
 VLLM_DEMO_MODEL_LEN = 8192
+# The demo's prompts for engines on CPUs: a tenth of a GPU chat mix's, so that a healthy engine's
+# time to first token is within the objective (a full-length prompt takes seconds to prefill there).
+VLLM_PROMPT_SCALE = 0.1
 # How long the hang drill waits for requests running in the engine it hangs (traffic has just begun).
 HANG_WAIT_S = 120.0
 
@@ -142,6 +145,7 @@ def run(args: argparse.Namespace) -> int:
         # Real engines make their own history from now on; their prompts (the traffic generator's,
         # a few hundred words with a shared prefix) need a longer context than the tests' engine.
         options = dataclasses.replace(options, backfill=None, backfill_dir=None, daily_shape=False,
+                                      prompt_scale=VLLM_PROMPT_SCALE,
                                       vllm=EngineSpec(max_model_len=VLLM_DEMO_MODEL_LEN))
     progress = Progress(SpinnerColumn(), TextColumn("{task.description}"), TimeElapsedColumn(),
                         console=console)

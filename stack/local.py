@@ -237,6 +237,7 @@ class Stack:
                          for a in ("--target", url)],
             "--base-rps", str(opts.traffic_rps_per_node * opts.nodes), "--day-seconds", str(opts.day_seconds),
             "--start-hour", f"{now.hour + now.minute / 60:.3f}", "--stream-ratio", str(opts.stream_ratio),
+            "--prompt-scale", str(opts.prompt_scale),
             "--daily-shape" if opts.daily_shape else "--no-daily-shape",
             "--duration", str(10 * 365 * 86400), "--seed", str(opts.seed)), None)
 

@@ -60,6 +60,8 @@ class StackOptions:
     redis: bool = True
     traffic_rps_per_node: float = 1.0  # the history's base_rps, so baselines compare like with like
     stream_ratio: float = 1.0  # history models streaming requests: TTFT is the first chunk
+    # Prompt lengths times this (``oximeter traffic --prompt-scale``): engines on CPUs need shorter ones.
+    prompt_scale: float = 1.0
     day_seconds: float = 86400.0
     daily_shape: bool = True  # the history's daily_shape: False keeps traffic at its base rate all day
     # The gateways' limits: the simulated fleet's (its backfilled history runs the same).

@@ -12,8 +12,8 @@ import requests
 
 from stack.vllm.engine import EngineError, EngineSpec, VllmEngine
 
-# A prompt about as long as the traffic generator's (a shared system prompt and the question).
-PROMPT_WORDS = 450
+# A prompt about as long as the longest the demo's traffic sends engines on CPUs.
+PROMPT_WORDS = 120
 ANSWER_TOKENS = 24
 ROUNDS = 2
 
