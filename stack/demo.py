@@ -58,6 +58,8 @@ VLLM_DEMO_MODEL_LEN = 8192
 VLLM_PROMPT_SCALE = 0.1
 # How long the hang drill waits for requests running in the engine it hangs (traffic has just begun).
 HANG_WAIT_S = 120.0
+# How long a stopped engine core's last stats report may take to reach its API server.
+STOP_SETTLE_S = 0.5
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
@@ -244,12 +246,11 @@ def _hang_drill(stack: Stack, fault_s: float, deadline: float | None, console: C
     console.rule(f"[bold]drill: {node}'s vLLM engine core hangs for {fault_s:.0f} s")
     # A hang while the engine runs requests: those it holds are what it stops serving.
     try:
-        wait_until(lambda: _running(engine) > 0, HANG_WAIT_S, interval_s=0.2,
-                   what=f"requests running in {node}'s engine")
+        pid = wait_until(lambda: _stop_while_running(engine), HANG_WAIT_S, interval_s=0.2,
+                         what=f"{node}'s engine core stopped while it runs requests")
     except TimeoutError as exc:
         raise StackError(str(exc)) from None
     t0 = time.monotonic()
-    pid = engine.signal_engine_core(signal.SIGSTOP)
     console.print(f"stopped {node}'s engine core (pid {pid}) at {datetime.now(UTC):%H:%M:%S} UTC; "
                   f"its /health still answers")
     limit = t0 + fault_s + 240.0 if deadline is None else min(t0 + fault_s + 240.0, deadline)
@@ -261,6 +262,20 @@ def _hang_drill(stack: Stack, fault_s: float, deadline: float | None, console: C
     _watch(watch, t0, limit, fault_s, console)
     if not watch.seen:
         console.print("[red]no incident within the time left[/]")
+
+
+def _stop_while_running(engine: VllmEngine) -> int:
+    """Stop the engine core if it runs requests and its last report, once stopped, says it still
+    does (it may have finished them in between); its pid, or 0 after resuming it to try again."""
+    if _running(engine) <= 0:
+        return 0
+    pid = engine.signal_engine_core(signal.SIGSTOP)
+    # The reports already on their way arrive within the settling time; none follows a stopped core.
+    time.sleep(STOP_SETTLE_S)
+    if _running(engine) > 0:
+        return pid
+    engine.signal_engine_core(signal.SIGCONT)
+    return 0
 
 
 def _running(engine: VllmEngine) -> float:

@@ -134,14 +134,6 @@ def engine_hung(case: Case) -> Diagnosis | None:
         return (f"{e.entity.get('node', cause.entity)}'s engine{model} holds {e.value:.0f} request(s) {held} "
                 f"and {made} for a minute: up but not serving (hung)")
 
-    e = first(case, *STALLED_SIGNALS)
-    if e is not None and e.signal == "upstream_stalled":
-        # vLLM's own counters on that node, where read, say whether its engine generates: a stream
-        # that sends nothing while the engine makes tokens is held up elsewhere (a long prefill queue).
-        node = e.entity.get("node")
-        own = [v for k, v in case.context("engine_stalled").items() if dict(k).get("node") == node]
-        if own and max(own) == 0:
-            return None
     return first_names_cause(case, "engine_hung", "engine", STALLED_SIGNALS, "warning", say)
 
 

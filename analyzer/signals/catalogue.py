@@ -321,10 +321,9 @@ CATALOGUE: dict[str, SignalSpec] = {s.name: s for s in (
     # minute, neither an answer's end (it counts an answer's tokens then) nor a streamed chunk (each
     # observed as an inter-token gap), so a slow engine still streaming is not stalled. A node whose
     # every request in flight is an unstreamed answer longer than that is: raise for_s where so.
-    # Evidence, not an opener: a long prefill or a starved API server sends nothing back for a while
-    # too; where vLLM's own counters are read they decide (engine_stalled), and where they are not,
-    # the harm it does (429s, 504s, a fast burn) opens the incident that it then names.
-    _s(name="upstream_stalled", layer="engine", kind="gauge", unit="requests", opens_incident=False,
+    # It also sees the hang vLLM's own gauges miss: a core that froze between two stats reports keeps
+    # reporting what it last ran (none, if it stopped idle) while requests pile up in front of it.
+    _s(name="upstream_stalled", layer="engine", kind="gauge", unit="requests",
        record="service_node:oximeter_inflight_requests:stalled_1m",
        expr=Stalled(q.gauge("oximeter_inflight_requests"),
                     (q.increase("oximeter_output_tokens_total", 60),

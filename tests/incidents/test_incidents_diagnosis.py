@@ -346,8 +346,8 @@ ROWS = [
         severity="warning",
         sentence="node-0's engine (m) holds 12 request(s) in flight to it and sent nothing back for a minute: "
                  "up but not serving (hung)"),
-    Row("nothing back through the gateway while vLLM generates: not a hang", dx.engine_hung, (HUNG_UPSTREAM,),
-        {"engine_stalled": {tuple(sorted(ENGINE.items())): 0.0}}, fires=False, winner="unclassified"),
+    Row("no stall: the queue and 429s of a busy engine are no hang", dx.engine_hung, (Q, REJECTED), UTIL_HIGH,
+        fires=False, winner="capacity_exhausted"),
     Row("an engine stalled by a card full of leaked memory: the leak", dx.engine_hung,
         (GPU_LEAK, ev("engine_stalled", 8, 0.5, onset=2, **ENGINE)), winner="gpu_memory_leak",
         root="gpu_memory_trend"),
