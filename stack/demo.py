@@ -56,6 +56,9 @@ VLLM_DEMO_MODEL_LEN = 8192
 # The demo's prompts for engines on CPUs: a tenth of a GPU chat mix's, so that a healthy engine's
 # time to first token is within the objective (a full-length prompt takes seconds to prefill there).
 VLLM_PROMPT_SCALE = 0.1
+# Requests a second per real engine: half the simulated fleet's, as every process of the stack shares
+# the host's CPUs with the engines, and a node catching up after a hang must not starve the others.
+VLLM_RPS_PER_NODE = 0.5
 # How long the hang drill waits for requests running in the engine it hangs (traffic has just begun).
 HANG_WAIT_S = 120.0
 # How long a stopped engine core's last stats report may take to reach its API server.
@@ -147,7 +150,7 @@ def run(args: argparse.Namespace) -> int:
         # Real engines make their own history from now on; their prompts (the traffic generator's,
         # a few hundred words with a shared prefix) need a longer context than the tests' engine.
         options = dataclasses.replace(options, backfill=None, backfill_dir=None, daily_shape=False,
-                                      prompt_scale=VLLM_PROMPT_SCALE,
+                                      prompt_scale=VLLM_PROMPT_SCALE, traffic_rps_per_node=VLLM_RPS_PER_NODE,
                                       vllm=EngineSpec(max_model_len=VLLM_DEMO_MODEL_LEN))
     progress = Progress(SpinnerColumn(), TextColumn("{task.description}"), TimeElapsedColumn(),
                         console=console)
