@@ -344,8 +344,8 @@ ROWS = [
         UTIL_LOW, root="engine_stalled", severity="critical"),
     Row("a hung engine seen from its gateway", dx.engine_hung, (HUNG_UPSTREAM,), root="upstream_stalled",
         severity="warning",
-        sentence="node-0's engine (m) holds 12 request(s) in flight to it and sent nothing back for a minute: "
-                 "up but not serving (hung)"),
+        sentence="node-0's engine (m) holds 12 request(s) in flight to it and sent nothing back for a "
+                 "minute: up but not serving (hung)"),
     Row("no stall: the queue and 429s of a busy engine are no hang", dx.engine_hung, (Q, REJECTED), UTIL_HIGH,
         fires=False, winner="capacity_exhausted"),
     Row("an engine stalled by a card full of leaked memory: the leak", dx.engine_hung,
