@@ -93,7 +93,7 @@ def build_reporting(store: IncidentStore, settings: ReporterSettings, token: Sec
     prom = digest_client(settings.digest)
 
     def send_day(day: date) -> None:
-        digest_schedule.send(prom, store, outbox, day, settings, catalogue=catalogue, slos=slos)
+        digest_schedule.send_unless_empty(prom, store, outbox, day, settings, catalogue=catalogue, slos=slos)
 
     claims = Claims(store.conn, outbox.worker_id)
     scheduler = digest_schedule.DigestScheduler(

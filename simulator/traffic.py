@@ -16,7 +16,7 @@ import sys
 import time
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from urllib.parse import urlsplit
 
 import aiohttp
@@ -59,6 +59,15 @@ def _text(rng: random.Random, tokens: int) -> str:
 
 def _lognormal(rng: random.Random, median: int, sigma: float) -> int:
     return max(1, round(rng.lognormvariate(math.log(median), sigma)))
+
+
+def scaled_mix(mix: RequestMix, prompt_scale: float) -> RequestMix:
+    """``mix`` with its prompts and shared system prompts ``prompt_scale`` times as long (at least a
+    token each)."""
+    if prompt_scale == 1.0:
+        return mix
+    return replace(mix, prompt_tokens_median=max(1, round(mix.prompt_tokens_median * prompt_scale)),
+                   shared_prefix_tokens=max(1, round(mix.shared_prefix_tokens * prompt_scale)))
 
 
 class RequestBuilder:
@@ -271,6 +280,10 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--duration", type=float, default=3600.0, help="stop after this many seconds")
     parser.add_argument("--max-requests", type=int, default=1_000_000, help="stop after this many requests")
     parser.add_argument("--stream-ratio", type=float, default=0.7, help="share of streaming requests")
+    parser.add_argument("--prompt-scale", type=float, default=1.0,
+                        help="prompt lengths (and the shared system prompts) times this: 1 is a chat mix "
+                             "for GPU engines; an engine on CPUs answers within a time-to-first-token "
+                             "objective only with shorter prompts")
     parser.add_argument("--model", default=None, help="model field (default: the first target's /v1/models)")
     parser.add_argument("--seed", type=int, default=0, help="random seed")
     parser.add_argument("--trace", metavar="FILE", default=None,
@@ -305,7 +318,8 @@ def run(args: argparse.Namespace) -> int:
 
     async def main() -> Counter[str]:
         model = args.model or await discover_model(targets[0])
-        builder = RequestBuilder(RequestMix(model=model, stream_ratio=args.stream_ratio), seed=args.seed)
+        builder = RequestBuilder(scaled_mix(RequestMix(model=model, stream_ratio=args.stream_ratio),
+                                            args.prompt_scale), seed=args.seed)
         return await open_loop(
             targets,
             builder,

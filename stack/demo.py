@@ -24,6 +24,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from types import FrameType
 
+from prometheus_client.parser import text_string_to_metric_families
 from rich.console import Console
 from rich.panel import Panel
 from rich.progress import Progress, SpinnerColumn, TaskID, TextColumn, TimeElapsedColumn
@@ -42,8 +43,8 @@ from stack.demo_stack import (
     prebuild_backfill,
 )
 from stack.local import Endpoints, Stack, StackError, StackOptions
-from stack.procs import oximeter_argv
-from stack.vllm.engine import EngineSpec
+from stack.procs import oximeter_argv, wait_until
+from stack.vllm.engine import EngineSpec, VllmEngine
 
 DEFAULT_WORKSPACE = Path(".oximeter/demo")
 DASHBOARDS = Path(__file__).resolve().parent.parent / "dashboards" / "build"
@@ -52,6 +53,16 @@ BACKFILL_REUSE_S = 6 * 3600.0
 # Context length of the demo's real engines: the traffic generator's longest prompts, in the tiny
 # model's 512-token vocabulary, plus their answers.
 VLLM_DEMO_MODEL_LEN = 8192
+# The demo's prompts for engines on CPUs: a tenth of a GPU chat mix's, so that a healthy engine's
+# time to first token is within the objective (a full-length prompt takes seconds to prefill there).
+VLLM_PROMPT_SCALE = 0.1
+# Requests a second per real engine: half the simulated fleet's, as every process of the stack shares
+# the host's CPUs with the engines, and a node catching up after a hang must not starve the others.
+VLLM_RPS_PER_NODE = 0.5
+# How long the hang drill waits for requests running in the engine it hangs (traffic has just begun).
+HANG_WAIT_S = 120.0
+# How long a stopped engine core's last stats report may take to reach its API server.
+STOP_SETTLE_S = 0.5
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
@@ -139,6 +150,7 @@ def run(args: argparse.Namespace) -> int:
         # Real engines make their own history from now on; their prompts (the traffic generator's,
         # a few hundred words with a shared prefix) need a longer context than the tests' engine.
         options = dataclasses.replace(options, backfill=None, backfill_dir=None, daily_shape=False,
+                                      prompt_scale=VLLM_PROMPT_SCALE, traffic_rps_per_node=VLLM_RPS_PER_NODE,
                                       vllm=EngineSpec(max_model_len=VLLM_DEMO_MODEL_LEN))
     progress = Progress(SpinnerColumn(), TextColumn("{task.description}"), TimeElapsedColumn(),
                         console=console)
@@ -235,8 +247,13 @@ def _hang_drill(stack: Stack, fault_s: float, deadline: float | None, console: C
     engine = stack.vllm_engines[node]
     watch = IncidentWatch(stack.endpoints.addons["analyzer"])
     console.rule(f"[bold]drill: {node}'s vLLM engine core hangs for {fault_s:.0f} s")
+    # A hang while the engine runs requests: those it holds are what it stops serving.
+    try:
+        pid = wait_until(lambda: _stop_while_running(engine), HANG_WAIT_S, interval_s=0.2,
+                         what=f"{node}'s engine core stopped while it runs requests")
+    except TimeoutError as exc:
+        raise StackError(str(exc)) from None
     t0 = time.monotonic()
-    pid = engine.signal_engine_core(signal.SIGSTOP)
     console.print(f"stopped {node}'s engine core (pid {pid}) at {datetime.now(UTC):%H:%M:%S} UTC; "
                   f"its /health still answers")
     limit = t0 + fault_s + 240.0 if deadline is None else min(t0 + fault_s + 240.0, deadline)
@@ -248,6 +265,27 @@ def _hang_drill(stack: Stack, fault_s: float, deadline: float | None, console: C
     _watch(watch, t0, limit, fault_s, console)
     if not watch.seen:
         console.print("[red]no incident within the time left[/]")
+
+
+def _stop_while_running(engine: VllmEngine) -> int:
+    """Stop the engine core if it runs requests and its last report, once stopped, says it still
+    does (it may have finished them in between); its pid, or 0 after resuming it to try again."""
+    if _running(engine) <= 0:
+        return 0
+    pid = engine.signal_engine_core(signal.SIGSTOP)
+    # The reports already on their way arrive within the settling time; none follows a stopped core.
+    time.sleep(STOP_SETTLE_S)
+    if _running(engine) > 0:
+        return pid
+    engine.signal_engine_core(signal.SIGCONT)
+    return 0
+
+
+def _running(engine: VllmEngine) -> float:
+    """The requests ``engine`` runs now, from its own ``vllm:num_requests_running``."""
+    families = text_string_to_metric_families(engine.metrics())
+    return sum(sample.value for family in families if family.name == "vllm:num_requests_running"
+               for sample in family.samples)
 
 
 def _digest(ep: Endpoints, workspace: Path, console: Console) -> None:
@@ -281,7 +319,8 @@ def _print_message(message: SinkMessage, console: Console) -> None:
 def _print_endpoints(ep: Endpoints, workspace: Path, console: Console, vllm: bool = False) -> None:
     if vllm:
         console.print("[bold]REAL vLLM[/] (CPU build, tiny model with random weights): no GPU, so no GPU "
-                      "telemetry; gateways, Prometheus, Alertmanager and the analyzer are the real thing.")
+                      "telemetry; gateways, exporters (host only), Prometheus, Alertmanager and the analyzer "
+                      "are the real thing.")
     else:
         console.print("[bold]SIMULATION[/]: engines and GPUs are simulated; gateways, exporters, "
                       "Prometheus, Alertmanager and the analyzer are the real thing.")

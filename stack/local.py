@@ -46,6 +46,7 @@ from stack.ports import start_reserved, wait_port, wait_ports
 from stack.procs import ManagedProcess, http_ok, oximeter_argv
 from stack.scrape_setup import hostport, rule_paths, scrape_targets, wait_ready
 from stack.vllm.engine import VllmEngine, launch_fleet
+from stack.vllm.warmup import warm_up
 
 BINARIES = {"prometheus": "prometheus", "promtool": "prometheus", "alertmanager": "prometheus-alertmanager",
             "redis": "redis-server"}  # role -> Debian package
@@ -161,10 +162,11 @@ class Stack:
             engine_spec = opts.vllm
             self._timed("vllm", f"{opts.nodes} vLLM engines (minutes on a CPU)", lambda: launch_fleet(
                 self.nodes, engine_spec, ws / "logs", self.vllm_engines, self.processes))
+            self._timed("warm-up", "the engines' first batches (their slowest)",
+                        lambda: warm_up(self.vllm_engines, engine_spec))
             engines = {node: engine.url for node, engine in self.vllm_engines.items()}
         exporters, gateways = self._timed(
-            "exporters+gateways", f"{opts.nodes} gateways" if opts.vllm else
-            f"{opts.nodes} exporters and {opts.nodes} gateways",
+            "exporters+gateways", f"{opts.nodes} exporters and {opts.nodes} gateways",
             lambda: self._start_node_services(engines, redis))
         self.endpoints = Endpoints(
             simulator=engines[self.nodes[0]], engines=engines, exporters=exporters, gateways=gateways,
@@ -235,6 +237,7 @@ class Stack:
                          for a in ("--target", url)],
             "--base-rps", str(opts.traffic_rps_per_node * opts.nodes), "--day-seconds", str(opts.day_seconds),
             "--start-hour", f"{now.hour + now.minute / 60:.3f}", "--stream-ratio", str(opts.stream_ratio),
+            "--prompt-scale", str(opts.prompt_scale),
             "--daily-shape" if opts.daily_shape else "--no-daily-shape",
             "--duration", str(10 * 365 * 86400), "--seed", str(opts.seed)), None)
 
@@ -245,13 +248,14 @@ class Stack:
         started: dict[tuple[str, str], tuple[ManagedProcess, Path]] = {}
         for node in self.nodes:
             queue = ["--redis-url", redis, "--queue", f"jobs=oximeter:jobs:{node}"] if redis else []
-            if opts.vllm is None:  # a real engine's CPU host has no GPU to export
-                port_file = self._port_file(f"exporter-{node}")
-                naming = ["--naming", "dcgm-exporter"] if self.stock else []
-                started["exporter", node] = (self._launch(f"exporter-{node}", oximeter_argv(
-                    "exporter", "--backend", "sim", "--sim-url", engines[self.nodes[0]], "--node", node,
-                    "--host", "127.0.0.1", "--port", "0", "--port-file", str(port_file), *queue, *naming),
-                    None), port_file)
+            port_file = self._port_file(f"exporter-{node}")
+            naming = ["--naming", "dcgm-exporter"] if self.stock else []
+            # A real engine's CPU host has no GPU: its exporter reads the host alone.
+            backend = ["--backend", "sim", "--sim-url", engines[self.nodes[0]]] if opts.vllm is None else \
+                ["--backend", "none"]
+            started["exporter", node] = (self._launch(f"exporter-{node}", oximeter_argv(
+                "exporter", *backend, "--node", node, "--host", "127.0.0.1", "--port", "0",
+                "--port-file", str(port_file), *queue, *naming), None), port_file)
             if self.stock:
                 continue  # no gateway in front of a stock fleet's engines
             port_file = self._port_file(f"gateway-{node}")

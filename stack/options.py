@@ -60,6 +60,8 @@ class StackOptions:
     redis: bool = True
     traffic_rps_per_node: float = 1.0  # the history's base_rps, so baselines compare like with like
     stream_ratio: float = 1.0  # history models streaming requests: TTFT is the first chunk
+    # Prompt lengths times this (``oximeter traffic --prompt-scale``): engines on CPUs need shorter ones.
+    prompt_scale: float = 1.0
     day_seconds: float = 86400.0
     daily_shape: bool = True  # the history's daily_shape: False keeps traffic at its base rate all day
     # The gateways' limits: the simulated fleet's (its backfilled history runs the same).
@@ -71,7 +73,8 @@ class StackOptions:
     # Prometheus with the adapter rules (docs/stock-telemetry.md).
     telemetry: str = "oximeter"
     # Real vLLM engines (the CPU build, stack/vllm/) instead of the simulator's, one per node, with
-    # these flags: no GPU exporters then (a CPU host has no GPU to read) and no simulated backfill.
+    # these flags: each node's exporter then reads its host alone (a CPU host has no GPU) and there
+    # is no simulated backfill.
     vllm: EngineSpec | None = None
     addons: tuple[Addon, ...] = ()
 

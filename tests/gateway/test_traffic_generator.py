@@ -10,7 +10,7 @@ import pytest
 from gateway_harness import MODEL, Upstream
 
 from simulator.load_shape import RequestMix, daily_rate
-from simulator.traffic import RequestBuilder, check_loopback
+from simulator.traffic import RequestBuilder, check_loopback, scaled_mix
 from stack.procs import oximeter_argv
 
 
@@ -42,6 +42,14 @@ def test_builder_is_reproducible_and_mixes_streams_and_shared_prefixes() -> None
         5,
         3,
     )
+
+
+def test_a_prompt_scale_shortens_prompts_and_shared_prefixes_alike() -> None:
+    mix = RequestMix(model="m", prompt_tokens_median=200, shared_prefix_tokens=256, shared_prefix_ratio=1.0)
+    short = scaled_mix(mix, 0.1)
+    assert (short.prompt_tokens_median, short.shared_prefix_tokens, scaled_mix(mix, 1.0)) == (20, 26, mix)
+    body = json.loads(RequestBuilder(short, seed=1).build(prompt_tokens=None).body)
+    assert len(body["messages"][0]["content"].split()) == 26
 
 
 @pytest.mark.parametrize(

@@ -66,6 +66,9 @@ EMPTY_JUST_OVER = ev("empty_output_ratio", 0.051, None, on=N0)
 EMPTY_AT_LIMIT = ev("empty_output_ratio", 0.05, 0.01, on=N0)
 # An external work queue growing by 0.25 items a second that never emptied.
 QGROW = ev("external_queue_growth", 0.25, None, node="node-0", queue="jobs")
+ENGINE = {"node": "node-0", "model": "m", "model_name": "m", "engine": "0"}
+HUNG = ev("engine_stalled", 8, 0.5, **ENGINE)  # 8 running, no token for a minute
+HUNG_UPSTREAM = ev("upstream_stalled", 12, 0.5, model="m", **N0)  # 12 in flight, nothing back
 # Requests per 5 min of the same-model peers on other nodes.
 PEER_TRAFFIC = {(("model", "m"), ("node", f"node-{i}")): 600.0 for i in (1, 2, 3)}
 # Two nodes of four GPUs: node-0's GPU 2 busier than everything else, or all of node-0 busier.
@@ -335,6 +338,19 @@ ROWS = [
     Row("empty answers from a card that filled up: the leak is the cause", dx.empty_outputs,
         (GPU_LEAK, ev("empty_output_ratio", 0.12, None, onset=2, on=N0)),
         winner="gpu_memory_leak", root="gpu_memory_trend"),
+    Row("a hung engine: its queue, 429s and 504s are impact, whichever crossed first", dx.engine_hung,
+        (ev("rejected_429_ratio", 0.6, 0.05, onset=-1, on=N0, route="/v1/chat/completions"), Q,
+         ev("error_504_ratio", 1.0, 0.0, onset=-1, on=N0, route="/v1/chat/completions"), HUNG),
+        UTIL_LOW, root="engine_stalled", severity="critical"),
+    Row("a hung engine seen from its gateway", dx.engine_hung, (HUNG_UPSTREAM,), root="upstream_stalled",
+        severity="warning",
+        sentence="node-0's engine (m) holds 12 request(s) in flight to it and sent nothing back for a "
+                 "minute: up but not serving (hung)"),
+    Row("no stall: the queue and 429s of a busy engine are no hang", dx.engine_hung, (Q, REJECTED), UTIL_HIGH,
+        fires=False, winner="capacity_exhausted"),
+    Row("an engine stalled by a card full of leaked memory: the leak", dx.engine_hung,
+        (GPU_LEAK, ev("engine_stalled", 8, 0.5, onset=2, **ENGINE)), winner="gpu_memory_leak",
+        root="gpu_memory_trend"),
     Row("capacity", dx.capacity_exhausted, (Q,), UTIL_HIGH, root="queue_wait_p99", severity="critical",
         sentence="queue_wait p99 4.8 s = 6.1 × baseline while GPU util 93 %: capacity exhausted"),
     Row("bursts: the engine's own queue filled while utilisation looks low", dx.capacity_exhausted, (Q,),
@@ -543,7 +559,8 @@ def test_rule_order_is_the_architecture_table() -> None:
     assert dx.RULE_IDS == (
         "xid_critical", "ecc_uncorrectable", "ecc_storm", "ecc_slow_burn", "nvlink_degraded",
         "thermal_throttle", "peer_outlier", "node_not_ready", "restart_loop", "telemetry_lost",
-        "dependency_degraded", "engine_leak", "gpu_memory_leak", "kv_pressure", "prefix_cache_collapse",
+        "dependency_degraded", "engine_leak", "gpu_memory_leak", "engine_hung", "kv_pressure",
+        "prefix_cache_collapse",
         "empty_outputs", "capacity_exhausted", "scheduling_bottleneck", "queue_undrained", "ingress_errors",
         "unclassified")
 
