@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 
 from analyzer.detection.events import AnomalyEvent
-from analyzer.diagnosis.burn import burn_specs, burns, fastest, headline
+from analyzer.diagnosis.burn import WINDOWS_S, burn_specs, burns, fastest, headline
 from analyzer.diagnosis.case import Labels, Snapshot
 from analyzer.incidents.harm import harmed
 from analyzer.signals.raw import RawStore
@@ -105,18 +105,30 @@ class BurnReader:
         return best
 
 
+# How long after a fault ends its harm is still counted: a latency is observed when its request
+# finishes, so a request held by the fault (a stalled engine, a full queue) burns the budget as it
+# completes after the fault; the fast page's short window is as long as the analyzer looks back.
+AFTERMATH_S = WINDOWS_S["5m"]
+
+
 def truth_peak(readers: Sequence[tuple[BurnReader, Sequence[Mapping[str, Any]]]], truth: Mapping[str, Any],
                every_s: float) -> Peak:
-    """The fastest burn on ``truth``'s node during its faults (every fault where none is on its node),
-    over every window replayed (each history with the faults its truth lists)."""
+    """The fastest burn on ``truth``'s node during its faults and their aftermath (every fault where
+    none is on its node), over every window replayed (each history with the faults its truth lists)."""
     node = (truth.get("entity") or {}).get("node")
     best = NO_BURN
     for reader, faults in readers:
-        own = [f for f in faults if f.get("node") == node] or list(faults)
-        for fault in own:
-            # A fault without an end lasts to the end of the history.
+        own = sorted([f for f in faults if f.get("node") == node] or list(faults),
+                     key=lambda f: float(f["start_epoch_s"]))
+        for i, fault in enumerate(own):
+            # A fault without an end lasts to the end of the history. Its harm is counted until
+            # AFTERMATH_S past its end (never into the next fault's): a request the fault held is
+            # recorded when it finishes, after the fault.
             end = fault.get("end_epoch_s") or reader.index[-1].timestamp() + every_s
-            peak = reader.peak(node, float(fault["start_epoch_s"]), float(end), every_s)
+            end = float(end) + AFTERMATH_S
+            if i + 1 < len(own):
+                end = min(end, float(own[i + 1]["start_epoch_s"]))
+            peak = reader.peak(node, float(fault["start_epoch_s"]), end, every_s)
             if (SEVERITY_RANK[peak.grade], peak.rate) > (SEVERITY_RANK[best.grade], best.rate):
                 best = peak
     return best
@@ -148,7 +160,7 @@ def harm_lines(expected: Sequence[Mapping[str, Any]], incidents: Sequence[Mappin
 
 
 # How long after a fault's onset its harm is measured: the fast page's short window.
-ONSET_WINDOW_S = 300.0
+ONSET_WINDOW_S = WINDOWS_S["5m"]
 
 
 def onset_burn(readers: Sequence[tuple[BurnReader, Sequence[Mapping[str, Any]]]], node: str,
