@@ -58,7 +58,9 @@ class StackOptions:
     alert_repeat_interval_s: float = 4 * 3600.0
     relay_token_file: Path | None = None
     redis: bool = True
-    traffic_rps_per_node: float = 1.0  # the history's base_rps, so baselines compare like with like
+    # The history's base_rps, so baselines compare like with like; 0: no traffic generator (the
+    # caller makes the load).
+    traffic_rps_per_node: float = 1.0
     stream_ratio: float = 1.0  # history models streaming requests: TTFT is the first chunk
     day_seconds: float = 86400.0
     daily_shape: bool = True  # the history's daily_shape: False keeps traffic at its base rate all day
@@ -73,7 +75,15 @@ class StackOptions:
     # Real vLLM engines (the CPU build, stack/vllm/) instead of the simulator's, one per node, with
     # these flags: no GPU exporters then (a CPU host has no GPU to read) and no simulated backfill.
     vllm: EngineSpec | None = None
+    # Real engines already serving, by node (their caller started them and stops them): the stack
+    # starts none and fronts these, as it would the engines of ``vllm``.
+    engine_urls: Mapping[str, str] | None = None
     addons: tuple[Addon, ...] = ()
+
+    @property
+    def real_engines(self) -> bool:
+        """Whether the engines are real vLLM ones (no simulator, so no GPUs and no Kubernetes to read)."""
+        return self.vllm is not None or self.engine_urls is not None
 
 
 @dataclass(frozen=True)
