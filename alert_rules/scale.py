@@ -57,8 +57,14 @@ def scale_expr(expr: str, factor: float) -> str:
     return _OFFSET_RE.sub(offset_sub, _RANGE_RE.sub(range_sub, expr))
 
 
+# Alerts whose ``for`` is a grace for processes to start, not a fault's persistence: a compressed
+# clock makes no process start faster, so a stack starting its last add-on would page for it.
+STARTUP_GRACE = frozenset({"ScrapeJobMissing"})
+
+
 def scale_groups(groups: list[dict[str, Any]], factor: float) -> list[dict[str, Any]]:
-    """Deep copies of ``groups`` with every duration divided by ``factor`` (> 0)."""
+    """Deep copies of ``groups`` with every duration divided by ``factor`` (> 0), but the start-up
+    grace of the ``STARTUP_GRACE`` alerts."""
     if factor <= 0:
         raise ValueError(f"time scale factor must be > 0, got {factor}")
     scaled = copy.deepcopy(groups)
@@ -68,7 +74,7 @@ def scale_groups(groups: list[dict[str, Any]], factor: float) -> list[dict[str, 
         for rule in group["rules"]:
             rule["expr"] = scale_expr(str(rule["expr"]), factor)
             for key in ("for", "keep_firing_for"):
-                if key in rule:
+                if key in rule and rule.get("alert") not in STARTUP_GRACE:
                     rule[key] = scale_duration(str(rule[key]), factor)
     return scaled
 

@@ -35,7 +35,9 @@ log = logging.getLogger("exporter")
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """The exporter's flags; each overrides the config file only when given."""
-    parser.add_argument("--backend", choices=sorted(BACKENDS), help="nvml (real GPUs) or sim (default: nvml)")
+    parser.add_argument("--backend", choices=sorted(BACKENDS),
+                        help="nvml (real GPUs), sim, or none (a CPU host: its processes, memory and queues, "
+                        "no GPU series) (default: nvml)")
     parser.add_argument("--sim-url", help="simulator base URL (default: http://127.0.0.1:8100)")
     parser.add_argument("--node", help="node label (default: this host's name)")
     parser.add_argument("--host", help="address to listen on (default: 127.0.0.1)")

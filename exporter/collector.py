@@ -164,7 +164,7 @@ class GpuCollector(Collector):
         telemetry = _gauge("oximeter_telemetry_up",
                            "1 when this scrape read the node's GPU telemetry, 0 when the source (NVML or "
                            "the simulator) could not be read or reported no GPU.", ("node",))
-        if not describe:
+        if not describe and snapshot.gpu_source:
             telemetry.add_metric([node], 1 if snapshot.read_ok and gpus else 0)
         yield telemetry
         yield from self._gpu_families(gpus)

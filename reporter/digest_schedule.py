@@ -52,16 +52,41 @@ def already_queued(outbox: Outbox, day: date) -> bool:
     return row is not None
 
 
+def empty(digest: Digest) -> bool:
+    """Whether the day held nothing to digest: no request, no queue, no GPU and no incident (a day
+    before the fleet's telemetry began)."""
+    return (not digest.slo and not digest.gpu_health and digest.incidents == 0
+            and digest.max_queue_length is None)
+
+
 def send(prom: PromQuery, store: IncidentStore | None, outbox: Outbox, day: date, settings: ReporterSettings,
          channels: Iterable[str] | None = None, now: float | None = None,
          catalogue: Mapping[str, SignalSpec] = CATALOGUE, slos: SloSettings | None = None) -> Message:
     """Queue ``day``'s digest on ``channels`` (default: ``digest.channels``, else every channel)."""
     _, message = build(prom, store, day, settings, catalogue, slos)
+    _queue(outbox, message, day, settings, channels, now)
+    return message
+
+
+def send_unless_empty(prom: PromQuery, store: IncidentStore | None, outbox: Outbox, day: date,
+                      settings: ReporterSettings, catalogue: Mapping[str, SignalSpec] = CATALOGUE,
+                      slos: SloSettings | None = None) -> Message | None:
+    """The scheduler's :func:`send`: a day with nothing to digest is logged, not sent (the daemon
+    catching up on the day before its telemetry began would post an empty report)."""
+    digest, message = build(prom, store, day, settings, catalogue, slos)
+    if empty(digest):
+        logger.info("digest for {}: no telemetry that day, nothing to send", day)
+        return None
+    _queue(outbox, message, day, settings, None, None)
+    return message
+
+
+def _queue(outbox: Outbox, message: Message, day: date, settings: ReporterSettings,
+           channels: Iterable[str] | None, now: float | None) -> None:
     if message.image_png:  # before it is queued: the link in the message must already resolve
         save_chart(outbox.conn, message.image_png, day.isoformat(), keep=settings.digest.keep_charts)
     chosen = list(channels) if channels is not None else settings.digest.channels
     outbox.enqueue(message, chosen, now=_time.time() if now is None else now)
-    return message
 
 
 class DigestScheduler:

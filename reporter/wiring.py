@@ -91,7 +91,7 @@ def build_reporting(store: IncidentStore, settings: ReporterSettings, token: Sec
     prom = digest_client(settings.digest)
 
     def send_day(day: date) -> None:
-        digest_schedule.send(prom, store, outbox, day, settings, catalogue=catalogue, slos=slos)
+        digest_schedule.send_unless_empty(prom, store, outbox, day, settings, catalogue=catalogue, slos=slos)
 
     scheduler = digest_schedule.DigestScheduler(
         settings, send_day, sent=lambda day: digest_schedule.already_queued(outbox, day))

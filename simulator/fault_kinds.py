@@ -125,7 +125,10 @@ E = Effect
 FAULT_KINDS: dict[str, FaultKind] = {
     # Engine-facing.
     "decode_slowdown": FaultKind("engine", 3.0, "decode time multiplier (> 1 slows)", effects=(E.DECODE,)),
-    "engine_stall": FaultKind("engine", 1.0, "unused: the engine makes no progress", effects=(E.STALL,)),
+    # The engine hangs with its requests (a wedged scheduler or kernel): up, answering its health
+    # check, holding what it runs and generating nothing.
+    "engine_stall": FaultKind("engine", 1.0, "unused: the engine makes no progress", effects=(E.STALL,),
+                              rule="engine_hung"),
     "kv_shrink": FaultKind("engine", 0.2, "fraction of the KV block pool left (0-1]", effects=(E.KV_POOL,),
                            rule="kv_pressure", sweep=Sweep((0.3, 0.05), needs_load=True)),
     "prefix_cache_drop": FaultKind(

@@ -24,6 +24,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from types import FrameType
 
+from prometheus_client.parser import text_string_to_metric_families
 from rich.console import Console
 from rich.panel import Panel
 from rich.progress import Progress, SpinnerColumn, TaskID, TextColumn, TimeElapsedColumn
@@ -42,8 +43,8 @@ from stack.demo_stack import (
     prebuild_backfill,
 )
 from stack.local import Endpoints, Stack, StackError, StackOptions
-from stack.procs import oximeter_argv
-from stack.vllm.engine import EngineSpec
+from stack.procs import oximeter_argv, wait_until
+from stack.vllm.engine import EngineSpec, VllmEngine
 
 DEFAULT_WORKSPACE = Path(".oximeter/demo")
 DASHBOARDS = Path(__file__).resolve().parent.parent / "dashboards" / "build"
@@ -52,6 +53,8 @@ BACKFILL_REUSE_S = 6 * 3600.0
 # Context length of the demo's real engines: the traffic generator's longest prompts, in the tiny
 # model's 512-token vocabulary, plus their answers.
 VLLM_DEMO_MODEL_LEN = 8192
+# How long the hang drill waits for requests running in the engine it hangs (traffic has just begun).
+HANG_WAIT_S = 120.0
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
@@ -235,6 +238,12 @@ def _hang_drill(stack: Stack, fault_s: float, deadline: float | None, console: C
     engine = stack.vllm_engines[node]
     watch = IncidentWatch(stack.endpoints.addons["analyzer"])
     console.rule(f"[bold]drill: {node}'s vLLM engine core hangs for {fault_s:.0f} s")
+    # A hang while the engine runs requests: those it holds are what it stops serving.
+    try:
+        wait_until(lambda: _running(engine) > 0, HANG_WAIT_S, interval_s=0.2,
+                   what=f"requests running in {node}'s engine")
+    except TimeoutError as exc:
+        raise StackError(str(exc)) from None
     t0 = time.monotonic()
     pid = engine.signal_engine_core(signal.SIGSTOP)
     console.print(f"stopped {node}'s engine core (pid {pid}) at {datetime.now(UTC):%H:%M:%S} UTC; "
@@ -248,6 +257,13 @@ def _hang_drill(stack: Stack, fault_s: float, deadline: float | None, console: C
     _watch(watch, t0, limit, fault_s, console)
     if not watch.seen:
         console.print("[red]no incident within the time left[/]")
+
+
+def _running(engine: VllmEngine) -> float:
+    """The requests ``engine`` runs now, from its own ``vllm:num_requests_running``."""
+    families = text_string_to_metric_families(engine.metrics())
+    return sum(sample.value for family in families if family.name == "vllm:num_requests_running"
+               for sample in family.samples)
 
 
 def _digest(ep: Endpoints, workspace: Path, console: Console) -> None:
@@ -281,7 +297,8 @@ def _print_message(message: SinkMessage, console: Console) -> None:
 def _print_endpoints(ep: Endpoints, workspace: Path, console: Console, vllm: bool = False) -> None:
     if vllm:
         console.print("[bold]REAL vLLM[/] (CPU build, tiny model with random weights): no GPU, so no GPU "
-                      "telemetry; gateways, Prometheus, Alertmanager and the analyzer are the real thing.")
+                      "telemetry; gateways, exporters (host only), Prometheus, Alertmanager and the analyzer "
+                      "are the real thing.")
     else:
         console.print("[bold]SIMULATION[/]: engines and GPUs are simulated; gateways, exporters, "
                       "Prometheus, Alertmanager and the analyzer are the real thing.")

@@ -165,8 +165,7 @@ class Stack:
                 self.nodes, engine_spec, ws / "logs", self.vllm_engines, self.processes))
             engines = {node: engine.url for node, engine in self.vllm_engines.items()}
         exporters, gateways = self._timed(
-            "exporters+gateways", f"{opts.nodes} gateways" if opts.real_engines else
-            f"{opts.nodes} exporters and {opts.nodes} gateways",
+            "exporters+gateways", f"{opts.nodes} exporters and {opts.nodes} gateways",
             lambda: self._start_node_services(engines, redis))
         self.endpoints = Endpoints(
             simulator=engines[self.nodes[0]], engines=engines, exporters=exporters, gateways=gateways,
@@ -248,13 +247,16 @@ class Stack:
         started: dict[tuple[str, str], tuple[ManagedProcess, Path]] = {}
         for node in self.nodes:
             queue = ["--redis-url", redis, "--queue", f"jobs=oximeter:jobs:{node}"] if redis else []
-            if not opts.real_engines:  # a real engine's CPU host has no GPU to export
+            # A real engine's CPU host has no GPU: its exporter reads the host alone (a stock fleet's
+            # dcgm-exporter would have nothing to read there, and none runs).
+            if not (opts.real_engines and self.stock):
                 port_file = self._port_file(f"exporter-{node}")
                 naming = ["--naming", "dcgm-exporter"] if self.stock else []
+                backend = ["--backend", "none"] if opts.real_engines else \
+                    ["--backend", "sim", "--sim-url", engines[self.nodes[0]]]
                 started["exporter", node] = (self._launch(f"exporter-{node}", oximeter_argv(
-                    "exporter", "--backend", "sim", "--sim-url", engines[self.nodes[0]], "--node", node,
-                    "--host", "127.0.0.1", "--port", "0", "--port-file", str(port_file), *queue, *naming),
-                    None), port_file)
+                    "exporter", *backend, "--node", node, "--host", "127.0.0.1", "--port", "0",
+                    "--port-file", str(port_file), *queue, *naming), None), port_file)
             if self.stock:
                 continue  # no gateway in front of a stock fleet's engines
             port_file = self._port_file(f"gateway-{node}")

@@ -73,7 +73,8 @@ class StackOptions:
     # Prometheus with the adapter rules (docs/stock-telemetry.md).
     telemetry: str = "oximeter"
     # Real vLLM engines (the CPU build, stack/vllm/) instead of the simulator's, one per node, with
-    # these flags: no GPU exporters then (a CPU host has no GPU to read) and no simulated backfill.
+    # these flags: each node's exporter then reads its host alone (a CPU host has no GPU) and there
+    # is no simulated backfill.
     vllm: EngineSpec | None = None
     # Real engines already serving, by node (their caller started them and stops them): the stack
     # starts none and fronts these, as it would the engines of ``vllm``.

@@ -75,8 +75,7 @@ def wait_ready(url: str, ep: Endpoints, eval_interval_s: float, *, stock: bool, 
     # Add-ons start after Prometheus.
     core = {ENGINE_JOB, DCGM_JOB, KUBE_STATE_JOB, KUBELET_JOB} if stock else \
         {ENGINE_JOB, GATEWAY_JOB, EXPORTER_JOB}
-    # A real engine's CPU host has no exporter; a stock fleet adds kube-state-metrics and each
-    # node's kubelet.
+    # A stock fleet has no gateway and adds kube-state-metrics and each node's kubelet (``kube``).
     expected = len(ep.engines) + len(ep.gateways) + len(ep.exporters) + \
         (1 + len(ep.engines) if stock and kube else 0)
 

@@ -50,7 +50,7 @@ LIVE_ORDER = (
     "tests/live/test_live_quiet.py",
     "tests/e2e/test_e2e_quiet.py",
     "tests/e2e/test_e2e_victoria.py",
-    "tests/e2e/test_e2e_scheduling.py",
+    "tests/e2e/test_e2e_engine_hung.py",
     "tests/live/test_live_telemetry.py",
     "tests/e2e/test_e2e_thermal.py",
 )

@@ -39,6 +39,7 @@ from analyzer.diagnosis.single import (
     ecc_slow_burn,
     ecc_storm,
     ecc_uncorrectable,
+    engine_hung,
     engine_leak,
     gpu_memory_leak,
     ingress_errors,
@@ -349,7 +350,7 @@ Rule = Callable[[Case], Diagnosis | None]
 RULES: tuple[Rule, ...] = (
     xid_critical, ecc_uncorrectable, ecc_storm, ecc_slow_burn, nvlink_degraded, thermal_throttle,
     peer_outlier, node_not_ready, restart_loop, telemetry_lost, dependency_degraded, engine_leak,
-    gpu_memory_leak, kv_pressure, prefix_cache_collapse, empty_outputs, capacity_exhausted,
+    gpu_memory_leak, engine_hung, kv_pressure, prefix_cache_collapse, empty_outputs, capacity_exhausted,
     scheduling_bottleneck, queue_undrained, ingress_errors,
 )
 RULE_IDS: tuple[str, ...] = (*(r.__name__ for r in RULES), "unclassified")

@@ -118,6 +118,25 @@ def gpu_memory_leak(case: Case) -> Diagnosis | None:
                              f"used, rising {e.score * e.value * 100:.1f} points per hour{full_in(e)}")
 
 
+STALLED_SIGNALS = ("engine_stalled", "upstream_stalled")
+
+
+def engine_hung(case: Case) -> Diagnosis | None:
+    """An engine up but not serving: it holds requests and generated no token for a minute (vLLM's
+    own counters, or the gateway's: requests in flight, no answer delivered). Its health check still
+    answers, so nothing else names it; what the gateway sees next (its slots held, its queue full,
+    429s, first-byte and idle-stream 504s, queue wait and TTFT up) is its impact, whichever of them
+    crossed its line first."""
+    def say(e: AnomalyEvent, cause: RootCause) -> str:
+        held = "running in it" if e.signal == "engine_stalled" else "in flight to it"
+        made = "generated no token" if e.signal == "engine_stalled" else "sent nothing back"
+        model = f" ({e.entity['model']})" if "model" in e.entity else ""
+        return (f"{e.entity.get('node', cause.entity)}'s engine{model} holds {e.value:.0f} request(s) {held} "
+                f"and {made} for a minute: up but not serving (hung)")
+
+    return first_names_cause(case, "engine_hung", "engine", STALLED_SIGNALS, "warning", say)
+
+
 def queue_undrained(case: Case) -> Diagnosis | None:
     """An external work queue (a Redis list or stream) growing, never emptied, with nothing wrong
     below the scheduling layer: its producers outpace the workers that drain it into the gateway,

@@ -22,7 +22,7 @@ from analyzer.incidents.lifecycle import IncidentSettings
 from analyzer.incidents.store import IncidentStore
 from analyzer.service.daemon import Analyzer, Companion, serve
 from analyzer.service.daemon_metrics import DaemonMetrics, LogNotifier, Notifier
-from analyzer.service.kube_changes import KubeChangePoller
+from analyzer.service.kube_changes import ENGINE_RESTARTS, FEEDS, KubeChangePoller
 from analyzer.service.leadership import Gate, Leadership
 from analyzer.service.pipeline import CONTEXT, CyclePipeline
 from analyzer.service.settings import AnalyzerSettings, InputProfile
@@ -179,9 +179,11 @@ def _run(args: argparse.Namespace, config: AnalyzeConfig, store: IncidentStore,
         ha = config.analyzer.ha
         notifier = gate = Gate(notifier)
         leadership = Leadership(Lease(store.conn, ha.shard, ha.lease_s), gate, ha.renew_s)
-    # On stock telemetry kube-state-metrics tells of restarts and rollouts (replays hold none).
-    kube = (KubeChangePoller(source, store, config.analyzer.step_s)
-            if config.analyzer.inputs != "oximeter" and not (args.replay or args.signals) else None)
+    # Restarts and rollouts from the telemetry (replays hold none): each engine's own start time,
+    # and on stock telemetry kube-state-metrics' too.
+    feeds = (*FEEDS, ENGINE_RESTARTS) if config.analyzer.inputs != "oximeter" else (ENGINE_RESTARTS,)
+    kube = (KubeChangePoller(source, store, config.analyzer.step_s, feeds)
+            if not (args.replay or args.signals) else None)
     analyzer = Analyzer(pipeline, store, settings, Topology.from_settings(config.topology), notifier,
                         clock=source.now, metrics=metrics, catalogue=pipeline.catalogue,
                         change_feed=kube.poll if kube is not None else None,

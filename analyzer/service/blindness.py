@@ -25,6 +25,9 @@ from analyzer.signals.spec import SignalSpec
 # for traffic): where target_info names a gateway's node and this is empty, the selector is wrong.
 GATEWAY_SENTINEL = "queue_length"
 TARGET_INFO = "target_info"
+# A GPU gauge every GPU exporter reports from its first scrape: a node that target_info names and
+# that never had one in this process has no GPU telemetry at all (a CPU host, or no GPU exporter).
+GPU_SENTINEL = "gpu_down"
 # Prometheus's own staleness: a series scraped less recently than this is gone from instant queries.
 RECENT_S = 300.0
 # Kinds whose series carry a number whenever they exist; a latency quantile or a ratio is NaN
@@ -72,6 +75,18 @@ class BlindWatch:
 
     seen: dict[str, set[str]] = field(default_factory=dict)  # signal -> nodes it had series on
     blind: dict[str, Blind] = field(default_factory=dict)
+    without_gpus: set[str] = field(default_factory=set)  # nodes already said to have no GPU telemetry
+
+    def gpu_absent(self, frames: Mapping[str, SeriesFrame], catalogue: Mapping[str, SignalSpec]) -> list[str]:
+        """Nodes newly found serving (target_info names them) with no GPU series ever seen in this
+        process: their GPU signals are not judged, which is said once per node (a GPU that vanished
+        later is a blind signal or a lost GPU instead). Nothing without the GPU gauge's signal."""
+        if GPU_SENTINEL not in catalogue:
+            return []
+        gpus = self.seen.get(GPU_SENTINEL, set()) | _nodes(frames.get(GPU_SENTINEL))
+        new = sorted(_nodes(frames.get(TARGET_INFO)) - gpus - self.without_gpus)
+        self.without_gpus.update(new)
+        return new
 
     def check(self, frames: Mapping[str, SeriesFrame],
               catalogue: Mapping[str, SignalSpec]) -> tuple[list[Blind], list[str]]:
@@ -113,3 +128,9 @@ def notice_text(blind: list[Blind]) -> str:
             "scrape job or a relabelling mistake), so these are not being judged:\n"
             + "\n".join(b.text() for b in blind))
 
+
+
+def gpu_absent_text(nodes: list[str]) -> str:
+    """The line every new incident carries for nodes without GPU telemetry."""
+    return (f"GPU signals on {', '.join(nodes)}: no GPU telemetry from these nodes (a host without GPUs, "
+            "or no GPU exporter), so temperature, clocks, ECC, Xid and GPU memory are not judged")

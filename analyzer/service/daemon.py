@@ -39,7 +39,7 @@ from analyzer.incidents.maintenance import MaintenanceStore, MaintenanceWindow
 from analyzer.incidents.oncall import OnCall
 from analyzer.incidents.store import IncidentStore
 from analyzer.service.api import build_app, start_api
-from analyzer.service.blindness import BlindWatch
+from analyzer.service.blindness import BlindWatch, gpu_absent_text
 from analyzer.service.daemon_metrics import DaemonMetrics, Notifier
 from analyzer.service.leadership import Leadership
 from analyzer.service.pipeline import CyclePipeline, Pipeline, topology_from_frames
@@ -193,6 +193,12 @@ class Analyzer:
             self.store.mark_emitted([change.key], now)
 
     def _blindness(self, now: datetime, frames: Mapping[str, SeriesFrame]) -> None:
+        without_gpus = self.blind_watch.gpu_absent(frames, self.catalogue)
+        if without_gpus:
+            # Said once, in the next incident's opening message, rather than as a notice of its own.
+            logger.warning("analyzer: no GPU telemetry from node(s) {}", ", ".join(without_gpus))
+            self.not_judged = (*self.not_judged, gpu_absent_text(without_gpus))
+            self.tracker.not_judged = self.not_judged
         self.metrics.blind.set(self.blind_watch.report(now, frames, self.catalogue, self.notifier.notice))
 
     def _source_down(self, now: datetime, exc: BaseException) -> None:

@@ -1,10 +1,11 @@
-"""Platform changes read from kube-state-metrics, recorded as change events with no POST needed.
+"""Platform changes read from the telemetry, recorded as change events with no POST needed.
 
-A container restart (its restart count rising) and a rollout (a deployment's spec generation
-rising) are what an operator would otherwise declare through ``POST /api/changes``: each becomes a
-``ChangeEvent`` that incidents list under their changes. Restarts carry the pod's node, so they
-attach to incidents on that node; a rollout has no single node and attaches to any incident of
-its time, as an unlabelled declared change does.
+A container restart (its restart count rising), a rollout (a deployment's spec generation rising)
+— both from kube-state-metrics — and an engine's process restarted (vLLM's own process start time
+rising, whatever restarted it: Kubernetes, systemd, a supervisor) are what an operator would
+otherwise declare through ``POST /api/changes``: each becomes a ``ChangeEvent`` that incidents list
+under their changes. Restarts carry their node, so they attach to incidents on that node; a rollout
+has no single node and attaches to any incident of its time, as an unlabelled declared change does.
 """
 
 from __future__ import annotations
@@ -33,6 +34,7 @@ class ChangeFeed:
     spec: SignalSpec
     describe: Callable[[Mapping[str, str], float, float], str]  # (labels, before, after)
     keep_labels: bool  # restarts name their node; a rollout's pods may be on any
+    source: str = SOURCE  # who told of it
 
 
 def _restart(labels: Mapping[str, str], before: float, after: float) -> str:
@@ -47,6 +49,10 @@ def _rollout(labels: Mapping[str, str], before: float, after: float) -> str:
            f"(generation {int(before)} to {int(after)})"
 
 
+def _engine_restart(labels: Mapping[str, str], before: float, after: float) -> str:
+    return f"engine {labels.get('instance', '?')} on {labels.get('node', '?')}: process restarted"
+
+
 FEEDS: tuple[ChangeFeed, ...] = (
     ChangeFeed("restart", SignalSpec(
         name="kube_pod_container_restarts", layer="platform", kind="gauge",
@@ -59,6 +65,13 @@ FEEDS: tuple[ChangeFeed, ...] = (
         promql="max by (namespace, deployment) (kube_deployment_metadata_generation)",
         entity_labels=("namespace", "deployment")), _rollout, keep_labels=False),
 )
+# The start time of each process that serves vLLM's series (its API server): a new process starts
+# later than the one it replaces. On every input: vLLM is scraped on Oximeter's telemetry too.
+ENGINE_RESTARTS = ChangeFeed("restart", SignalSpec(
+    name="vllm_process_start", layer="platform", kind="gauge",
+    promql="max by (node, instance) (process_start_time_seconds and on (instance, job) "
+           "group by (instance, job) (vllm:num_requests_running))",
+    entity_labels=("node", "instance")), _engine_restart, keep_labels=True, source="vllm")
 
 
 def rises(values: pd.Series) -> list[tuple[pd.Timestamp, float, float]]:
@@ -91,8 +104,9 @@ class KubeChangePoller:
                 labels = frame.labels_of(column)
                 for t, before, after in rises(frame.values[column]):
                     at = t.to_pydatetime()
-                    event = ChangeEvent(at, feed.kind, feed.describe(labels, before, after),
-                                        tuple(sorted(labels.items())) if feed.keep_labels else (), SOURCE)
+                    kept = tuple(sorted(labels.items())) if feed.keep_labels else ()
+                    said = feed.describe(labels, before, after)
+                    event = ChangeEvent(at, feed.kind, said, kept, feed.source)
                     if since < at <= now and (at, event.kind, event.description) not in known:
                         found.append(event)
         for event in found:

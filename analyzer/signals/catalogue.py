@@ -19,6 +19,7 @@ from analyzer.signals import query as q
 from analyzer.signals.label_value import LabelValue
 from analyzer.signals.sources.vllm_info import KV_POOL_INFO
 from analyzer.signals.spec import SignalSpec, TrafficGuard
+from analyzer.signals.stalled import Stalled
 from oximeter.errors import ConfigError
 from oximeter.xids import xid_pattern
 
@@ -305,6 +306,29 @@ CATALOGUE: dict[str, SignalSpec] = {s.name: s for s in (
        min_traffic=TrafficGuard.of(_COMPLETIONS, 20),
        description="more than 5 % of completed answers carried no text over 5 min, with at least "
                    "20 answers"),
+    # An engine up but not serving: it holds requests and makes no token for a minute (its scheduler
+    # or model hung; its API server still answers /health, so only its counters tell). vLLM counts
+    # each token as its step makes it, so a minute without one while requests run is no slow
+    # request. Everything the gateway sees next (slots held, a full queue, 429s, 504s) follows.
+    _s(name="engine_stalled", layer="engine", kind="gauge", unit="requests",
+       record="node_model:vllm_num_requests_running:stalled_1m",
+       expr=q.Relabel(Stalled(q.gauge("vllm:num_requests_running"),
+                              (q.increase("vllm:generation_tokens_total", 60),))),
+       entity_labels=("node", "model", "engine"), threshold=0.5, for_s=60,
+       description="requests running in the engine and no token generated for 1 min, held 1 min: "
+                   "up but not serving"),
+    # The same seen from the gateway: requests in flight to the engine and nothing coming back for a
+    # minute, neither an answer's end (it counts an answer's tokens then) nor a streamed chunk (each
+    # observed as an inter-token gap), so a slow engine still streaming is not stalled. A node whose
+    # every request in flight is an unstreamed answer longer than that is: raise for_s where so.
+    _s(name="upstream_stalled", layer="engine", kind="gauge", unit="requests",
+       record="service_node:oximeter_inflight_requests:stalled_1m",
+       expr=Stalled(q.gauge("oximeter_inflight_requests"),
+                    (q.increase("oximeter_output_tokens_total", 60),
+                     q.increase("oximeter_inter_token_seconds_count", 60))),
+       entity_labels=("service", "node"), threshold=0.5, for_s=60,
+       description="requests in flight to the engine and nothing back for 1 min (no answer ended, no "
+                   "chunk streamed), held 1 min: the engine up but not serving, seen from the gateway"),
     _s(name="engine_ttft_p99", layer="engine", kind="latency", unit="s",
        record="node_model:vllm_time_to_first_token_seconds:p99_5m",
        expr=q.Relabel(q.p99("vllm:time_to_first_token_seconds")),

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 # name -> "module:class"
 BACKENDS: dict[str, str] = {
+    "none": "exporter.backends.none:NoGpuBackend",
     "nvml": "exporter.backends.nvml:NvmlBackend",
     "sim": "exporter.backends.sim:SimBackend",
 }

@@ -124,6 +124,9 @@ class NodeSnapshot:
     # The host's physical memory (what a leaking process's RSS fills); None: the collector asks
     # the host itself, as for the processes.
     host_memory_total_bytes: int | None = None
+    # False on a host with no GPU telemetry to read at all (a CPU host): no oximeter_telemetry_up,
+    # so its absence of GPUs is not reported as telemetry that cannot be read.
+    gpu_source: bool = True
 
 
 class GpuBackend(Protocol):

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import os
 import signal
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import psutil
@@ -48,6 +48,9 @@ class EngineSpec:
     # shared 2-core machine (it compiles and profiles at start).
     start_timeout_s: float = 900.0
     extra_args: tuple[str, ...] = field(default=())
+    # VLLM_CPU_OMP_THREADS_BIND: the CPUs its model threads run on. "auto" binds every engine of a
+    # host to the same first cores, so engines side by side would share them (launch_fleet spreads them).
+    omp_cpus: str = "auto"
 
     def argv(self, python: Path, model: Path, port: int = 0) -> list[str]:
         """The API server's command line (port 0: the kernel picks one)."""
@@ -70,7 +73,7 @@ class EngineSpec:
                 "PYTHONPYCACHEPREFIX": str(vllm_env / "pycache"),
                 # Nothing to fetch: the model is a local folder and there is no network to a hub.
                 "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "VLLM_NO_USAGE_STATS": "1",
-                "DO_NOT_TRACK": "1"}
+                "DO_NOT_TRACK": "1", "VLLM_CPU_OMP_THREADS_BIND": self.omp_cpus}
 
 
 def listening_port(pid: int, host: str = HOST) -> int | None:
@@ -210,8 +213,12 @@ def launch_fleet(nodes: list[str], spec: EngineSpec, log_dir: Path, engines: dic
     as it starts (so a caller that stops ``started`` on a failure stops them); returns once all serve."""
     env = ensure_env()
     model = ensure_model(env)
-    for node in nodes:
-        engines[node] = VllmEngine(f"vllm-{node}", env, model, log_dir, spec).launch()
+    cpus = os.cpu_count() or 1
+    for i, node in enumerate(nodes):
+        # One CPU each where the host has one per engine: an engine catching up on a backlog then
+        # slows no other (with "auto" they would all compute on CPU 0).
+        own = replace(spec, omp_cpus=str(i)) if spec.omp_cpus == "auto" and 1 < len(nodes) <= cpus else spec
+        engines[node] = VllmEngine(f"vllm-{node}", env, model, log_dir, own).launch()
         started.append(engines[node].proc)
     for engine in engines.values():
         engine.wait_serving(spec.start_timeout_s)

@@ -89,9 +89,10 @@ def prometheus() -> Iterator[EmptyPrometheus]:
     fake.server.server_close()
 
 
-def _analyzer(prometheus: EmptyPrometheus, told: Notices) -> Analyzer:
+def _analyzer(prometheus: EmptyPrometheus, told: Notices,
+              signals: tuple[str, ...] = ("queue_length", "gpu_temperature", "queue_wait_p99")) -> Analyzer:
     source = PrometheusSource(prometheus.url, retries=0)
-    catalogue = {name: CATALOGUE[name] for name in ("queue_length", "gpu_temperature", "queue_wait_p99")}
+    catalogue = {name: CATALOGUE[name] for name in signals}
     pipeline = CyclePipeline(source, catalogue, 15.0, 600.0)
     store = IncidentStore(connect(":memory:"))
     return Analyzer(pipeline, store, IncidentSettings(), Topology(), told, clock=lambda: prometheus.now,
@@ -136,3 +137,19 @@ def test_series_that_vanish_from_every_node_are_told_and_their_return_noted(
     prometheus.now += timedelta(minutes=1)
     assert analyzer.cycle()
     assert analyzer.metrics.blind._value.get() == 0 and len(told.notices) == 1
+
+
+@pytest.mark.parametrize("gpus", [False, True])
+def test_a_node_serving_without_gpu_telemetry_is_said_once_by_the_next_incident(
+        prometheus: EmptyPrometheus, gpus: bool) -> None:
+    # A CPU host: its gateway serves (target_info), no GPU series ever; no notice of its own.
+    prometheus.present = {"oximeter_target_info", "oximeter_queue_length",
+                          *(["oximeter_gpu_up"] if gpus else [])}
+    told = Notices()
+    analyzer = _analyzer(prometheus, told, ("queue_length", "gpu_down"))
+    assert analyzer.cycle() and analyzer.cycle()
+    said = [line for line in analyzer.tracker.not_judged if "no GPU telemetry" in line]
+    assert said == ([] if gpus else ["GPU signals on n1: no GPU telemetry from these nodes (a host without "
+                                     "GPUs, or no GPU exporter), so temperature, clocks, ECC, Xid and GPU "
+                                     "memory are not judged"])
+    assert told.notices == []

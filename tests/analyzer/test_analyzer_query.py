@@ -83,6 +83,12 @@ def fixture() -> list[Series]:
         add("vllm:prefix_cache_hits_total", _counter(3.0), **engine)
         add("vllm:prefix_cache_queries_total", _counter(4.0 * load), **engine)
         add("vllm:num_requests_waiting", np.arange(ROWS) / 10 * load, **engine)
+        # n2's engine stalled: requests held while its token counters (vLLM's, the gateway's) stand still.
+        add("vllm:num_requests_running", _const(4 * load), **engine)
+        add("vllm:generation_tokens_total", _counter(50.0 * (2 - load)), **engine)
+        add("oximeter_inflight_requests", _const(3 * load), **gw)
+        add("oximeter_output_tokens_total", _counter(40.0 * (2 - load)), **gw)
+        add("oximeter_inter_token_seconds_count", _counter(0.0), **gw)  # nothing streamed: answers only
         for hist in ("vllm:inter_token_latency_seconds", "vllm:time_to_first_token_seconds"):
             for le, per_step in (("0.01", 50), ("0.1", 80 + 10 * load), ("+Inf", 100 + 10 * load)):
                 add(f"{hist}_bucket", _counter(per_step), le=le, **engine)
@@ -179,6 +185,20 @@ def test_every_signal_replays_as_prometheus_computes_it(tmp_path: Path) -> None:
     result = subprocess.run([PROMTOOL, "test", "rules", "replay.test.yml"], cwd=tmp_path, capture_output=True,
                             text=True, timeout=120)
     assert result.returncode == 0, result.stdout[-4000:] + result.stderr[-2000:]
+
+
+@pytest.mark.parametrize("signal", ["engine_stalled", "upstream_stalled"])
+def test_a_stalled_engine_shows_the_requests_it_holds_and_a_serving_one_zero(signal: str) -> None:
+    series = fixture()
+    index = pd.date_range(T0, periods=ROWS, freq=pd.Timedelta(seconds=STEP))
+    store = RawStore(index, [n for n, _, _ in series], [lab for _, lab, _ in series],
+                     np.stack([v for _, _, v in series], axis=1).astype(np.float32))
+    at = T0 + timedelta(seconds=EVAL * STEP)
+    frame = FrameSource(raw=store).fetch(CATALOGUE[signal], at, at, STEP)
+    row = frame.values.iloc[-1]
+    held = {frame.labels_of(str(k))["node"]: float(v) for k, v in row.items()}
+    # n2's counters stand still while it holds 8 (vLLM) or 6 (gateway) requests; n1's move.
+    assert held == {"n1": 0.0, "n2": 8.0 if signal == "engine_stalled" else 6.0}
 
 
 def test_a_query_given_both_ways_must_agree() -> None:

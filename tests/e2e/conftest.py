@@ -121,7 +121,7 @@ def faults(live_stack: Stack, victoria: Victoria) -> Iterator[Faults]:
     victoria_before = {i["id"] for i in incidents(victoria.api)}
     t0 = time.monotonic()
     live_stack.fault("thermal_throttle", "n1", gpu=1, strength=0.45, duration_s=THERMAL_S)  # ends by itself
-    stall = live_stack.fault("engine_stall", "n2")  # the scheduling test ends it once diagnosed
+    stall = live_stack.fault("engine_stall", "n2")  # the engine-hung test ends it once diagnosed
     yield Faults(api, before, t0, stall, victoria_before)
-    with contextlib.suppress(StackError):  # already deleted by the scheduling test
+    with contextlib.suppress(StackError):  # already deleted by the engine-hung test
         live_stack.delete_fault(stall)

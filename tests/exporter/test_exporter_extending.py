@@ -10,6 +10,7 @@ from exporter.backends import BACKENDS
 from exporter.backends.base import GpuIdentity, GpuReading, NodeSnapshot
 from exporter.cli import make_backend
 from exporter.collector import GpuCollector
+from exporter.host import ProcessMemory
 from exporter.settings import ExporterSettings
 
 
@@ -49,5 +50,15 @@ def test_a_registered_backend_is_configured_built_and_read(monkeypatch: pytest.M
 
 
 def test_unregistered_the_backend_is_refused() -> None:
-    with pytest.raises(ValueError, match="backend: must be one of nvml, sim, got 'toy'"):
+    with pytest.raises(ValueError, match="backend: must be one of none, nvml, sim, got 'toy'"):
         ExporterSettings(backend="toy")
+
+
+def test_a_cpu_host_exports_no_gpu_series_and_no_gpu_telemetry_to_miss() -> None:
+    backend = make_backend(ExporterSettings(backend="none"), "n3")
+    registry = scrape_once(GpuCollector(backend, "n3", host=ProcessMemory(())))
+    names = {s.name for m in registry.collect() for s in m.samples}
+    # No GPU source at all: not "telemetry that cannot be read" (oximeter_telemetry_up 0 pages).
+    assert registry.get_sample_value("oximeter_telemetry_up", {"node": "n3"}) is None
+    assert not {n for n in names if n.startswith("oximeter_gpu_")}, sorted(names)
+    assert registry.get_sample_value("oximeter_host_memory_total_bytes", {"node": "n3"}) > 0

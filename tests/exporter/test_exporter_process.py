@@ -146,7 +146,7 @@ def test_config_section_is_read_and_checked(tmp_path: Path, start_process: Start
     result = subprocess.run([sys.executable, "-m", "exporter", "--config", str(bad)], capture_output=True,
                             text=True, timeout=60)
     assert result.returncode == 2
-    assert f"{bad}: exporter.backend: must be one of nvml, sim, got 'tpu'" in result.stderr
+    assert f"{bad}: exporter.backend: must be one of none, nvml, sim, got 'tpu'" in result.stderr
 
 
 def test_host_process_rss_is_read_with_psutil(start_process: StartProcess, tmp_path: Path) -> None:

@@ -12,7 +12,7 @@ from oximeter.config import parse_config
 from oximeter.errors import ConfigError
 
 CASES: list[tuple[dict[str, Any], str]] = [
-    ({"backend": "tpu"}, "backend: must be one of nvml, sim, got 'tpu'"),
+    ({"backend": "tpu"}, "backend: must be one of none, nvml, sim, got 'tpu'"),
     ({"port": 70000}, "port: must be between 0 and 65535, got 70000"),
     ({"naming": "nvidia"}, "naming: must be one of oximeter, dcgm"),
     ({"gpu_timeout_s": 0}, "gpu_timeout_s: must be > 0 and <= 60 seconds"),

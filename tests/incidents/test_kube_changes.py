@@ -20,7 +20,7 @@ from analyzer.incidents.lifecycle import Change, Incident, IncidentSettings
 from analyzer.incidents.model import ChangeEvent
 from analyzer.incidents.store import IncidentStore
 from analyzer.service.daemon import Analyzer
-from analyzer.service.kube_changes import FEEDS, KubeChangePoller, rises
+from analyzer.service.kube_changes import ENGINE_RESTARTS, FEEDS, KubeChangePoller, rises
 from analyzer.signals.frame import SeriesFrame
 from analyzer.signals.spec import SignalSpec
 from oximeter.store import connect
@@ -69,6 +69,26 @@ def test_each_change_is_recorded_once_with_its_node(tmp_path: Path) -> None:
     assert KubeChangePoller(source, store, STEP).poll(T0 + timedelta(minutes=4, seconds=30)) == []
     stored = store.change_events(T0, T0 + timedelta(minutes=5))
     assert [(c.kind, c.source) for c in stored] == [("restart", "kubernetes"), ("deploy", "kubernetes")]
+
+
+class EngineStarts(Levels):
+    """One engine's process start time (vLLM's API server): a crash at 1m, a new process at 1m30s."""
+
+    def __init__(self) -> None:
+        started = T0.timestamp() - 3600
+        self.series = {ENGINE_RESTARTS.spec.name: (
+            {"node": "n2", "instance": "n2:8000"},
+            [started] * 4 + [float("nan")] + [T0.timestamp() + 90] * 15)}
+
+
+def test_an_engine_process_restarted_is_a_change_on_its_node_whatever_restarted_it(tmp_path: Path) -> None:
+    store = IncidentStore(connect(tmp_path / "oximeter.db"))
+    poller = KubeChangePoller(EngineStarts(), store, STEP, (ENGINE_RESTARTS,))
+    found = poller.poll(T0 + timedelta(minutes=3))
+    assert [(c.kind, c.at, dict(c.labels), c.description, c.source) for c in found] == [
+        ("restart", T0 + timedelta(seconds=75), {"node": "n2", "instance": "n2:8000"},
+         "engine n2:8000 on n2: process restarted", "vllm")]
+    assert poller.poll(T0 + timedelta(minutes=4)) == []
 
 
 class OneEvent:

@@ -188,3 +188,23 @@ def test_headroom_charges_node_limits_to_the_services_there() -> None:
     assert rows["embed"].concurrency == Peak(0.2, "n2", t + 60)  # NaN (a zero limit) is no peak
     assert (rows["embed"].kv_cache, rows["embed"].gpu) == (Peak(0.95, "n2", t), Peak(0.7, "n2", t + 60))
     assert rows["embed"].queue is None
+
+
+def test_the_scheduler_sends_no_digest_for_a_day_without_telemetry(tmp_path: Path) -> None:
+    from dataclasses import replace
+
+    from oximeter.store import connect
+    from reporter.digest import collect
+    from reporter.digest_schedule import already_queued, empty, send_unless_empty
+    from reporter.outbox import Outbox
+
+    conn = connect(tmp_path / "oximeter.db")
+    outbox, day, settings = Outbox(conn), date(2025, 11, 30), ReporterSettings()
+    nothing = FakeProm({})
+    # The day before a fleet's telemetry began: no request, queue, GPU or incident to report.
+    assert send_unless_empty(nothing, None, outbox, day, settings) is None
+    assert not already_queued(outbox, day)
+    quiet = collect(nothing, None, day, settings.digest, with_chart=False)
+    assert empty(quiet) and not empty(replace(quiet, incidents=1))
+    assert not empty(replace(quiet, max_queue_length=0.0))
+    conn.close()

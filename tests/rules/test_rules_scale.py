@@ -52,6 +52,15 @@ def test_scale_groups_scales_for_and_keeps_the_original() -> None:
         scale_groups(groups, 0)
 
 
+def test_a_start_up_grace_keeps_its_real_duration() -> None:
+    # Processes start no faster on a compressed clock: the job-missing grace stays 5 minutes while
+    # its expression's windows (none here) and every other alert's `for` are scaled.
+    groups: list[dict[str, Any]] = [{"name": "g", "rules": [
+        {"alert": "ScrapeJobMissing", "expr": 'absent(up{job="x"})', "for": "5m"},
+        {"alert": "TargetDown", "expr": "up == 0", "for": "2m"}]}]
+    assert [r["for"] for r in scale_groups(groups, 10)[0]["rules"]] == ["5m", "12s"]
+
+
 def test_scaled_rule_files_pass_promtool(tmp_path: Path) -> None:
     written = write_scaled_rules(tmp_path, 20)
     assert [p.name for p in written] == [p.name for p in rule_files()]
