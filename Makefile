@@ -69,12 +69,13 @@ TEST_WORKERS ?= 3
 
 # Collecting once first fills the bytecode cache (PYTHONPYCACHEPREFIX) for the workers, which would
 # otherwise all compile the same modules at once on a fresh clone: ~12 CPU-seconds less in all.
-# The real vLLM engine's tests run apart, with `make test-vllm`: under the whole suite's load the CPU
-# engine now and then schedules nothing for a minute, and the suite admits no test that timing can fail.
-test: setup
-	@$(BIN)/python -m pytest -q --collect-only -p no:cacheprovider --ignore=tests/real_vllm $(ARGS) >/dev/null || true
-	$(BIN)/python -m pytest -q -n $(TEST_WORKERS) --durations=15 --ignore=tests/real_vllm $(ARGS)
+# The real vLLM engine's tests (tests/real_vllm) run in it, on one worker, against one engine: its
+# environment is built first (once per user, reused by every clone), and the summary lists them.
+test: setup vllm-env
+	@$(BIN)/python -m pytest -q --collect-only -p no:cacheprovider $(ARGS) >/dev/null || true
+	$(BIN)/python -m pytest -q -n $(TEST_WORKERS) --durations=15 $(ARGS)
 
+# The real vLLM engine's tests alone.
 test-vllm: setup vllm-env
 	$(BIN)/python -m pytest -q --durations=10 tests/real_vllm $(ARGS)
 

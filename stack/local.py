@@ -156,7 +156,9 @@ class Stack:
         redis = None
         if opts.redis:
             redis = self._timed("redis", "redis", lambda: self._start_redis(bins["redis"]))
-        if opts.vllm is None:
+        if opts.engine_urls is not None:
+            engines = {node: opts.engine_urls[node] for node in self.nodes}
+        elif opts.vllm is None:
             engines = self._timed("simulator", f"{opts.nodes} simulated engines", self._start_simulator)
         else:
             engine_spec = opts.vllm
@@ -182,8 +184,9 @@ class Stack:
             self._timed(addon.name, addon.name, lambda addon=addon: self._start_addon(addon))  # type: ignore[misc]
         if opts.addons:
             self._timed("reload", "alertmanager and prometheus told the add-ons' ports", self._reload)
-        self._timed("traffic", f"traffic {opts.traffic_rps_per_node * opts.nodes:g} req/s",
-                    self._start_traffic)
+        if opts.traffic_rps_per_node > 0:
+            self._timed("traffic", f"traffic {opts.traffic_rps_per_node * opts.nodes:g} req/s",
+                        self._start_traffic)
 
     def _port_file(self, name: str) -> Path:
         """Where child ``name`` writes the port it bound (none left from an earlier run)."""
@@ -248,14 +251,16 @@ class Stack:
         started: dict[tuple[str, str], tuple[ManagedProcess, Path]] = {}
         for node in self.nodes:
             queue = ["--redis-url", redis, "--queue", f"jobs=oximeter:jobs:{node}"] if redis else []
-            port_file = self._port_file(f"exporter-{node}")
-            naming = ["--naming", "dcgm-exporter"] if self.stock else []
-            # A real engine's CPU host has no GPU: its exporter reads the host alone.
-            backend = ["--backend", "sim", "--sim-url", engines[self.nodes[0]]] if opts.vllm is None else \
-                ["--backend", "none"]
-            started["exporter", node] = (self._launch(f"exporter-{node}", oximeter_argv(
-                "exporter", *backend, "--node", node, "--host", "127.0.0.1", "--port", "0",
-                "--port-file", str(port_file), *queue, *naming), None), port_file)
+            # A real engine's CPU host has no GPU: its exporter reads the host alone (a stock fleet's
+            # dcgm-exporter would have nothing to read there, and none runs).
+            if not (opts.real_engines and self.stock):
+                port_file = self._port_file(f"exporter-{node}")
+                naming = ["--naming", "dcgm-exporter"] if self.stock else []
+                backend = ["--backend", "none"] if opts.real_engines else \
+                    ["--backend", "sim", "--sim-url", engines[self.nodes[0]]]
+                started["exporter", node] = (self._launch(f"exporter-{node}", oximeter_argv(
+                    "exporter", *backend, "--node", node, "--host", "127.0.0.1", "--port", "0",
+                    "--port-file", str(port_file), *queue, *naming), None), port_file)
             if self.stock:
                 continue  # no gateway in front of a stock fleet's engines
             port_file = self._port_file(f"gateway-{node}")
@@ -309,7 +314,7 @@ class Stack:
         opts, ep = self.options, self.endpoints
         assert ep is not None
         return write_yaml(self.workspace / "prometheus.yml", prometheus_config(
-            scrape_targets(self.nodes, ep, opts.addons, stock=self.stock),
+            scrape_targets(self.nodes, ep, opts.addons, stock=self.stock, kube=not opts.real_engines),
             rule_paths(self.workspace, opts.time_scale, stock=self.stock),
             scrape_interval_s=opts.scrape_interval_s, eval_interval_s=opts.eval_interval_s,
             alertmanager=hostport(ep.alertmanager) if ep.alertmanager else None))
@@ -333,7 +338,7 @@ class Stack:
                                  lambda port: http_ok(f"http://127.0.0.1:{port}/-/ready"))
         url = f"http://127.0.0.1:{port}"
         assert self.endpoints is not None
-        wait_ready(url, self.endpoints, opts.eval_interval_s, stock=self.stock)
+        wait_ready(url, self.endpoints, opts.eval_interval_s, stock=self.stock, kube=not opts.real_engines)
         return url
 
     # -- helpers for the demo and tests -----------------------------------------------------

@@ -58,7 +58,9 @@ class StackOptions:
     alert_repeat_interval_s: float = 4 * 3600.0
     relay_token_file: Path | None = None
     redis: bool = True
-    traffic_rps_per_node: float = 1.0  # the history's base_rps, so baselines compare like with like
+    # The history's base_rps, so baselines compare like with like; 0: no traffic generator (the
+    # caller makes the load).
+    traffic_rps_per_node: float = 1.0
     stream_ratio: float = 1.0  # history models streaming requests: TTFT is the first chunk
     # Prompt lengths times this (``oximeter traffic --prompt-scale``): engines on CPUs need shorter ones.
     prompt_scale: float = 1.0
@@ -76,7 +78,15 @@ class StackOptions:
     # these flags: each node's exporter then reads its host alone (a CPU host has no GPU) and there
     # is no simulated backfill.
     vllm: EngineSpec | None = None
+    # Real engines already serving, by node (their caller started them and stops them): the stack
+    # starts none and fronts these, as it would the engines of ``vllm``.
+    engine_urls: Mapping[str, str] | None = None
     addons: tuple[Addon, ...] = ()
+
+    @property
+    def real_engines(self) -> bool:
+        """Whether the engines are real vLLM ones (no simulator, so no GPUs and no Kubernetes to read)."""
+        return self.vllm is not None or self.engine_urls is not None
 
 
 @dataclass(frozen=True)

@@ -47,8 +47,10 @@ def rule_paths(workspace: Path, time_scale: float, *, stock: bool) -> list[Path]
 
 
 def scrape_targets(nodes: Sequence[str], ep: Endpoints, addons: Sequence[Addon], *,
-                   stock: bool) -> list[Target]:
-    """Every scrape target: each node's engine, gateway and exporter, the add-ons that listen."""
+                   stock: bool, kube: bool = True) -> list[Target]:
+    """Every scrape target: each node's engine, gateway and exporter, the add-ons that listen; on a
+    stock fleet the simulator's Kubernetes endpoints too, unless ``kube`` is False (real engines
+    run with no Kubernetes around them)."""
     targets = [Target(ENGINE_JOB, hostport(ep.engines[n]), stable_instance(ENGINE_JOB, n), {"node": n})
                for n in nodes]
     targets += [Target(GATEWAY_JOB, hostport(ep.gateways[n]), stable_instance(GATEWAY_JOB, n))
@@ -56,7 +58,7 @@ def scrape_targets(nodes: Sequence[str], ep: Endpoints, addons: Sequence[Addon],
     exporter_job = DCGM_JOB if stock else EXPORTER_JOB
     targets += [Target(exporter_job, hostport(ep.exporters[n]), stable_instance(exporter_job, n))
                 for n in nodes if n in ep.exporters]
-    if stock:  # the simulator's kube-state-metrics, on its first engine's port
+    if stock and kube:  # the simulator's kube-state-metrics, on its first engine's port
         targets.append(Target(KUBE_STATE_JOB, hostport(ep.simulator), KUBE_STATE_INSTANCE,
                               metrics_path="/kube-state/metrics"))
         # Each node's kubelet cAdvisor endpoint, on its engine's port; the node from the target.
@@ -67,14 +69,15 @@ def scrape_targets(nodes: Sequence[str], ep: Endpoints, addons: Sequence[Addon],
     return targets
 
 
-def wait_ready(url: str, ep: Endpoints, eval_interval_s: float, *, stock: bool) -> None:
+def wait_ready(url: str, ep: Endpoints, eval_interval_s: float, *, stock: bool, kube: bool = True) -> None:
     """Wait until Prometheus at ``url`` has every core target up and every rule group evaluated
-    after that."""
+    after that (``kube``: as ``scrape_targets``)."""
     # Add-ons start after Prometheus.
     core = {ENGINE_JOB, DCGM_JOB, KUBE_STATE_JOB, KUBELET_JOB} if stock else \
         {ENGINE_JOB, GATEWAY_JOB, EXPORTER_JOB}
-    # A stock fleet has no gateway and adds kube-state-metrics and each node's kubelet.
-    expected = len(ep.engines) + len(ep.gateways) + len(ep.exporters) + (1 + len(ep.engines) if stock else 0)
+    # A stock fleet has no gateway and adds kube-state-metrics and each node's kubelet (``kube``).
+    expected = len(ep.engines) + len(ep.gateways) + len(ep.exporters) + \
+        (1 + len(ep.engines) if stock and kube else 0)
 
     def all_up() -> bool:
         reply = requests.get(f"{url}/api/v1/targets", timeout=5).json()

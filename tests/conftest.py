@@ -56,12 +56,15 @@ LIVE_ORDER = (
 )
 
 
+REAL_VLLM = "tests/real_vllm/"  # the real vLLM engine's tests (one engine for all, minutes)
+
+
 # Units that take a worker 15-50 s each (most of it CPU), handed out right after the shared stack's
 # so that none of them starts when the other workers are nearly done and the suite waits for its
 # tail. On a fresh clone xdist knows no durations; docs/benchmarks.md ("Test suite") lists them.
 # The real vLLM engine's tests come first of these: its start takes minutes, mostly waiting.
 LONG_FIRST = (
-    "tests/real_vllm/",
+    REAL_VLLM,
     "tests/reporter/test_reporter_digest_e2e.py",
     "tests/simulator/test_live_history_agreement.py",
     "tests/test_ports.py",
@@ -100,7 +103,7 @@ STORE_SUITES = ("tests/test_store.py", "tests/incidents/test_incidents_store.py"
 # so do the real vLLM engine's tests: one engine for all of them.
 XDIST_GROUPS = {"live_stack": ("tests/live/", "tests/e2e/"), "drill_cache": ("tests/drills/test_drill.py",),
                 "postgres": (*STORE_SUITES, "tests/incidents/test_daemon_ha_processes.py"),
-                "real_vllm": ("tests/real_vllm/",)}
+                "real_vllm": (REAL_VLLM,)}
 # Modules under those paths that do not use the shared stack: on its worker they would run in
 # series with it; elsewhere their module-scoped fixtures still keep each one unit. The stock e2e
 # starts its own stack; the configuration and chat-sink tests start none.
@@ -146,9 +149,18 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log: Producer) -> GroupSc
 
 
 def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
-    """The live stack's set-up steps, when one was started."""
+    """The live stack's set-up steps, when one was started; each real vLLM engine test by name, with
+    its outcome and time (``-q`` names only the failures, and these are the suite's slowest)."""
     for line in setup_summary():
         terminalreporter.write_line(line)
+    reports = [r for stat in terminalreporter.stats.values() for r in stat
+               if isinstance(r, pytest.TestReport) and r.nodeid.startswith(REAL_VLLM)]
+    for nodeid in dict.fromkeys(r.nodeid for r in reports):
+        mine = [r for r in reports if r.nodeid == nodeid]
+        outcome: str = next((r.outcome for r in mine if r.failed), None) or \
+            next((r.outcome for r in mine if r.when == "call"), None) or "not run"
+        terminalreporter.write_line(f"real vLLM: {outcome} {nodeid} "
+                                    f"({sum(r.duration for r in mine):.1f} s with set-up)")
 
 
 @pytest.fixture(scope="session")

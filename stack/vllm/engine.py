@@ -52,10 +52,10 @@ class EngineSpec:
     # host to the same first cores, so engines side by side would share them (launch_fleet spreads them).
     omp_cpus: str = "auto"
 
-    def argv(self, python: Path, model: Path) -> list[str]:
-        """The API server's command line."""
+    def argv(self, python: Path, model: Path, port: int = 0) -> list[str]:
+        """The API server's command line (port 0: the kernel picks one)."""
         args = [str(python), "-m", "vllm.entrypoints.openai.api_server", "--model", str(model),
-                "--served-model-name", self.served_model_name, "--host", HOST, "--port", "0",
+                "--served-model-name", self.served_model_name, "--host", HOST, "--port", str(port),
                 "--load-format", "dummy", "--dtype", "float32", "--max-model-len", str(self.max_model_len),
                 "--max-num-seqs", str(self.max_num_seqs), "--disable-uvicorn-access-log",
                 # No torch.compile warm-up: two minutes on a loaded 2-core machine, for a model whose
@@ -89,15 +89,21 @@ def listening_port(pid: int, host: str = HOST) -> int | None:
 
 
 class VllmEngine:
-    """``with VllmEngine(name, env, model, log_dir) as engine:`` serves at ``engine.url``, then stops."""
+    """``with VllmEngine(name, env, model, log_dir) as engine:`` serves at ``engine.url``, then stops.
+
+    ``port`` 0 (the default) lets the kernel pick the port. A restart keeps the port the engine had,
+    as a container restarted in its pod keeps its address: give a port reserved for the engine's
+    whole life (``stack.ports.reserve_port``, outside the range the kernel hands out) when it will
+    be restarted, so that nothing else can take it while the engine is down.
+    """
 
     def __init__(self, name: str, vllm_env: Path, model: Path, log_dir: Path,
-                 spec: EngineSpec | None = None) -> None:
+                 spec: EngineSpec | None = None, port: int = 0) -> None:
         self.name = name
         self.spec = spec or EngineSpec()
         self.vllm_env = vllm_env
         self.model = model
-        self.proc = ManagedProcess(name, self.spec.argv(env_python(vllm_env), model), log_dir,
+        self.proc = ManagedProcess(name, self.spec.argv(env_python(vllm_env), model, port), log_dir,
                                    env=self.spec.env(vllm_env))
         self.url = ""
 
@@ -122,6 +128,22 @@ class VllmEngine:
         self.proc.wait_ready(lambda: listening_port(pid), timeout_s)
         self.url = f"http://{HOST}:{listening_port(pid)}"
         self.proc.wait_ready(self._lists_model, timeout_s)
+
+    def restart(self) -> VllmEngine:
+        """Start the API server again on its port once it has exited (a crashed engine core takes
+        it down), and wait until it serves; its log goes on in the same file."""
+        if self.running or not self.url:
+            raise EngineError(f"{self.name} is running or was never started")
+        port = int(self.url.rsplit(":", 1)[1])
+        self.proc.stop()
+        self.proc.argv = self.spec.argv(env_python(self.vllm_env), self.model, port)
+        self.proc.start()
+        try:
+            self.wait_serving(self.spec.start_timeout_s)
+        except BaseException:
+            self.stop()
+            raise
+        return self
 
     def _lists_model(self) -> bool:
         reply = requests.get(f"{self.url}/v1/models", timeout=5)

@@ -9,13 +9,16 @@ from collections.abc import Iterator
 import pytest
 from vllm_load import SPEC
 
+from stack.ports import reserve_port
 from stack.vllm.engine import VllmEngine
 from stack.vllm.env import ensure_env, ensure_model
 
 
 @pytest.fixture(scope="session")
 def vllm_engine(tmp_path_factory: pytest.TempPathFactory) -> Iterator[VllmEngine]:
-    """One engine on the tiny model (``make test`` builds its environment first)."""
+    """One engine on the tiny model (``make test`` builds its environment first), on a port reserved
+    for the session: the crash test restarts it there, and the stacks watching it find it again."""
     env = ensure_env()
-    with VllmEngine("vllm", env, ensure_model(env), tmp_path_factory.mktemp("vllm"), SPEC) as engine:
+    with reserve_port() as port, VllmEngine("vllm", env, ensure_model(env), tmp_path_factory.mktemp("vllm"),
+                                            SPEC, port) as engine:
         yield engine

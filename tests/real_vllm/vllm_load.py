@@ -20,10 +20,16 @@ from stack.vllm.engine import EngineSpec, VllmEngine
 
 # Long enough that a full batch decodes for seconds on this CPU, short enough to fit --max-model-len.
 LONG_TOKENS = 400
+# With the prompt (about 30 tokens), one of the CPU build's 128-token KV blocks: a sequence that never
+# grows a second block, so a full batch of them never runs the tests' pool out and never preempts.
+SHORT_TOKENS = 64
 # The tests' engine: vLLM's flags as docs/real-vllm.md gives them, and a KV pool of 16 blocks (the CPU
 # build's blocks hold 128 tokens): a full batch of LONG_TOKENS requests needs twice that, while any
 # one request fits (--max-model-len 512 is 4 blocks).
 SPEC = EngineSpec(num_blocks=16)
+# Polling deadlines for what the engine shows within a few of its steps (milliseconds each): long
+# enough for a loaded 2-core machine, and a miss fails with what was seen.
+SEE_S = 60.0
 
 
 def completion(url: str, model: str, max_tokens: int = LONG_TOKENS, timeout_s: float = 600.0) -> int:
@@ -65,6 +71,26 @@ def load(engine: VllmEngine, n: int, max_tokens: int = LONG_TOKENS, via: str | N
         for _ in range(n):
             pool.submit(running._one)
         yield running
+
+
+@contextlib.contextmanager
+def sustained(url: str, model: str, n: int, max_tokens: int = LONG_TOKENS) -> Iterator[Load]:
+    """Keep ``n`` requests in flight at ``url`` while the block runs (each thread sends its next
+    request as its last one ends: the load is a concurrency, whatever the machine's speed); at its
+    end no new request starts and those in flight finish."""
+    running = Load(url, model, n, max_tokens)
+    stop = threading.Event()
+
+    def loop() -> None:
+        while not stop.is_set():
+            running._one()
+    with ThreadPoolExecutor(max_workers=n) as pool:
+        for _ in range(n):
+            pool.submit(loop)
+        try:
+            yield running
+        finally:
+            stop.set()
 
 
 def samples(engine: VllmEngine) -> dict[str, float]:
