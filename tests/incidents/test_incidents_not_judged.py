@@ -14,7 +14,7 @@ from reporter.render import render_change
 from reporter.settings import ReporterSettings
 
 GATEWAY_ONLY = {"rejected_429_ratio", "error_504_ratio", "queue_limit_ratio", "retry_ratio",
-                "empty_output_ratio"}
+                "empty_output_ratio", "upstream_stalled"}
 
 
 @pytest.mark.parametrize(("inputs", "unjudged"), [("oximeter", set()), ("mixed", set()),
