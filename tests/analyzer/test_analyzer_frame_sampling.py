@@ -14,24 +14,15 @@ from hypothesis import strategies as st
 
 from analyzer.signals import query as q
 from analyzer.signals.frame import SeriesFrame
-from analyzer.signals.sources.base import grid_index
-from analyzer.signals.sources.frames import LOOKBACK_S, FrameSource
+from analyzer.signals.sources.frames import FrameSource
 from analyzer.signals.spec import SignalSpec
+from tests.script_module import load_script
+
+# The plain pandas reading the fetch is held to (also the same-run reference of its bench).
+pandas_sampling = load_script("bench/replay_loop.py").pandas_sampling
 
 T0 = datetime(2026, 3, 1, tzinfo=UTC)
 SPEC = SignalSpec.of(name="s", layer="engine", kind="gauge", entity_labels=("node",), expr=q.select("s"))
-
-
-def pandas_sampling(values: pd.DataFrame, start: datetime, end: datetime, step_s: float) -> pd.DataFrame:
-    """The whole-frame pandas reading: filter the window, forward-fill, reindex onto the grid."""
-    grid = grid_index(start, end, step_s)
-    window = values.loc[(values.index > grid[0] - pd.Timedelta(seconds=LOOKBACK_S))
-                        & (values.index <= grid[-1])] if len(grid) else values.iloc[:0]
-    native = pd.Series(window.index).diff().median()
-    limit = max(1, int(pd.Timedelta(seconds=LOOKBACK_S) / native)) if pd.notna(native) else None
-    sampled = window.ffill(limit=limit).reindex(grid, method="ffill",
-                                                tolerance=pd.Timedelta(seconds=LOOKBACK_S))
-    return sampled.dropna(axis=1, how="all").astype(np.float32)
 
 
 @st.composite
