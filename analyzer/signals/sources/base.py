@@ -7,6 +7,7 @@ source only for what is new each cycle.
 
 from __future__ import annotations
 
+import functools
 import time
 from collections.abc import Callable, Hashable
 from dataclasses import dataclass, field
@@ -39,6 +40,8 @@ def align(moment: datetime, step_s: float) -> datetime:
     return datetime.fromtimestamp(seconds - seconds % step_s, tz=UTC)
 
 
+# An index is immutable, and in one cycle every signal's window asks for the same few grids.
+@functools.lru_cache(maxsize=512)
 def grid_index(start: datetime, end: datetime, step_s: float) -> pd.DatetimeIndex:
     """The aligned grid covering [start, end]."""
     first = align(start, step_s)
