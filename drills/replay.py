@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -29,7 +29,7 @@ from analyzer.incidents.lifecycle import Change, Incident, IncidentSettings
 from analyzer.incidents.maintenance import MaintenanceWindow
 from analyzer.incidents.store import IncidentQuery, IncidentStore
 from analyzer.service.daemon import Analyzer
-from analyzer.service.pipeline import CONTEXT, topology_from_frames
+from analyzer.service.pipeline import CONTEXT, CyclePipeline, Pipeline, topology_from_frames
 from analyzer.service.settings import AnalyzerSettings
 from analyzer.signals.catalogue import CATALOGUE
 from analyzer.signals.frame import SeriesFrame
@@ -169,34 +169,40 @@ class Told:
         """A replay's source never fails: nothing to keep."""
 
 
-def replay_cycles(frames: Mapping[str, SeriesFrame], events: Sequence[AnomalyEvent], interval_s: float,
-                  settings: IncidentSettings | None = None,
-                  topology: Topology | None = None,
-                  catalogue: Mapping[str, SignalSpec] = CATALOGUE,
-                  unreadable: frozenset[str] = frozenset(), not_judged: Sequence[str] = (),
-                  maintenance: Sequence[MaintenanceWindow] = (),
-                  slos: SloSettings | None = DEFAULT_SLOS) -> ReplayOutcome:
+class Histories:
+    """A replay's source over several histories (a drill window and the same-time windows before
+    it): each fetch is answered by the history that holds most of its span, as one Prometheus
+    holding all of them would answer."""
+
+    def __init__(self, raws: Sequence[RawStore], clock: Callable[[], datetime]) -> None:
+        self._parts = [(r.index[0], r.index[-1], FrameSource(raw=r, clock=clock)) for r in raws]
+        self._clock = clock
+
+    def now(self) -> datetime:
+        """The replayed present."""
+        return self._clock()
+
+    def query_key(self, spec: SignalSpec) -> Hashable:
+        """Every history answers a query the same way: the first one's key."""
+        return self._parts[0][2].query_key(spec)
+
+    def fetch(self, spec: SignalSpec, start: datetime, end: datetime, step_s: float) -> SeriesFrame:
+        """``spec`` on the aligned grid [start, end], from the history that overlaps it most."""
+        lo, hi = pd.Timestamp(start), pd.Timestamp(end)
+        part = max(self._parts, key=lambda p: min(hi, p[1]) - max(lo, p[0]))
+        return part[2].fetch(spec, start, end, step_s)
+
+
+def _run(pipeline: Pipeline, clock: ReplayClock, elapsed: list[float], end: datetime, interval_s: float,
+         store: IncidentStore, settings: IncidentSettings, topology: Topology,
+         catalogue: Mapping[str, SignalSpec], unreadable: frozenset[str], not_judged: Sequence[str],
+         maintenance: Sequence[MaintenanceWindow], slos: SloSettings | None) -> ReplayOutcome:
     """The daemon's own cycle (:class:`analyzer.service.daemon.Analyzer`: findings, tracker, store,
-    notifier) every ``interval_s`` of replayed time over the whole history, on an in-memory store
-    (``catalogue``: the one the events were detected with, which also says which signals open
-    incidents; ``unreadable`` and ``not_judged``: what the inputs cannot feed, as the daemon is told;
-    ``maintenance``: the windows the daemon is told of, as its config's; ``slos``: the objectives
-    severity follows, whose burn counts ``frames`` hold)."""
-    settings = settings or IncidentSettings()
-    indexes = [f.values.index for f in frames.values() if len(f.values.index)]
-    if not indexes:
-        return ReplayOutcome((), ())
-    start, end = indexes[0][0].to_pydatetime(), indexes[0][-1].to_pydatetime()
-    # Replayed time advances by one interval per cycle, however long the cycle took.
-    elapsed = [0.0]
-    clock = ReplayClock(start, speed=1.0, monotonic=lambda: elapsed[0])
-    # oximeter_target_info's series are the same every cycle of a replay: joined once.
-    joined = topology_from_frames(frames, topology or Topology())
-    told, store = Told(), IncidentStore(connect(":memory:"))
+    notifier) every ``interval_s`` of replayed time until ``end``."""
+    told = Told()
     try:
-        analyzer = Analyzer(DetectedPipeline(frames, events), store, settings, joined, told, clock.now,
-                            catalogue=catalogue, unreadable=unreadable, not_judged=not_judged,
-                            maintenance=maintenance, slos=slos)
+        analyzer = Analyzer(pipeline, store, settings, topology, told, clock.now, catalogue=catalogue,
+                            unreadable=unreadable, not_judged=not_judged, maintenance=maintenance, slos=slos)
         while clock.now() + timedelta(seconds=interval_s) <= end:
             elapsed[0] += interval_s
             analyzer.cycle()
@@ -206,6 +212,63 @@ def replay_cycles(frames: Mapping[str, SeriesFrame], events: Sequence[AnomalyEve
         store.conn.close()
     return ReplayOutcome(tuple(sorted(incidents, key=lambda i: (i.first_onset, i.id))), tuple(told.changes),
                          suppressed)
+
+
+def _replay_clock(start: datetime) -> tuple[ReplayClock, list[float]]:
+    """Replayed time that advances by one interval per cycle, however long the cycle took."""
+    elapsed = [0.0]
+    return ReplayClock(start, speed=1.0, monotonic=lambda: elapsed[0]), elapsed
+
+
+def replay_cycles(frames: Mapping[str, SeriesFrame], events: Sequence[AnomalyEvent], interval_s: float,
+                  settings: IncidentSettings | None = None,
+                  topology: Topology | None = None,
+                  catalogue: Mapping[str, SignalSpec] = CATALOGUE,
+                  unreadable: frozenset[str] = frozenset(), not_judged: Sequence[str] = (),
+                  maintenance: Sequence[MaintenanceWindow] = (),
+                  slos: SloSettings | None = DEFAULT_SLOS) -> ReplayOutcome:
+    """The daemon's own cycle every ``interval_s`` of replayed time over the whole history, on
+    events detected beforehand (``catalogue``: the one the events were detected with, which also
+    says which signals open incidents; ``unreadable`` and ``not_judged``: what the inputs cannot
+    feed, as the daemon is told; ``maintenance``: the windows the daemon is told of, as its config's;
+    ``slos``: the objectives severity follows, whose burn counts ``frames`` hold)."""
+    indexes = [f.values.index for f in frames.values() if len(f.values.index)]
+    if not indexes:
+        return ReplayOutcome((), ())
+    start, end = indexes[0][0].to_pydatetime(), indexes[0][-1].to_pydatetime()
+    clock, elapsed = _replay_clock(start)
+    # oximeter_target_info's series are the same every cycle of a replay: joined once.
+    joined = topology_from_frames(frames, topology or Topology())
+    return _run(DetectedPipeline(frames, events), clock, elapsed, end, interval_s,
+                IncidentStore(connect(":memory:")), settings or IncidentSettings(), joined, catalogue,
+                unreadable, not_judged, maintenance, slos)
+
+
+def _raw(history: Path | RawStore, stock: bool) -> RawStore:
+    raw = history if isinstance(history, RawStore) else RawStore.from_history(history)
+    return with_stock_translated(raw) if stock else raw
+
+
+def replay_live(history: Path | RawStore, interval_s: float, settings: IncidentSettings | None = None,
+                catalogue: Mapping[str, SignalSpec] = CATALOGUE, policy: BaselinePolicy | None = None,
+                same_time: Mapping[float, Path | RawStore] | None = None, *, stock: bool = False,
+                maintenance: Sequence[MaintenanceWindow] = (),
+                slos: SloSettings | None = DEFAULT_SLOS) -> ReplayOutcome:
+    """One history (a directory, or its raw series) through the daemon's own incremental detection
+    (:class:`~analyzer.service.pipeline.CyclePipeline`) over the history and the same-time
+    histories before it, every ``interval_s`` of replayed time (arguments as :func:`replay_history`)."""
+    raw = _raw(history, stock)
+    start, end = raw.index[0].to_pydatetime(), raw.index[-1].to_pydatetime()
+    clock, elapsed = _replay_clock(start)
+    source = Histories([raw, *(_raw(d, stock) for d in (same_time or {}).values())], clock.now)
+    inputs = AnalyzerSettings(inputs="stock" if stock else "oximeter")
+    store = IncidentStore(connect(":memory:"))
+    context = {**CONTEXT, **burn_specs(slos)} if slos is not None else CONTEXT
+    pipeline = CyclePipeline(source, catalogue, float(raw.step_s), inputs.live_window_s,
+                             policy=policy or BaselinePolicy(), change_events=store.change_events,
+                             context_specs=context)
+    return _run(pipeline, clock, elapsed, end, interval_s, store, settings or IncidentSettings(), Topology(),
+                catalogue, inputs.unreadable_context(), inputs.not_judged(), maintenance, slos)
 
 
 def replay_history(directory: Path, interval_s: float, settings: IncidentSettings | None = None,

@@ -68,15 +68,13 @@ class BaselineTracker:
         windows = {lag: exclude(w, anomalous, changes) for lag, w in history.items()
                    if lag in self.policy.lags_s}
         center, scale, rc, rs, young = self._rows(clean, values, windows, todo, known)
-        # Reindexed to the window, so rows skipped by max_new_rows are remembered as NaN.
-        self._center = (pd.concat([cached.loc[known], center]) if len(known) else center).reindex(index)
-        self._scale = (pd.concat([self._scale.loc[known], scale]) if len(known) else scale).reindex(index)
-        self._recent_center = (pd.concat([self._recent_center.loc[known], rc]) if len(known) else rc
-                               ).reindex(index)
-        self._recent_scale = (pd.concat([self._recent_scale.loc[known], rs]) if len(known) else rs
-                              ).reindex(index)
-        self._provisional = (pd.concat([self._provisional.loc[known], young]) if len(known) else young
-                             ).reindex(index, fill_value=False)
+        # The known rows' places in what is held (all held frames share one index).
+        kept = cached.index.get_indexer(known) if len(known) else np.empty(0, dtype=np.int64)
+        self._center = _extended(cached, kept, center, index)
+        self._scale = _extended(self._scale, kept, scale, index)
+        self._recent_center = _extended(self._recent_center, kept, rc, index)
+        self._recent_scale = _extended(self._recent_scale, kept, rs, index)
+        self._provisional = _extended(self._provisional, kept, young, index, fill=False)
         hour = None
         if like_nodes is not None:
             hour = self._hour_rows(values, history, todo, known, like_nodes)
@@ -146,3 +144,17 @@ class BaselineTracker:
                                          2 * half + 1, (0.5, 0.25, 0.75), max(1, half))
         return (pd.DataFrame(med, index=rows, columns=columns, copy=False),
                 pd.DataFrame((q75 - q25) / IQR_TO_SIGMA, index=rows, columns=columns, copy=False))
+
+
+def _extended(held: pd.DataFrame, kept: np.ndarray, new: pd.DataFrame, index: pd.DatetimeIndex,
+              fill: object = np.nan) -> pd.DataFrame:
+    """Rows ``kept`` (positions) of ``held``, then ``new``, on ``index``: reindexed, so rows
+    skipped by ``max_new_rows`` are remembered as ``fill``. Where the kept rows and the new ones
+    are the window row for row (every steady cycle) their arrays are stacked instead."""
+    if not len(kept):
+        return new.reindex(index, fill_value=fill)
+    rows = held.index[kept].append(new.index)
+    if rows.equals(index) and held.columns.equals(new.columns):
+        stacked = np.concatenate([held.to_numpy()[kept], new.to_numpy()])
+        return pd.DataFrame(stacked, index=index, columns=new.columns, copy=False)
+    return pd.concat([held.iloc[kept], new]).reindex(index, fill_value=fill)

@@ -8,7 +8,7 @@ import pandas as pd
 
 from analyzer.signals.catalogue import CATALOGUE
 from analyzer.signals.raw import RawStore
-from drills.replay import detect, replay_cycles, signal_frames
+from drills.replay import ReplayOutcome, detect, replay_cycles, replay_live, signal_frames
 
 MINUTES = 120
 DOWN = slice(60, 75)  # the target answers nothing for 15 minutes
@@ -34,3 +34,19 @@ def test_a_target_down_opens_one_telemetry_lost_incident_that_resolves() -> None
     assert dict(incident.root_cause.labels)["instance"] == "n1:9480"
     assert incident.state == "resolved"
     assert [c.kind for c in outcome.changes] == ["opened", "resolved"]
+
+
+def test_the_daemons_incremental_loop_judges_the_replay_as_detection_over_the_whole_history() -> None:
+    """The same history through the daemon's own incremental cycle (a source and a replayed clock)
+    opens the same incident, with the same root cause, told the same way, as the replay whose
+    detection ran once over the whole history."""
+    frames, step_s = signal_frames(_history())
+    whole = replay_cycles(frames, detect(frames, step_s), 60.0, catalogue=CATALOGUE)
+    live = replay_live(_history(), 60.0)
+
+    def seen(outcome: ReplayOutcome) -> list[tuple[str, str, str, tuple[tuple[str, str], ...], str]]:
+        return [(i.layer, i.rule, i.root_cause.signal, i.root_cause.labels, i.state)
+                for i in outcome.incidents]
+
+    assert seen(live) == seen(whole) != []
+    assert [(c.kind, c.at) for c in live.changes] == [(c.kind, c.at) for c in whole.changes]

@@ -8,6 +8,7 @@ before each step within the 5-minute lookback, so both sources give the same ans
 from __future__ import annotations
 
 from collections.abc import Callable, Hashable, Mapping
+from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 
@@ -22,6 +23,68 @@ from analyzer.signals.tables import InputError, parse_table, read_table
 from oximeter.promql import labels_match, parse_matchers
 
 LOOKBACK_S = 300.0  # Prometheus's default lookback delta
+_LOOKBACK_NS = int(LOOKBACK_S * 1e9)
+
+
+@dataclass(frozen=True)
+class Rows:
+    """A recorded frame prepared for sampling: its times (ns), its values, and per row and column
+    the latest row at or before it that holds a sample (-1: none yet)."""
+
+    frame: pd.DataFrame
+    times_ns: np.ndarray
+    values: np.ndarray
+    latest: np.ndarray
+    # The forward-fill limit in rows when the frame's steps are all equal (None: irregular frame).
+    regular_limit: int | None
+
+    @classmethod
+    def of(cls, frame: pd.DataFrame) -> Rows:
+        """``frame`` (time-sorted) prepared once."""
+        times_ns = pd.DatetimeIndex(frame.index).as_unit("ns").asi8
+        values = frame.to_numpy()
+        positions = np.arange(len(times_ns), dtype=np.int64)[:, None]
+        latest = np.maximum.accumulate(np.where(np.isnan(values), -1, positions), axis=0)
+        steps = np.diff(times_ns)
+        regular = len(steps) > 0 and bool((steps == steps[0]).all())
+        return cls(frame, times_ns, values, latest,
+                   _fill_limit(pd.Timedelta(int(steps[0]), unit="ns")) if regular else None)
+
+    def _limit(self, lo: int, hi: int) -> int | None:
+        """The forward-fill limit (rows) of the window ``[lo, hi)``: the lookback in its median step."""
+        if hi - lo < 2:
+            return None
+        if self.regular_limit is not None:
+            return self.regular_limit
+        native = pd.Series(pd.DatetimeIndex(self.frame.index[lo:hi])).diff().median()
+        return _fill_limit(native) if pd.notna(native) else None
+
+    def sample(self, grid: pd.DatetimeIndex) -> pd.DataFrame:
+        """The frame sampled on ``grid`` (float32), all-empty columns left out."""
+        columns = self.frame.columns
+        if not len(grid):
+            return pd.DataFrame(index=grid, columns=columns[:0], dtype=np.float32)
+        at = grid.as_unit("ns").asi8
+        # The window a query reads: samples after the first step's lookback, up to the last step.
+        lo = int(np.searchsorted(self.times_ns, at[0] - _LOOKBACK_NS, side="right"))
+        hi = int(np.searchsorted(self.times_ns, at[-1], side="right"))
+        if hi <= lo:
+            return pd.DataFrame(index=grid, columns=columns[:0], dtype=np.float32)
+        row = np.searchsorted(self.times_ns, at, side="right") - 1
+        near = (row >= lo) & (at - self.times_ns[np.maximum(row, 0)] <= _LOOKBACK_NS)
+        held = self.latest[np.maximum(row, 0)]
+        found = near[:, None] & (held >= lo)
+        limit = self._limit(lo, hi)
+        if limit is not None:
+            found &= (row[:, None] - held) <= limit
+        keep = found.any(axis=0)
+        picked = self.values[np.maximum(held[:, keep], 0), np.flatnonzero(keep)[None, :]]
+        out = np.where(found[:, keep], picked, np.nan).astype(np.float32)
+        return pd.DataFrame(out, index=grid, columns=columns[keep])
+
+
+def _fill_limit(native: pd.Timedelta) -> int:
+    return max(1, int(pd.Timedelta(seconds=LOOKBACK_S) / native))
 
 
 class FrameSource:
@@ -33,6 +96,8 @@ class FrameSource:
         self._signals: dict[str, SeriesFrame] = dict(signals or {})
         self._given = frozenset(self._signals)
         self._raw = raw
+        # Per signal, its recorded frame as arrays a fetch reads positions in.
+        self._rows: dict[str, Rows] = {}
         first = self._first_timestamp()
         self._clock = clock or ReplayClock(first).now
 
@@ -98,23 +163,24 @@ class FrameSource:
         return frame
 
     def fetch(self, spec: SignalSpec, start: datetime, end: datetime, step_s: float) -> SeriesFrame:
-        """``spec`` on the aligned grid [start, end]: the latest sample within the lookback."""
+        """``spec`` on the aligned grid [start, end]: the latest sample within the lookback.
+
+        Sampled as a backfilled Prometheus without staleness markers answers: NaN means "no
+        sample", each series carries its latest sample forward for the lookback (counted in the
+        recorded frame's native steps, from the first sample after ``start`` − lookback), and each
+        grid step takes the latest such row within the lookback. Columns with no sample on the grid
+        are left out. A replay fetches a few steps every cycle, so this reads positions in arrays
+        prepared once per frame rather than filtering the whole recorded frame.
+        """
         frame = self.signal_frame(spec)
         grid = grid_index(start, end, step_s)
         values = frame.values
         if values.empty:
             return SeriesFrame(pd.DataFrame(index=grid, columns=values.columns, dtype=np.float32), {})
-        window = values.loc[(values.index > grid[0] - pd.Timedelta(seconds=LOOKBACK_S))
-                            & (values.index <= grid[-1])] if len(grid) else values.iloc[:0]
-        # NaN means "no sample": each series carries its latest sample forward for the lookback
-        # (as a backfilled Prometheus without staleness markers answers), then the grid samples it.
-        native = pd.Series(window.index).diff().median()
-        limit = max(1, int(pd.Timedelta(seconds=LOOKBACK_S) / native)) if pd.notna(native) else None
-        window = window.ffill(limit=limit)
-        sampled = window.reindex(grid, method="ffill", tolerance=pd.Timedelta(seconds=LOOKBACK_S))
-        sampled = sampled.dropna(axis=1, how="all").astype(np.float32)
-        # The recorded frame's labels cover every column (keys not in it parse themselves).
-        return SeriesFrame(sampled, frame.labels)
+        rows = self._rows.get(spec.name)
+        if rows is None or rows.frame is not values:
+            rows = self._rows[spec.name] = Rows.of(values)
+        return SeriesFrame(rows.sample(grid), frame.labels)
 
 
 def write_signal_file(frames: Mapping[str, SeriesFrame], path: str | Path) -> None:
