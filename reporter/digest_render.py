@@ -74,15 +74,11 @@ def sections(d: Digest, settings: ReporterSettings) -> tuple[Section, ...]:
     incidents = Section(
         "Incidents", f"{d.incidents} incident(s); MTTD {_dur(d.mttd_s)}, MTTR {_dur(d.mttr_s)}",
         table=tuple(incident_rows) if len(incident_rows) > 1 else ())
-    slo_rows: list[tuple[str, ...]] = [("service", "requests", "TTFT p99", f"≤ {ds.slo_ttft_p99_s:g} s",
-                                        "TTFT budget left", "availability", "availability budget left")]
-    slo_rows += [(r.service, f"{r.requests:.0f}",
-                  "-" if r.ttft_p99_s is None else f"{fmt_number(r.ttft_p99_s)} s", _pct(r.ttft_share_ok),
-                  _pct(r.ttft_budget_left), _pct(r.availability), _pct(r.availability_budget_left))
-                 for r in d.slo]
-    objectives = f"TTFT p99 ≤ {ds.slo_ttft_p99_s:g} s, availability ≥ {ds.slo_availability * 100:g} %"
-    slo = Section(f"SLOs ({objectives})",
-                  table=tuple(slo_rows) if len(slo_rows) > 1 else (), body="" if d.slo else "no requests")
+    service_rows: list[tuple[str, ...]] = [("service", "requests", "TTFT p99")]
+    service_rows += [(r.service, f"{r.requests:.0f}",
+                      "-" if r.ttft_p99_s is None else f"{fmt_number(r.ttft_p99_s)} s") for r in d.services]
+    services = Section("Requests by service", table=tuple(service_rows) if d.services else (),
+                       body="" if d.services else "no requests")
     signal_rows = [("signal", "layer", "minutes anomalous", "most events at once", "incidents",
                     "max × baseline")] + [
         (s.signal, s.layer, f"{s.anomalous_minutes:.0f}", f"{s.peak_events:.0f}", str(s.incidents),
@@ -97,7 +93,7 @@ def sections(d: Digest, settings: ReporterSettings) -> tuple[Section, ...]:
                    body="" if d.gpu_health else "no GPU series")
     learning = Section("Still learning (judged against their last hour alone until a day of history)",
                        ", ".join(f"{signal} ({count:.0f} series)" for signal, count in d.learning) or "none")
-    return (seed, *capacity_sections(d, zone(ds.timezone)), incidents, slo, budget_section(d), signals,
+    return (seed, *capacity_sections(d, zone(ds.timezone)), incidents, services, budget_section(d), signals,
             learning, gpus)
 
 
