@@ -30,6 +30,7 @@ from analyzer.signals.slo import SloSettings
 from analyzer.signals.spec import SignalSpec
 from reporter.digest_budget import BudgetRow, budget_rows, burn_chart
 from reporter.digest_capacity import Headroom, NMinusOne, headroom, n_minus_one, placement
+from reporter.digest_growth import Growth, growth
 from reporter.prom import PromQuery, increases
 from reporter.settings import DigestSettings
 
@@ -146,6 +147,7 @@ class Digest:
     n_minus_one: tuple[NMinusOne, ...] = ()
     noisy_signals: tuple[NoisySignal, ...] = ()
     budgets: tuple[BudgetRow, ...] = ()  # each SLO's burn over the day and budget left, per service
+    growth: tuple[Growth, ...] = ()  # steady rises over the day toward a capacity (leaks), with their dates
     # Signals with series still learning at the day's end (the analyzer's ``oximeter_series_learning``):
     # judged against their recent window alone until they have a day of history.
     learning: tuple[tuple[str, float], ...] = ()
@@ -281,6 +283,7 @@ def collect(prom: PromQuery, store: IncidentStore | None, day: date, settings: D
         n_minus_one=n_minus_one(prom, start, end, STEP_S),
         noisy_signals=_noisy(prom, start, end, incidents, settings.top_signals),
         budgets=budget_rows(prom, slos, start, end, STEP_S),
+        growth=growth(prom, catalogue, start, end, STEP_S),
         learning=tuple(sorted(((s.label("signal"), s.last) for s in prom.instant(LEARNING, end)
                                if math.isfinite(s.last) and s.last > 0), key=lambda p: (-p[1], p[0]))),
         simulated_nodes=tuple(sorted({s.label("node") for s in prom.instant(
