@@ -165,14 +165,18 @@ def stretch_burn(burns: Sequence[tuple[Any, Any]], node: str | None, step_s: flo
     return best
 
 
-def unexplained(incidents: Sequence[dict[str, Any]], burns: Sequence[tuple[Any, Any]], step_s: float
-                ) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
-    """The incidents no fault explains, split: a fault-free fleet whose own peak breaches its
-    objective burns its budget with no fault at all, and an incident whose severity follows that
-    burn (a ticket for a slow burn, a page only for a fast one) is right; the others are false."""
+def unexplained(incidents: Sequence[dict[str, Any]], burns: Sequence[tuple[Any, Any]], step_s: float,
+                faulted: Sequence[str] = ()) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """The incidents no fault explains, split: a fault-free node whose own peak breaches its
+    objective burns its budget with no fault at all, and an incident there whose severity follows
+    that burn (a ticket for a slow burn, a page only for a fast one) is right; the others are false,
+    every one on a ``faulted`` node (its burn is the fault's) or on no node in a fleet with faults."""
     false, breaches = [], []
     for i in incidents:
         node = i["root_cause"]["labels"].get("node")
+        if node in faulted or (node is None and faulted):
+            false.append({"severity": i["severity"], "rule": i["rule"], "node": node, "burn": "a fault's"})
+            continue
         peak = stretch_burn(burns, node, step_s)
         entry = {"severity": i["severity"], "rule": i["rule"], "node": node, "burn": peak.text}
         (breaches if peak.grade != "info" and follows(str(i["severity"]), peak) else false).append(entry)
@@ -216,7 +220,7 @@ def replay_one(path: Path, cache_dir: Path, step_s: float, interval_s: float) ->
                 # what detection time leaves out of it.
                 row["held"] = coverage(kind, opened, end, opened, resolved, closed)
         rows.append(row)
-    false, breaches = unexplained(unused, run.burns, interval_s)
+    false, breaches = unexplained(unused, run.burns, interval_s, sorted({f["node"] for f in faults}))
     # A fault-free fleet that burns its budget at its own peak: the generator's traffic breaches the
     # objective by itself (a ticket is right there, a page only for a fast burn).
     quiet = None if expected else stretch_burn(run.burns, None, interval_s)

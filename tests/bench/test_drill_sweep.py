@@ -176,6 +176,10 @@ def test_an_incident_on_a_fleet_burning_its_own_budget_is_right_when_its_severit
     assert [(b["node"], b["severity"]) for b in breaches] == [("n1", "warning"), ("n2", "critical")]
     assert [(f["node"], f["severity"], f["burn"]) for f in false] == [
         ("n3", "critical", "ticket 2.0× (requests/queue_wait)"), ("n4", "warning", "none")]
+    # On a node with a fault the burn is the fault's: an incident there that its truth does not
+    # match is false whatever the burn.
+    false_faulted, _ = ds.unexplained(incidents[:1], burns, 60.0, faulted=["n1"])
+    assert [(f["node"], f["burn"]) for f in false_faulted] == [("n1", "a fault's")]
     results = [{"name": "a", "rows": [], "false": false, "breaches": breaches, "fault_free_burn": ticket.text,
                 "node_days": 10.0, "per_incident": [2]}]
     lines = ds.report(results, {"a": []})
