@@ -185,3 +185,17 @@ def test_an_incident_on_a_fleet_burning_its_own_budget_is_right_when_its_severit
     lines = ds.report(results, {"a": []})
     assert lines[-1].endswith("false_per_node_day=0.20 paging_false=1")
     assert "a (ticket 2.0× (requests/queue_wait))" in lines[-3]
+
+
+def test_a_missed_load_fault_is_harmless_under_a_ticket_s_burn_or_served_as_the_day_before() -> None:
+    asked: list[bool] = []
+
+    def served(ratio: float) -> object:
+        return lambda: asked.append(True) or ratio
+
+    within = Peak("info", 0.2, "requests", "queue_wait")
+    ticket = Peak("warning", 1.5, "requests", "queue_wait")
+    assert ds.visible(within, served(3.0)) == (False, "burn none 0.2× (requests/queue_wait)")
+    assert asked == []  # the requests are not read when the burn already says it
+    assert ds.visible(ticket, served(1.1)) == (False, "served as the day before")
+    assert ds.visible(ticket, served(1.5)) == (True, "")
