@@ -39,6 +39,7 @@ import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import ProcessPoolExecutor
 from datetime import UTC, datetime
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -225,7 +226,7 @@ def replay_one(path: Path, cache_dir: Path, step_s: float, interval_s: float) ->
             # during it: quiet by design) or by its requests (served as the day before).
             row["visible"], row["harmless_why"] = visible(
                 truth_peak(run.burns, exp, interval_s),
-                lambda node=exp["entity"]["node"]: fault_harm(sc, cache_dir, step_s, node))
+                partial(fault_harm, sc, cache_dir, step_s, exp["entity"]["node"]))
         if hit is not None and start is not None:
             opened = _epoch(hit.get("opened_at"))
             row["ttd_s"] = None if opened is None else max(0.0, opened - start)

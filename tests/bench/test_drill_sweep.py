@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import math
 import random
+from collections.abc import Callable
 from datetime import UTC, datetime
 
 import pandas as pd
@@ -168,7 +169,8 @@ def _incident(node: str, severity: str) -> dict[str, object]:
 def test_an_incident_on_a_fleet_burning_its_own_budget_is_right_when_its_severity_follows_the_burn() -> None:
     ticket = Peak("warning", 2.0, "requests", "queue_wait")
     page = Peak("critical", 20.0, "requests", "queue_wait")
-    burns = [(_Reader({"n1": ticket, "n2": page, "n3": ticket}), [])]
+    reader = _Reader({"n1": ticket, "n2": page, "n3": ticket})
+    burns: list[tuple[_Reader, list[dict[str, object]]]] = [(reader, [])]
     incidents = [_incident("n1", "warning"), _incident("n2", "critical"), _incident("n3", "critical"),
                  _incident("n4", "warning")]
     false, breaches = ds.unexplained(incidents, burns, 60.0)
@@ -190,8 +192,11 @@ def test_an_incident_on_a_fleet_burning_its_own_budget_is_right_when_its_severit
 def test_a_missed_load_fault_is_harmless_under_a_ticket_s_burn_or_served_as_the_day_before() -> None:
     asked: list[bool] = []
 
-    def served(ratio: float) -> object:
-        return lambda: asked.append(True) or ratio
+    def served(ratio: float) -> Callable[[], float]:
+        def read() -> float:
+            asked.append(True)
+            return ratio
+        return read
 
     within = Peak("info", 0.2, "requests", "queue_wait")
     ticket = Peak("warning", 1.5, "requests", "queue_wait")
