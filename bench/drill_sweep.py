@@ -17,10 +17,12 @@ onset; also by fault duration, and counted from the opening, which leaves detect
 chat messages per incident, and false incidents per fault-free node-day (the pages, critical,
 apart); per kind, the weakest strength that was attributed right. A fault that only a busy engine
 feels (a smaller KV pool, a colder prefix cache, an admission limit, more traffic) may harm no
-request at light traffic: when its node's requests fared as well as at the same hours the day
-before and no incident named it, it is reported as harmless (not visible at its strength and
-traffic) and left out of attribution. The scenarios are written under ``--out`` so a miss can be
-replayed alone (``oximeter drill --replay NAME --scenarios DIR``).
+request at light traffic: when no incident named it and either its node's requests fared as well
+as at the same hours the day before or it never burnt an error budget fast enough for a ticket
+(the analyzer's own measure of harm: such a finding is quiet by design, a digest line), it is
+reported as harmless (not visible at its strength and traffic) and left out of attribution.
+The scenarios are written under ``--out`` so a miss can be replayed alone
+(``oximeter drill --replay NAME --scenarios DIR``).
 
 Last line: ``sweep: scenarios=N attribution=A% coverage_open_p10=C% ttd_severe_p90=Ss
 ttd_moderate_p90=Ms messages_median=M messages_max=X false_per_node_day=F paging_false=P``.
@@ -34,9 +36,10 @@ import math
 import random
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from concurrent.futures import ProcessPoolExecutor
 from datetime import UTC, datetime
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -48,11 +51,12 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from drills.cli import DEFAULT_CACHE  # noqa: E402
-from drills.harm import onset_burn  # noqa: E402
+from drills.harm import NO_BURN, Peak, follows, onset_burn, truth_peak  # noqa: E402
 from drills.history import DAY_S, drill_windows, history_dir, same_time_window  # noqa: E402
 from drills.replay import replay_windows  # noqa: E402
 from drills.score import expected_truths, parse_when, truth_matches  # noqa: E402
 from drills.sweep import HOUR_S, KINDS, Kind, generate  # noqa: E402
+from oximeter.vocabulary import SEVERITY_RANK  # noqa: E402
 from simulator.scenario import load_scenario  # noqa: E402
 
 # A page: what a false incident must not be (a ticket on a fault-free stretch is noise, not a page).
@@ -66,6 +70,8 @@ SEVERE_BURN, MODERATE_BURN = 14.4, 6.0
 # as not visible at its strength and traffic, not counted as a miss (a detector that names it
 # anyway still counts as right).
 HARMLESS = 1.2
+
+
 def _epoch(text: str | None) -> float | None:
     moment = parse_when(text)
     return None if moment is None else moment.timestamp()
@@ -125,6 +131,15 @@ def fault_harm(sc: Any, cache_dir: Path, step_s: float, node: str) -> float:
     return worst
 
 
+def visible(peak: Peak, served: Callable[[], float]) -> tuple[bool, str]:
+    """Whether a missed fault that only a busy engine feels harmed anyone, and why not: its burn
+    ``peak`` never reached a ticket's (the analyzer's measure: quiet by design), or ``served`` (its
+    requests against the day before's, asked only then) stayed under HARMLESS."""
+    if peak.grade == "info":
+        return False, f"burn {peak.text}"
+    return (True, "") if served() >= HARMLESS else (False, "served as the day before")
+
+
 def coverage(kind: Kind, start: float, end: float | None, opened: float | None,
              resolved: float | None, closed: Sequence[tuple[float, float]] = ()) -> float | None:
     """The share of a lasting fault's span ``[start, end)`` its incident was open (None where that
@@ -154,6 +169,35 @@ def closed_spans(told: Sequence[Any], incident_id: str) -> list[tuple[float, flo
     return spans
 
 
+def stretch_burn(burns: Sequence[tuple[Any, Any]], node: str | None, step_s: float) -> Peak:
+    """The fastest burn on ``node`` (every node: None) over every replayed window, whole."""
+    best = NO_BURN
+    for reader, _faults in burns:
+        found = reader.peak(node, reader.index[0].timestamp(), reader.index[-1].timestamp() + step_s, step_s)
+        if (SEVERITY_RANK[found.grade], found.rate) > (SEVERITY_RANK[best.grade], best.rate):
+            best = found
+    return best
+
+
+def unexplained(incidents: Sequence[dict[str, Any]], burns: Sequence[tuple[Any, Any]], step_s: float,
+                faulted: Sequence[str] = ()) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """The incidents no fault explains, split: a fault-free node whose own peak breaches its
+    objective burns its budget with no fault at all, and an incident there whose severity follows
+    that burn (a ticket for a slow burn, a page only for a fast one) is right; the others are false,
+    every one on a ``faulted`` node (its burn is the fault's) or on no node in a fleet with faults."""
+    false: list[dict[str, Any]] = []
+    breaches: list[dict[str, Any]] = []
+    for i in incidents:
+        node = i["root_cause"]["labels"].get("node")
+        if node in faulted or (node is None and faulted):
+            false.append({"severity": i["severity"], "rule": i["rule"], "node": node, "burn": "a fault's"})
+            continue
+        peak = stretch_burn(burns, node, step_s)
+        entry = {"severity": i["severity"], "rule": i["rule"], "node": node, "burn": peak.text}
+        (breaches if peak.grade != "info" and follows(str(i["severity"]), peak) else false).append(entry)
+    return false, breaches
+
+
 def replay_one(path: Path, cache_dir: Path, step_s: float, interval_s: float) -> dict[str, Any]:
     """Replay one generated scenario and measure what chat would have seen."""
     sc = load_scenario(path)
@@ -178,7 +222,11 @@ def replay_one(path: Path, cache_dir: Path, step_s: float, interval_s: float) ->
                                "burn": None if start is None else
                                onset_burn(run.burns, exp["entity"]["node"], start)}
         if hit is None and kind.needs_load:
-            row["visible"] = fault_harm(sc, cache_dir, step_s, exp["entity"]["node"]) >= HARMLESS
+            # Harmless by the analyzer's measure (no objective of its node burnt at a ticket's rate
+            # during it: quiet by design) or by its requests (served as the day before).
+            row["visible"], row["harmless_why"] = visible(
+                truth_peak(run.burns, exp, interval_s),
+                partial(fault_harm, sc, cache_dir, step_s, exp["entity"]["node"]))
         if hit is not None and start is not None:
             opened = _epoch(hit.get("opened_at"))
             row["ttd_s"] = None if opened is None else max(0.0, opened - start)
@@ -191,9 +239,13 @@ def replay_one(path: Path, cache_dir: Path, step_s: float, interval_s: float) ->
                 # what detection time leaves out of it.
                 row["held"] = coverage(kind, opened, end, opened, resolved, closed)
         rows.append(row)
-    false = [{"severity": i["severity"], "rule": i["rule"], "node": i["root_cause"]["labels"].get("node")}
-             for i in unused]
-    return {"name": sc.name, "rows": rows, "false": false, "node_days": run.days * sc.nodes,
+    false, breaches = unexplained(unused, run.burns, interval_s, sorted({f["node"] for f in faults}))
+    # A fault-free fleet that burns its budget at its own peak: the generator's traffic breaches the
+    # objective by itself (a ticket is right there, a page only for a fast burn).
+    quiet = None if expected else stretch_burn(run.burns, None, interval_s)
+    return {"name": sc.name, "rows": rows, "false": false, "breaches": breaches,
+            "fault_free_burn": None if quiet is None or quiet.grade == "info" else quiet.text,
+            "node_days": run.days * sc.nodes,
             "messages": len(run.told),
             "incidents": len(incidents), "per_incident": list(per_incident.values())}
 
@@ -242,10 +294,18 @@ def report(results: list[dict[str, Any]], strengths: dict[str, list[float]]) -> 
     per_incident = [m for res in results for m in res["per_incident"]]
     false = [f for res in results for f in res["false"]]
     node_days = sum(res["node_days"] for res in results)
+    # A page is false unless the burn on its node pages too (those are not in ``false``).
     paging = [f for f in false if f["severity"] in PAGING_SEVERITIES]
     lines.append(_coverage_by_duration(right))
-    lines.append("false incidents: " + (", ".join(f"{f['rule']}@{f['node']} ({f['severity']})" for f in false)
-                                        or "none") + f" over {node_days:.1f} node-days")
+    lines.append("false incidents: " + (", ".join(
+        f"{f['rule']}@{f['node']} ({f['severity']}, burn {f['burn']})" for f in false) or "none")
+        + f" over {node_days:.1f} node-days")
+    breaching = [res for res in results if res.get("fault_free_burn")]
+    lines.append("fault-free fleets burning their budget at their own peak: " + (", ".join(
+        f"{res['name']} ({res['fault_free_burn']})" for res in breaching) or "none") + "; incidents on such "
+        "burns, severity following the burn (not false): " + (", ".join(
+            f"{b['rule']}@{b['node']} ({b['severity']}, burn {b['burn']})"
+            for res in results for b in res.get("breaches", ())) or "none"))
     lines.append(_ttd_by_harm(rows))
     held = [100 * r["held"] for r in right if r.get("held") is not None]
     fast, slow = _ttd_band(rows, SEVERE_BURN, math.inf), _ttd_band(rows, MODERATE_BURN, SEVERE_BURN)
@@ -329,16 +389,17 @@ def main(argv: list[str] | None = None) -> int:
     print(f"run at {datetime.now(UTC):%Y-%m-%d %H:%M}Z: {args.n} scenarios (seed {args.seed}) in {out}, "
           f"step {args.step:g} s, cache {args.cache}", flush=True)
     jobs = [(p, args.cache, args.step, args.interval) for p in paths]
-    if args.jobs > 1:
-        with ProcessPoolExecutor(max_workers=args.jobs) as pool:
-            results = list(pool.map(replay_one, *zip(*jobs, strict=True)))
-    else:
-        results = [replay_one(*job) for job in jobs]
-    for res in results:
-        misses = [r["rule"] + ("" if r["visible"] else " (harmless)") for r in res["rows"] if not r["right"]]
-        if misses or res["false"]:
-            falses = [f["rule"] for f in res["false"]]
-            print(f"  {res['name']}: missed {misses or '-'}; false {falses or '-'}")
+    results = []
+    with ProcessPoolExecutor(max_workers=max(1, args.jobs)) as pool:
+        # Each scenario's misses are printed as soon as it and those before it are replayed.
+        for res in pool.map(replay_one, *zip(*jobs, strict=True)):
+            results.append(res)
+            misses = [r["rule"] + ("" if r["visible"] else f" (harmless: {r['harmless_why']})")
+                      for r in res["rows"] if not r["right"]]
+            if misses or res["false"] or res["breaches"] or res["fault_free_burn"]:
+                falses = [f"{f['rule']} ({f['severity']})" for f in res["false"]]
+                burning = f"; fault-free, burns {res['fault_free_burn']}" if res["fault_free_burn"] else ""
+                print(f"  {res['name']}: missed {misses or '-'}; false {falses or '-'}{burning}", flush=True)
     print(f"replayed in {time.monotonic() - t0:.0f} s")
     for line in report(results, strengths):
         print(line)

@@ -30,6 +30,7 @@ from analyzer.signals.slo import SloSettings
 from analyzer.signals.spec import SignalSpec
 from reporter.digest_budget import BudgetRow, budget_rows, burn_chart
 from reporter.digest_capacity import Headroom, NMinusOne, headroom, n_minus_one, placement
+from reporter.digest_growth import Growth, growth
 from reporter.prom import PromQuery, increases
 from reporter.settings import DigestSettings
 
@@ -89,33 +90,14 @@ def histogram_quantile(q: float, buckets: Sequence[tuple[float, float]]) -> floa
     return None
 
 
-def share_below(limit: float, buckets: Sequence[tuple[float, float]]) -> float | None:
-    """The fraction of observations ``<= limit``, interpolated inside a bucket as the quantile is."""
-    buckets = sorted(buckets)
-    if not buckets or buckets[-1][1] <= 0:
-        return None
-    prev_le, prev_count = 0.0, 0.0
-    for le, count in buckets:
-        if limit <= le:
-            if le == math.inf:
-                return prev_count / buckets[-1][1]
-            part = prev_count + (count - prev_count) * (limit - prev_le) / (le - prev_le)
-            return part / buckets[-1][1]
-        prev_le, prev_count = le, count
-    return 1.0
-
-
 @dataclass(frozen=True)
-class SloRow:
-    """One service's day against its objectives; budgets left are fractions (negative when overspent)."""
+class ServiceRow:
+    """One service's day: how many requests it answered and how fast the slowest started (its
+    objectives and their budgets are the digest's error budgets, from the ``slos:`` section)."""
 
     service: str
     requests: float
     ttft_p99_s: float | None
-    ttft_share_ok: float | None
-    ttft_budget_left: float | None
-    availability: float | None
-    availability_budget_left: float | None
 
 
 @dataclass(frozen=True)
@@ -159,12 +141,13 @@ class Digest:
     by_rule: tuple[tuple[str, int], ...]
     mttd_s: float | None
     mttr_s: float | None
-    slo: tuple[SloRow, ...]
+    services: tuple[ServiceRow, ...]
     gpu_health: tuple[GpuHealth, ...]
     headroom: tuple[Headroom, ...] = ()
     n_minus_one: tuple[NMinusOne, ...] = ()
     noisy_signals: tuple[NoisySignal, ...] = ()
     budgets: tuple[BudgetRow, ...] = ()  # each SLO's burn over the day and budget left, per service
+    growth: tuple[Growth, ...] = ()  # steady rises over the day toward a capacity (leaks), with their dates
     # Signals with series still learning at the day's end (the analyzer's ``oximeter_series_learning``):
     # judged against their recent window alone until they have a day of history.
     learning: tuple[tuple[str, float], ...] = ()
@@ -179,25 +162,15 @@ def _sum_by(rows: Iterable[tuple[dict[str, str], float]], *keys: str) -> dict[tu
     return dict(out)
 
 
-def _slo(requests: list[tuple[dict[str, str], float]], ttft: list[tuple[dict[str, str], float]],
-         settings: DigestSettings) -> tuple[SloRow, ...]:
+def _services(requests: list[tuple[dict[str, str], float]], ttft: list[tuple[dict[str, str], float]]
+              ) -> tuple[ServiceRow, ...]:
     services = sorted({labels.get("service", "") for labels, _ in requests})
-    ttft_budget = 0.01  # a p99 objective allows 1 % of requests over it
-    avail_budget = 1.0 - settings.slo_availability
     rows = []
     for service in services:
-        mine = [(labels, v) for labels, v in requests if labels.get("service", "") == service]
-        total = sum(v for _, v in mine)
-        good = sum(v for labels, v in mine if labels.get("code", "").startswith("2"))
-        eligible = sum(v for labels, v in mine if not labels.get("code", "").startswith("4"))
-        availability = good / eligible if eligible > 0 else None
+        total = sum(v for labels, v in requests if labels.get("service", "") == service)
         buckets = _sum_by(((labels, v) for labels, v in ttft if labels.get("service", "") == service), "le")
         pairs = [(float(le[0]), count) for le, count in buckets.items()]
-        share = share_below(settings.slo_ttft_p99_s, pairs)
-        rows.append(SloRow(
-            service, total, histogram_quantile(0.99, pairs), share,
-            None if share is None else 1.0 - (1.0 - share) / ttft_budget,
-            availability, None if availability is None else 1.0 - (1.0 - availability) / avail_budget))
+        rows.append(ServiceRow(service, total, histogram_quantile(0.99, pairs)))
     return tuple(rows)
 
 
@@ -304,12 +277,13 @@ def collect(prom: PromQuery, store: IncidentStore | None, day: date, settings: D
         by_rule=tuple((k[0], int(v)) for k, v in sorted(by_rule.items())),
         mttd_s=sum(detect) / len(detect) if detect else None,
         mttr_s=sum(repair) / len(repair) if repair else None,
-        slo=_slo(requests, ttft, settings),
+        services=_services(requests, ttft),
         gpu_health=_gpu_health(prom, start, end),
         headroom=headroom(prom, start, end, STEP_S, placement(prom, start, end)),
         n_minus_one=n_minus_one(prom, start, end, STEP_S),
         noisy_signals=_noisy(prom, start, end, incidents, settings.top_signals),
         budgets=budget_rows(prom, slos, start, end, STEP_S),
+        growth=growth(prom, catalogue, start, end, STEP_S),
         learning=tuple(sorted(((s.label("signal"), s.last) for s in prom.instant(LEARNING, end)
                                if math.isfinite(s.last) and s.last > 0), key=lambda p: (-p[1], p[0]))),
         simulated_nodes=tuple(sorted({s.label("node") for s in prom.instant(

@@ -14,6 +14,8 @@ from reporter.message import Link, Message, Section
 from reporter.render import OVERVIEW_UID, dashboard_url, fmt_number
 from reporter.settings import ReporterSettings
 
+# Dates past this (the year 9999) are not printed: a growth so slow it never fills.
+MAX_EPOCH_S = 253402300799.0
 MARK = {"red": "🔴 RED", "yellow": "🟡 YELLOW", "green": "🟢 ok", "none": "⚪ no data"}
 
 
@@ -56,6 +58,19 @@ def capacity_sections(d: Digest, tz: tzinfo) -> tuple[Section, Section]:
     return headroom, Section("N-1 at the day's peak", verdict, tuple(n1_rows) if d.n_minus_one else ())
 
 
+def growth_section(d: Digest, tz: tzinfo) -> Section:
+    """Steady rises over the whole day toward a capacity, with the date each would be full; those
+    beyond the trend alert's horizon open no incident and are said here alone."""
+    rows: list[tuple[str, ...]] = [("signal", "series", "now", "growth", "full on", "alert")]
+    rows += [(g.signal, g.series, f"{g.level / g.capacity * 100:.1f} % of capacity",
+              f"+{g.per_day / g.capacity * 100:.2f} % per day",
+              f"{datetime.fromtimestamp(g.full_at, tz):%Y-%m-%d}" if g.full_at < MAX_EPOCH_S else "-",
+              "incident (full within the horizon)" if g.alerted else "none: beyond the alert horizon")
+             for g in d.growth]
+    return Section("Steady growth over the day (leaks), soonest full first",
+                   table=tuple(rows) if d.growth else (), body="" if d.growth else "none")
+
+
 def sections(d: Digest, settings: ReporterSettings) -> tuple[Section, ...]:
     """The digest's sections, in reading order."""
     ds = settings.digest
@@ -74,15 +89,11 @@ def sections(d: Digest, settings: ReporterSettings) -> tuple[Section, ...]:
     incidents = Section(
         "Incidents", f"{d.incidents} incident(s); MTTD {_dur(d.mttd_s)}, MTTR {_dur(d.mttr_s)}",
         table=tuple(incident_rows) if len(incident_rows) > 1 else ())
-    slo_rows: list[tuple[str, ...]] = [("service", "requests", "TTFT p99", f"≤ {ds.slo_ttft_p99_s:g} s",
-                                        "TTFT budget left", "availability", "availability budget left")]
-    slo_rows += [(r.service, f"{r.requests:.0f}",
-                  "-" if r.ttft_p99_s is None else f"{fmt_number(r.ttft_p99_s)} s", _pct(r.ttft_share_ok),
-                  _pct(r.ttft_budget_left), _pct(r.availability), _pct(r.availability_budget_left))
-                 for r in d.slo]
-    objectives = f"TTFT p99 ≤ {ds.slo_ttft_p99_s:g} s, availability ≥ {ds.slo_availability * 100:g} %"
-    slo = Section(f"SLOs ({objectives})",
-                  table=tuple(slo_rows) if len(slo_rows) > 1 else (), body="" if d.slo else "no requests")
+    service_rows: list[tuple[str, ...]] = [("service", "requests", "TTFT p99")]
+    service_rows += [(r.service, f"{r.requests:.0f}",
+                      "-" if r.ttft_p99_s is None else f"{fmt_number(r.ttft_p99_s)} s") for r in d.services]
+    services = Section("Requests by service", table=tuple(service_rows) if d.services else (),
+                       body="" if d.services else "no requests")
     signal_rows = [("signal", "layer", "minutes anomalous", "most events at once", "incidents",
                     "max × baseline")] + [
         (s.signal, s.layer, f"{s.anomalous_minutes:.0f}", f"{s.peak_events:.0f}", str(s.incidents),
@@ -97,7 +108,8 @@ def sections(d: Digest, settings: ReporterSettings) -> tuple[Section, ...]:
                    body="" if d.gpu_health else "no GPU series")
     learning = Section("Still learning (judged against their last hour alone until a day of history)",
                        ", ".join(f"{signal} ({count:.0f} series)" for signal, count in d.learning) or "none")
-    return (seed, *capacity_sections(d, zone(ds.timezone)), incidents, slo, budget_section(d), signals,
+    return (seed, *capacity_sections(d, zone(ds.timezone)), incidents, services, budget_section(d),
+            growth_section(d, zone(ds.timezone)), signals,
             learning, gpus)
 
 

@@ -49,6 +49,16 @@ class RouteSettings(BaseModel):
     channels: list[str] = Field(min_length=1)
 
 
+# Keys the digest no longer reads, and what to write instead.
+RETIRED_DIGEST_KEYS = {
+    "slo_ttft_p99_s": "the digest's budgets come from the slos: section; set a time-to-first-token "
+                      "objective there (slos.objectives[].latency: [{indicator: ttft, threshold_s: 1.0, "
+                      "target: 0.99}]) and delete this key",
+    "slo_availability": "the digest's budgets come from the slos: section; set "
+                        "slos.objectives[].availability.target there and delete this key",
+}
+
+
 class DigestSettings(BaseModel):
     """The daily health digest and the numbers it colours."""
 
@@ -66,16 +76,24 @@ class DigestSettings(BaseModel):
     channels: list[str] | None = None  # None = every channel
     queue_length_red: float = Field(50.0, ge=0)  # yesterday's max queue length above this is red
     gpu_spread_yellow: float = Field(0.30, ge=0)  # fleet GPU-utilisation stddev above this is yellow
-    # Seconds: the time-to-first-token objective (p99) the digest's SLO table measures each service against.
-    slo_ttft_p99_s: float = Field(1.0, gt=0)
-    # Availability objective (share of non-4xx requests answered 2xx) the digest's SLO table uses.
-    slo_availability: float = Field(0.999, gt=0, lt=1)
     # Seconds one of the digest's queries may take.
     query_timeout_s: float = Field(30.0, gt=0)
     # How many of the noisiest signals (most anomalous minutes yesterday) the digest lists.
     top_signals: int = Field(5, ge=1)
     # Charts kept for the links in sent digests (the newest ones; older links then answer 404).
     keep_charts: int = Field(90, ge=1)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _retired_objectives(cls, data: object) -> object:
+        # The digest once had objectives of its own; they are the ``slos:`` section's now, which the
+        # alerts and the analyzer read too. Refused rather than ignored: a quiet no-op would leave
+        # the digest judging against objectives its reader did not write.
+        retired = sorted(RETIRED_DIGEST_KEYS.keys() & data.keys()) if isinstance(data, dict) else []
+        if retired:
+            raise ValueError("; ".join(f"{key} is no longer read: {RETIRED_DIGEST_KEYS[key]}"
+                                       for key in retired))
+        return data
 
     @field_validator("timezone")
     @classmethod

@@ -13,7 +13,7 @@ import pandas as pd
 import pytest
 
 from analyzer.detection.judges import persistence_of
-from analyzer.service.detect_cli import detect_file, infer_kind
+from analyzer.service.detect_cli import detect_file, detect_series, infer_kind
 from analyzer.signals.catalogue import KIND_DEFAULTS
 from analyzer.signals.tables import InputError
 from stack.procs import oximeter_argv
@@ -148,6 +148,11 @@ def test_cli_jsonl_prints_only_events(tmp_path: Path) -> None:
     record = json.loads(lines[0])
     assert {"signal", "onset", "detected_at", "cleared_at", "score", "reason"} <= set(record)
     assert record["detected_at"].endswith("Z") and record["signal"] == "series"
+    # Under a day of history: said on stderr, stdout keeps to the events.
+    assert out.stderr.splitlines() == [
+        "oximeter detect: still learning at the file's end: value: judged against the recent window alone "
+        "from 2026-02-03T00:00:00Z until 2026-02-04T00:00:00Z (a day of history; events meanwhile are "
+        "provisional)"]
 
 
 def test_cli_malformed_exits_2_naming_the_file(tmp_path: Path) -> None:
@@ -197,3 +202,16 @@ def test_a_fourfold_step_on_day_four_is_told_within_15_minutes(tmp_path: Path, s
     [event] = detect_file(write(tmp_path, values, Series(30.0)))
     step_at = T0 + pd.Timedelta(seconds=step_row * 30.0)
     assert step_at <= pd.Timestamp(event.detected_at) <= step_at + pd.Timedelta(minutes=15)
+
+
+def test_series_are_learning_for_their_first_day_each_from_its_own_first_sample(tmp_path: Path) -> None:
+    index = pd.date_range(T0, periods=int(1.5 * 86400 / 300), freq="300s")
+    late = np.full(len(index), np.nan)
+    late[len(index) // 2:] = 3.0  # appears 18 h in: still learning when the file ends
+    table = pd.DataFrame({"timestamp": index, "early": 1.0, "also_early": 2.0, "late": late})
+    path = tmp_path / "wide.parquet"
+    table.to_parquet(path)
+    _, stretches = detect_series(path)
+    assert [(s.series, s.since, s.until, s.still) for s in stretches] == [
+        (("also_early", "early"), T0, T0 + pd.Timedelta(days=1), False),
+        (("late",), index[len(index) // 2], index[len(index) // 2] + pd.Timedelta(days=1), True)]

@@ -5,12 +5,15 @@ from __future__ import annotations
 
 import math
 import random
+from collections.abc import Callable
 from datetime import UTC, datetime
 
+import pandas as pd
 import pytest
 
 from analyzer.incidents.model import Change
 from drills import sweep
+from drills.harm import NO_BURN, Peak
 from simulator.arrivals import ArrivalStream, mean_lengths
 from simulator.load_shape import RequestMix
 from simulator.scenario import EngineOverrides
@@ -136,7 +139,8 @@ def test_time_to_detect_is_reported_by_the_fault_s_onset_burn() -> None:
             {**_row("kv_pressure", True), "burn": 8.0, "ttd_s": 300.0, "held": 1.0},
             {**_row("thermal_throttle", True), "burn": 0.0, "ttd_s": 900.0, "held": 1.0}]
     assert ds._ttd_band(rows, ds.SEVERE_BURN, math.inf) == [60.0, 90.0, math.inf]
-    results = [{"name": "a", "rows": rows, "false": [{"severity": "warning", "rule": "x", "node": "n1"}],
+    results = [{"name": "a", "rows": rows, "false": [{"severity": "warning", "rule": "x", "node": "n1",
+                                                     "burn": "none"}],
                 "node_days": 10.0, "per_incident": [2, 3]}]
     lines = ds.report(results, {"a": [1.0] * len(rows)})
     assert "severe (≥ 14.4×) p50 90s p90 infs (n=3)" in lines[-2]
@@ -144,3 +148,59 @@ def test_time_to_detect_is_reported_by_the_fault_s_onset_burn() -> None:
     assert lines[-1] == ("sweep: scenarios=1 attribution=80% coverage_open_p10=93% ttd_severe_p90=infs "
                          "ttd_moderate_p90=300s messages_median=2 messages_max=3 false_per_node_day=0.10 "
                          "paging_false=0")
+
+
+class _Reader:
+    """A replayed window's burn as ``unexplained`` reads it: one peak per node, whole window."""
+
+    def __init__(self, peaks: dict[str | None, Peak]) -> None:
+        self.index = pd.DatetimeIndex([pd.Timestamp(0, tz="UTC"), pd.Timestamp(3600, unit="s", tz="UTC")])
+        self.peaks = peaks
+
+    def peak(self, node: str | None, start_s: float, end_s: float, every_s: float) -> Peak:
+        assert (start_s, end_s, every_s) == (0.0, 3660.0, 60.0)  # the whole window, every cycle
+        return self.peaks.get(node, NO_BURN)
+
+
+def _incident(node: str, severity: str) -> dict[str, object]:
+    return {"severity": severity, "rule": "capacity_exhausted", "root_cause": {"labels": {"node": node}}}
+
+
+def test_an_incident_on_a_fleet_burning_its_own_budget_is_right_when_its_severity_follows_the_burn() -> None:
+    ticket = Peak("warning", 2.0, "requests", "queue_wait")
+    page = Peak("critical", 20.0, "requests", "queue_wait")
+    reader = _Reader({"n1": ticket, "n2": page, "n3": ticket})
+    burns: list[tuple[_Reader, list[dict[str, object]]]] = [(reader, [])]
+    incidents = [_incident("n1", "warning"), _incident("n2", "critical"), _incident("n3", "critical"),
+                 _incident("n4", "warning")]
+    false, breaches = ds.unexplained(incidents, burns, 60.0)
+    # A slow burn: a ticket is right, a page is false; a fast burn pages rightly; no burn: false.
+    assert [(b["node"], b["severity"]) for b in breaches] == [("n1", "warning"), ("n2", "critical")]
+    assert [(f["node"], f["severity"], f["burn"]) for f in false] == [
+        ("n3", "critical", "ticket 2.0× (requests/queue_wait)"), ("n4", "warning", "none")]
+    # On a node with a fault the burn is the fault's: an incident there that its truth does not
+    # match is false whatever the burn.
+    false_faulted, _ = ds.unexplained(incidents[:1], burns, 60.0, faulted=["n1"])
+    assert [(f["node"], f["burn"]) for f in false_faulted] == [("n1", "a fault's")]
+    results = [{"name": "a", "rows": [], "false": false, "breaches": breaches, "fault_free_burn": ticket.text,
+                "node_days": 10.0, "per_incident": [2]}]
+    lines = ds.report(results, {"a": []})
+    assert lines[-1].endswith("false_per_node_day=0.20 paging_false=1")
+    assert "a (ticket 2.0× (requests/queue_wait))" in lines[-3]
+
+
+def test_a_missed_load_fault_is_harmless_under_a_ticket_s_burn_or_served_as_the_day_before() -> None:
+    asked: list[bool] = []
+
+    def served(ratio: float) -> Callable[[], float]:
+        def read() -> float:
+            asked.append(True)
+            return ratio
+        return read
+
+    within = Peak("info", 0.2, "requests", "queue_wait")
+    ticket = Peak("warning", 1.5, "requests", "queue_wait")
+    assert ds.visible(within, served(3.0)) == (False, "burn none 0.2× (requests/queue_wait)")
+    assert asked == []  # the requests are not read when the burn already says it
+    assert ds.visible(ticket, served(1.1)) == (False, "served as the day before")
+    assert ds.visible(ticket, served(1.5)) == (True, "")

@@ -12,7 +12,7 @@ import pytest
 
 from oximeter.errors import OximeterError
 from oximeter.prometheus import Series
-from reporter.digest import colour, day_bounds, histogram_quantile, share_below
+from reporter.digest import colour, day_bounds, histogram_quantile
 from reporter.digest_capacity import CONCURRENCY_LIMIT, DEMAND, LIMITS, Peak, headroom, n_minus_one
 from reporter.digest_schedule import DigestScheduler
 from reporter.prom import increases
@@ -40,12 +40,6 @@ def test_histogram_quantile_as_prometheus(q: float, buckets: list[tuple[float, f
                                           expected: float | None) -> None:
     got = histogram_quantile(q, buckets)
     assert got == (None if expected is None else pytest.approx(expected, rel=1e-12))
-
-
-@pytest.mark.parametrize(("limit", "expected"), [(1.0, 0.99), (0.3, (50 + 40 * 0.5) / 100), (5.0, 1.0),
-                                                 (0.05, 0.25)])
-def test_share_below(limit: float, expected: float) -> None:
-    assert share_below(limit, BUCKETS) == pytest.approx(expected, rel=1e-12)
 
 
 @pytest.mark.parametrize(("values", "expected"), [

@@ -29,6 +29,15 @@ def test_reporter_section_defaults_and_problems_named_by_key() -> None:
     assert "o.yaml: reporter.channels.x.type" in text and "o.yaml: reporter.channels.x.url_env" in text
 
 
+@pytest.mark.parametrize("key", ["slo_ttft_p99_s", "slo_availability"])
+def test_the_digest_refuses_its_former_objectives_naming_the_file_the_key_and_the_section(key: str) -> None:
+    with pytest.raises(ConfigError) as caught:
+        parse_config({"reporter": {"digest": {key: 0.5}}}, "o.yaml")
+    text = str(caught.value)
+    assert text.startswith("o.yaml: reporter.digest: ")
+    assert f"{key} is no longer read" in text and "slos.objectives[]" in text
+
+
 def test_channel_secrets_come_from_env_or_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     settings = ChannelSettings(type="feishu", url_env="OXI_T_URL", secret_env="OXI_T_SECRET")
     with pytest.raises(SecretMissingError, match="OXI_T_URL"):
