@@ -56,7 +56,7 @@ def already_queued(outbox: Outbox, day: date) -> bool:
 def empty(digest: Digest) -> bool:
     """Whether the day held nothing to digest: no request, no queue, no GPU and no incident (a day
     before the fleet's telemetry began)."""
-    return (not digest.slo and not digest.gpu_health and digest.incidents == 0
+    return (not digest.services and not digest.gpu_health and digest.incidents == 0
             and digest.max_queue_length is None)
 
 
