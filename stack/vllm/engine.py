@@ -142,7 +142,13 @@ class VllmEngine:
         port = int(self.url.rsplit(":", 1)[1])
         self.proc.stop()
         self.proc.argv = self.spec.argv(env_python(self.vllm_env), self.model, port)
-        return self.start()
+        self.proc.start()
+        try:
+            self.wait_serving(self.spec.start_timeout_s)
+        except BaseException:
+            self.stop()
+            raise
+        return self
 
     def _lists_model(self) -> bool:
         reply = requests.get(f"{self.url}/v1/models", timeout=5)
