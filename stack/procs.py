@@ -52,13 +52,32 @@ def http_ok(url: str, timeout_s: float = 1.0) -> bool:
         return False
 
 
+def lower_session_priority(pid: int, niceness: int) -> bool:
+    """Give the session of ``pid`` (its autogroup) the scheduling niceness ``niceness``.
+
+    Where the kernel groups tasks by session (``/proc/sys/kernel/sched_autogroup_enabled``, on by
+    default in most distributions' kernels), the CPU is shared between sessions first, each at its
+    autogroup's niceness, and a process's own niceness only ranks it inside its session. A child in
+    a session of its own at ``nice`` 10 would still take as much CPU as any other session. False when
+    the kernel has no autogroups (``nice`` alone then does the job) or refuses the change."""
+    try:
+        Path(f"/proc/{pid}/autogroup").write_text(str(niceness), encoding="ascii")
+    except OSError:
+        return False
+    return True
+
+
 class ManagedProcess:
-    """One child process with its output in a log file; ``stop()`` is safe to call twice."""
+    """One child process with its output in a log file; ``stop()`` is safe to call twice.
+
+    ``niceness`` > 0 runs it (and its children) at that scheduling niceness, so that it yields the
+    CPU to everything else the host runs."""
 
     def __init__(self, name: str, argv: Sequence[str], log_dir: Path, *,
-                 env: dict[str, str] | None = None, cwd: Path | None = None) -> None:
+                 env: dict[str, str] | None = None, cwd: Path | None = None, niceness: int = 0) -> None:
         self.name = name
         self.argv = list(argv)
+        self.niceness = niceness
         self.log_path = Path(log_dir) / f"{name}.log"
         self.env = env
         self.cwd = cwd
@@ -72,11 +91,17 @@ class ManagedProcess:
         self._log = self.log_path.open("ab")
         self._log_start = self._log.tell()
         full_env = {**os.environ, **(self.env or {})}
+        # ``nice`` execs the program, so the started process is the program itself.
+        lead = ["nice", "-n", str(self.niceness)] if self.niceness else []
         self.proc = subprocess.Popen(
-            self.argv, stdout=self._log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+            [*lead, *self.argv], stdout=self._log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
             env=full_env, cwd=self.cwd, start_new_session=True,
         )
         reaper.watch(self.proc.pid)  # stopped even if this process is killed outright
+        if self.niceness:
+            # Popen returns once the child has exec'd, so its new session exists; the children it
+            # starts later (an engine's core and workers) join that session and its niceness.
+            lower_session_priority(self.proc.pid, self.niceness)
         return self
 
     @property

@@ -51,15 +51,13 @@ class EngineSpec:
     # VLLM_CPU_OMP_THREADS_BIND: the CPUs its model threads run on. "auto" binds every engine of a
     # host to the same first cores, so engines side by side would share them (launch_fleet spreads them).
     omp_cpus: str = "auto"
-    # Scheduling niceness of the engine's processes (``nice -n``): an engine sharing a small host
-    # with timing-sensitive work (a test suite's other stacks) yields the CPU to it.
+    # Scheduling niceness of the engine's processes (``ManagedProcess``): an engine sharing a small
+    # host with timing-sensitive work (a test suite's other stacks) yields the CPU to it.
     niceness: int = 0
 
     def argv(self, python: Path, model: Path, port: int = 0) -> list[str]:
         """The API server's command line (port 0: the kernel picks one)."""
-        # ``nice`` execs the interpreter, so the started process is the API server itself.
-        lead = ["nice", "-n", str(self.niceness)] if self.niceness else []
-        args = [*lead, str(python), "-m", "vllm.entrypoints.openai.api_server", "--model", str(model),
+        args = [str(python), "-m", "vllm.entrypoints.openai.api_server", "--model", str(model),
                 "--served-model-name", self.served_model_name, "--host", HOST, "--port", str(port),
                 "--load-format", "dummy", "--dtype", "float32", "--max-model-len", str(self.max_model_len),
                 "--max-num-seqs", str(self.max_num_seqs), "--disable-uvicorn-access-log",
@@ -109,7 +107,7 @@ class VllmEngine:
         self.vllm_env = vllm_env
         self.model = model
         self.proc = ManagedProcess(name, self.spec.argv(env_python(vllm_env), model, port), log_dir,
-                                   env=self.spec.env(vllm_env))
+                                   env=self.spec.env(vllm_env), niceness=self.spec.niceness)
         self.url = ""
 
     def launch(self) -> VllmEngine:

