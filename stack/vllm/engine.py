@@ -140,13 +140,7 @@ class VllmEngine:
         port = int(self.url.rsplit(":", 1)[1])
         self.proc.stop()
         self.proc.argv = self.spec.argv(env_python(self.vllm_env), self.model, port)
-        self.proc.start()
-        try:
-            self.wait_serving(self.spec.start_timeout_s)
-        except BaseException:
-            self.stop()
-            raise
-        return self
+        return self.start()
 
     def _lists_model(self) -> bool:
         reply = requests.get(f"{self.url}/v1/models", timeout=5)
