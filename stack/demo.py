@@ -145,7 +145,8 @@ def run(args: argparse.Namespace) -> int:
         lookback_delta_s=300 / DEMO_SCALE, backfill=spec, backfill_dir=backfill_dir,
         alert_group_wait_s=ALERT_GROUP_WAIT_S, alert_group_interval_s=5.0,
         alert_repeat_interval_s=3600.0, relay_token_file=token_file,
-        addons=(analyzer_addon(workspace, sink.url, token_file),))
+        # Real engines hang for real: their incidents are not marked as built from simulated targets.
+        addons=(analyzer_addon(workspace, sink.url, token_file, simulated=not vllm),))
     if vllm:
         # Real engines make their own history from now on; their prompts (the traffic generator's,
         # a few hundred words with a shared prefix) need a longer context than the tests' engine.

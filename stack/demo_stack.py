@@ -40,8 +40,10 @@ LIBRARY = Path(__file__).resolve().parent.parent / "simulator" / "scenarios"
 
 def analyzer_config(workspace: Path, prometheus_url: str, *, scale: float, step_s: float = 2.0,
                     interval_s: float = 2.0, use_recording_rules: bool = True,
-                    api_url: str = "http://127.0.0.1:9471", inputs: str = "oximeter") -> dict[str, Any]:
-    """The one YAML config ``oximeter analyze`` and ``oximeter report`` read in the demo."""
+                    api_url: str = "http://127.0.0.1:9471", inputs: str = "oximeter",
+                    simulated: bool = True) -> dict[str, Any]:
+    """The one YAML config ``oximeter analyze`` and ``oximeter report`` read in the demo.
+    ``simulated``: the engines are the simulator's, and every chat message says so."""
     from analyzer.signals.catalogue import CATALOGUE
 
     signals: dict[str, dict[str, Any]] = {}
@@ -75,7 +77,7 @@ def analyzer_config(workspace: Path, prometheus_url: str, *, scale: float, step_
             "root_cause_dwell_s": 300 / scale,
         },
         "reporter": {
-            "store_path": str(workspace / "oximeter.db"), "simulated": True, "api_url": api_url,
+            "store_path": str(workspace / "oximeter.db"), "simulated": simulated, "api_url": api_url,
             "channels": {"wecom": {"type": "wecom", "url_env": CHAT_URL_ENV}},
             "retry_base_s": 1.0, "retry_max_s": 10.0, "watchdog_timeout_s": 0,
             "digest": {"prometheus_url": prometheus_url},
