@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from datetime import datetime, tzinfo
+from datetime import date, datetime, tzinfo
 from urllib.parse import urlencode
 
 from analyzer.detection.events import iso_utc
@@ -151,7 +151,13 @@ def to_message(d: Digest, settings: ReporterSettings, png: bytes | None) -> Mess
                    (*((link,) if link else ()), incidents), image_png=png,
                    image_url=chart_url(settings.api_url, png) if png else None,
                    simulation=settings.simulated or bool(d.simulated_nodes),
-                   idempotency_key=f"digest:{d.day.isoformat()}")
+                   idempotency_key=digest_key(d.day))
+
+
+def digest_key(day: date) -> str:
+    """``day``'s digest in the store: every channel's message's idempotency key (a channel that has
+    it queued has the day's digest) and the claim on building it (one analyzer builds it)."""
+    return f"digest:{day.isoformat()}"
 
 
 def to_markdown(message: Message, png_name: str | None = None) -> str:

@@ -27,7 +27,7 @@ from oximeter.store import lock_for
 from reporter.chart import render_chart
 from reporter.chart_link import save_chart
 from reporter.digest import Digest, collect, zone
-from reporter.digest_render import to_message
+from reporter.digest_render import digest_key, to_message
 from reporter.message import Message
 from reporter.outbox import Outbox
 from reporter.prom import PromQuery
@@ -49,7 +49,7 @@ def already_queued(outbox: Outbox, day: date) -> bool:
     """Whether some channel already has this day's digest in the outbox."""
     with lock_for(outbox.conn):
         row = outbox.conn.execute("SELECT 1 FROM outbox WHERE idempotency_key = ? LIMIT 1",
-                                  (f"digest:{day.isoformat()}",)).fetchone()
+                                  (digest_key(day),)).fetchone()
     return row is not None
 
 
@@ -94,11 +94,6 @@ def _queue(outbox: Outbox, message: Message, day: date, settings: ReporterSettin
 # build takes with its Prometheus queries retried, short enough that a claimer that died is
 # replaced the same morning.
 CLAIM_S = 600.0
-
-
-def claim_key(day: date) -> str:
-    """The store's claim on building ``day``'s digest."""
-    return f"digest:{day.isoformat()}"
 
 
 class DigestScheduler:

@@ -31,7 +31,7 @@ from analyzer.signals.spec import SignalSpec
 from oximeter.claims import Claims
 from oximeter.errors import OximeterError
 from oximeter.secrets import read_secret
-from reporter import callbacks, chart_link, digest_schedule
+from reporter import callbacks, chart_link, digest_render, digest_schedule
 from reporter.channels import build_channels
 from reporter.outbox import Outbox, OutboxPolicy
 from reporter.prom import digest_client
@@ -98,7 +98,7 @@ def build_reporting(store: IncidentStore, settings: ReporterSettings, token: Sec
     claims = Claims(store.conn, outbox.worker_id)
     scheduler = digest_schedule.DigestScheduler(
         settings, send_day, sent=lambda day: digest_schedule.already_queued(outbox, day),
-        claim=lambda day: claims.take(digest_schedule.claim_key(day), _time.time(), digest_schedule.CLAIM_S))
+        claim=lambda day: claims.take(digest_render.digest_key(day), _time.time(), digest_schedule.CLAIM_S))
     return Reporting(settings, outbox, OutboxNotifier(outbox, settings, router),
                      Relay(store, outbox, settings, token, router, registry=registry), scheduler,
                      read_secret("OXIMETER_SLACK_SIGNING_SECRET"),

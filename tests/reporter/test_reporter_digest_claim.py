@@ -11,7 +11,8 @@ from pydantic import SecretStr
 from analyzer.incidents.store import IncidentStore
 from oximeter.claims import Claims
 from oximeter.store import connect
-from reporter.digest_schedule import CLAIM_S, DigestScheduler, claim_key
+from reporter.digest_render import digest_key
+from reporter.digest_schedule import CLAIM_S, DigestScheduler
 from reporter.settings import DigestSettings, ReporterSettings
 from reporter.wiring import build_reporting
 
@@ -36,7 +37,8 @@ def test_one_of_two_analyzers_builds_the_day_and_the_other_replaces_it_once_its_
                     queued.add(day)
 
             return DigestScheduler(settings, send_day, sent=queued.__contains__,
-                                   claim=lambda day: claims.take(claim_key(day), now[0].timestamp(), CLAIM_S))
+                                   claim=lambda day: claims.take(digest_key(day), now[0].timestamp(),
+                                                                 CLAIM_S))
 
         now = [MORNING]
         # The first dies while building: it claimed the day, and queued nothing.
