@@ -306,6 +306,7 @@ def report(results: list[dict[str, Any]], strengths: dict[str, list[float]]) -> 
     node_days = sum(res["node_days"] for res in results)
     # A page is false unless the burn on its node pages too (those are not in ``false``).
     paging = [f for f in false if f["severity"] in PAGING_SEVERITIES]
+    lines += _severe_table(rows)
     lines.append(_coverage_by_duration(right))
     lines.append("false incidents: " + (", ".join(
         f"{f['rule']}@{f['node']} ({f['severity']}, burn {f['burn']})" for f in false) or "none")
@@ -317,7 +318,6 @@ def report(results: list[dict[str, Any]], strengths: dict[str, list[float]]) -> 
             f"{b['rule']}@{b['node']} ({b['severity']}, burn {b['burn']})"
             for res in results for b in res.get("breaches", ())) or "none"))
     lines.append(_ttd_by_harm(rows))
-    lines += _severe_table(rows)
     held = [100 * r["held"] for r in right if r.get("held") is not None]
     fast, slow = _ttd_band(rows, SEVERE_BURN, math.inf), _ttd_band(rows, MODERATE_BURN, SEVERE_BURN)
     lines.append(
