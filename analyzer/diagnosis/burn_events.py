@@ -19,10 +19,9 @@ from datetime import datetime, timedelta
 
 from analyzer.detection.events import AnomalyEvent
 from analyzer.diagnosis.burn import Burn
-from analyzer.diagnosis.case import Labels
+from analyzer.diagnosis.case import BURN_SIGNAL, Labels
 from analyzer.signals.slo import SloSettings
 
-BURN_SIGNAL = "slo_burn"
 BURN_DETECTOR = "burn"
 # Bad requests a window must hold before its rate counts: at a few requests a minute one failure
 # is several percent, and the fast burn would page on a single answer.

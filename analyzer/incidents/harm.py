@@ -20,7 +20,7 @@ from collections.abc import Sequence
 from dataclasses import replace
 
 from analyzer.diagnosis.burn import Burn, fastest
-from analyzer.diagnosis.burn_events import BURN_SIGNAL
+from analyzer.diagnosis.case import BURN_SIGNAL
 from analyzer.incidents.lifecycle import Finding
 from analyzer.signals.slo import SloSettings
 from oximeter.vocabulary import SEVERITY_RANK, Severity

@@ -11,8 +11,8 @@ import pytest
 
 from analyzer.detection.events import AnomalyEvent
 from analyzer.diagnosis.burn import WINDOWS_S, Burn, CountBy, burn_specs, burns, fastest, grade, spec_name
-from analyzer.diagnosis.burn_events import BURN_DETECTOR, BURN_SIGNAL
-from analyzer.diagnosis.case import Diagnosis, RootCause
+from analyzer.diagnosis.burn_events import BURN_DETECTOR
+from analyzer.diagnosis.case import BURN_SIGNAL, Diagnosis, RootCause, describe
 from analyzer.diagnosis.correlate import Group
 from analyzer.incidents.harm import graded
 from analyzer.incidents.lifecycle import Finding
@@ -152,6 +152,7 @@ def test_a_fast_burn_seen_on_its_short_windows_alone_opens_a_ticket_until_the_lo
                              (BURN_SIGNAL,)), ("chat",))
     [opened] = graded([lone], burns(snap, SLOS), SLOS)
     assert (opened.diagnosis.severity, opened.may_open) == ("warning", True)
+    assert describe(burn) == "error budget burn 60×"  # as chat reads the opening
     # Once the burn has stopped (its event cleared), the same finding is quiet again.
     over = replace(lone, group=Group((replace(burn, cleared_at=t),), lone.group.nodes))
     [quiet] = graded([over], burns(snap, SLOS), SLOS)

@@ -7,7 +7,8 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 from analyzer.diagnosis.burn import WINDOWS_S, Burn
-from analyzer.diagnosis.burn_events import BURN_SIGNAL, MIN_BAD, BurnWatch
+from analyzer.diagnosis.burn_events import MIN_BAD, BurnWatch
+from analyzer.diagnosis.case import BURN_SIGNAL
 from analyzer.signals.slo import SloSettings
 
 SLOS = SloSettings()
