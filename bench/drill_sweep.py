@@ -198,6 +198,14 @@ def unexplained(incidents: Sequence[dict[str, Any]], burns: Sequence[tuple[Any, 
     return false, breaches
 
 
+def opened_on(told: Sequence[Any], incident_id: str) -> str:
+    """What chat was told when ``incident_id`` opened (its first line, shortened): the evidence it
+    opened on."""
+    first = next((c for c in sorted(told, key=lambda c: (c.at, c.seq))
+                  if c.incident_id == incident_id and c.kind == "opened"), None)
+    return "-" if first is None else first.text.splitlines()[0].removeprefix("opened: ")[:90]
+
+
 def replay_one(path: Path, cache_dir: Path, step_s: float, interval_s: float) -> dict[str, Any]:
     """Replay one generated scenario and measure what chat would have seen."""
     sc = load_scenario(path)
@@ -230,6 +238,8 @@ def replay_one(path: Path, cache_dir: Path, step_s: float, interval_s: float) ->
         if hit is not None and start is not None:
             opened = _epoch(hit.get("opened_at"))
             row["ttd_s"] = None if opened is None else max(0.0, opened - start)
+            row["opened_by"] = opened_on(run.told, hit["id"])
+            row["name"], row["onset"] = sc.name, start
             resolved, closed = _epoch(hit.get("resolved_at")), closed_spans(run.told, hit["id"])
             row["coverage"] = coverage(kind, start, end, opened, resolved, closed)
             if row["coverage"] is not None:  # so the fault has an end and the incident opened
@@ -296,6 +306,7 @@ def report(results: list[dict[str, Any]], strengths: dict[str, list[float]]) -> 
     node_days = sum(res["node_days"] for res in results)
     # A page is false unless the burn on its node pages too (those are not in ``false``).
     paging = [f for f in false if f["severity"] in PAGING_SEVERITIES]
+    lines += _severe_table(rows)
     lines.append(_coverage_by_duration(right))
     lines.append("false incidents: " + (", ".join(
         f"{f['rule']}@{f['node']} ({f['severity']}, burn {f['burn']})" for f in false) or "none")
@@ -330,6 +341,20 @@ def _ttd_band(rows: Sequence[dict[str, Any]], lo: float, hi: float) -> list[floa
     was never attributed right counts as never detected (inf), so a miss cannot improve a p90."""
     band = [r for r in rows if r.get("burn") is not None and lo <= r["burn"] < hi]
     return [r["ttd_s"] if r["right"] and r["ttd_s"] is not None else math.inf for r in band]
+
+
+def _severe_table(rows: Sequence[dict[str, Any]]) -> list[str]:
+    """One line per severe fault: where its time to detect came from (onset, the first sample after
+    it, the opening, and the evidence the incident opened on)."""
+    lines = [f"severe faults (onset burn ≥ {SEVERE_BURN:g}×), slowest first: scenario, truth, burn, onset, "
+             "time to detect, the evidence it opened on"]
+    for r in sorted((r for r in rows if (r.get("burn") or 0) >= SEVERE_BURN),
+                    key=lambda r: -(r["ttd_s"] if r["right"] and r["ttd_s"] is not None else math.inf)):
+        ttd = "missed" if not r["right"] or r["ttd_s"] is None else f"{r['ttd_s']:.0f}s"
+        onset = "-" if r.get("onset") is None else f"{datetime.fromtimestamp(r['onset'], UTC):%H:%M:%S}"
+        lines.append(f"  {r.get('name', '-')} {r['rule']} {r['burn']:.1f}× {onset} {ttd} "
+                     f"{r.get('opened_by', '-')}")
+    return lines
 
 
 def _ttd_by_harm(rows: Sequence[dict[str, Any]]) -> str:

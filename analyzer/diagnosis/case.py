@@ -28,6 +28,9 @@ THROTTLE_REASON = "gpu_clock_throttle"  # 1 while any clock event reason but idl
 # 15 min: the queue wait it explains is a p99 over 5 min held 10 min more before it is an event, so
 # the burst behind a queue-wait event can be that old when the rule first sees the event.
 ENGINE_WAITING = "engine_waiting_max"
+# The event of a node whose requests spend an error budget fast (``analyzer/diagnosis/burn_events.py``);
+# its value is the burn rate.
+BURN_SIGNAL = "slo_burn"
 # Sequences a node's engines preempted over the last 15 min (the same reach as ENGINE_WAITING):
 # the burst that held requests back can be over, its 5-min rate back at 0, by the time the
 # latency it caused has held long enough to be an event.
@@ -138,7 +141,10 @@ def fmt_value(signal: str, value: float | None) -> str:
 
 
 def describe(event: AnomalyEvent) -> str:
-    """``queue_wait p99 4.8 s = 6.1 × baseline`` (or against its baseline value when that is 0)."""
+    """``queue_wait p99 4.8 s = 6.1 × baseline`` (or against its baseline value when that is 0);
+    ``error budget burn 18×`` for a fast burn."""
+    if event.signal == BURN_SIGNAL:
+        return f"error budget burn {event.value:.0f}×"
     text = f"{_name(event.signal)} {fmt_value(event.signal, event.value)}"
     base = event.baseline
     if base is not None and math.isfinite(base) and base > 0 and math.isfinite(event.value):

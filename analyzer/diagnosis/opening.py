@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING
 
 from analyzer.detection.detectors import DETECTORS
 from analyzer.detection.events import AnomalyEvent
-from analyzer.diagnosis.burn_events import BURN_SIGNAL
+from analyzer.diagnosis.case import BURN_SIGNAL
 from analyzer.signals.spec import SignalSpec
 
 if TYPE_CHECKING:

@@ -2,7 +2,9 @@
 harms (``analyzer/diagnosis/burn.py``), never a fixed line alone.
 
 A finding harms the objectives of the requests its nodes served (its services' burns when it names
-no node): burning fast enough to page makes it critical, a ticket's burn a warning. What the rules
+no node): burning fast enough to page makes it critical, a ticket's burn a warning, and a fast burn
+its short windows see before the long ones do (its ``slo_burn`` event, at a fault's onset) a
+warning too, so harm opens an incident within a cycle or two. What the rules
 say without an SLO (a paging Xid, an ECC storm, a queue wait over a static line) is evidence of a
 fault that needs a hand, at most a warning, until users feel it. Each cycle grades again, so an
 incident rises as its burn does (the tracker never lowers a severity).
@@ -18,12 +20,16 @@ from collections.abc import Sequence
 from dataclasses import replace
 
 from analyzer.diagnosis.burn import Burn, fastest
+from analyzer.diagnosis.case import BURN_SIGNAL
 from analyzer.incidents.lifecycle import Finding
 from analyzer.signals.slo import SloSettings
 from oximeter.vocabulary import SEVERITY_RANK, Severity
 
 # The most a rule's own verdict may say without a burn behind it: a ticket, not a page.
 EVIDENCE_CEILING: Severity = "warning"
+# A fast burn on the short windows alone (``burn_events``), before the long ones agree: harm seen at
+# its onset, opened as a ticket and raised to a page when the burn-rate alert's windows say so.
+PROVISIONAL: Severity = "warning"
 
 
 def harmed(found: Sequence[Burn], services: Sequence[str], nodes: Sequence[str]) -> list[Burn]:
@@ -45,6 +51,9 @@ def graded(found: Sequence[Finding], now: Sequence[Burn], slos: SloSettings) -> 
     out = []
     for finding in found:
         burn, _ = fastest(harmed(now, finding.services, sorted(finding.group.nodes)), slos)
+        burning = any(e.signal == BURN_SIGNAL and e.cleared_at is None for e in finding.group.events)
+        if burn == "info" and burning:
+            burn = PROVISIONAL
         rule = _ceiling(finding.diagnosis.severity)
         severity = max(burn, rule, key=SEVERITY_RANK.__getitem__)
         if severity != finding.diagnosis.severity:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from datetime import UTC, datetime
 
 import numpy as np
@@ -10,7 +11,8 @@ import pytest
 
 from analyzer.detection.events import AnomalyEvent
 from analyzer.diagnosis.burn import WINDOWS_S, Burn, CountBy, burn_specs, burns, fastest, grade, spec_name
-from analyzer.diagnosis.case import Diagnosis, RootCause
+from analyzer.diagnosis.burn_events import BURN_DETECTOR
+from analyzer.diagnosis.case import BURN_SIGNAL, Diagnosis, RootCause, describe
 from analyzer.diagnosis.correlate import Group
 from analyzer.incidents.harm import graded
 from analyzer.incidents.lifecycle import Finding
@@ -137,3 +139,24 @@ def test_a_finding_that_harms_no_one_and_needs_no_ticket_opens_nothing() -> None
     found = [_finding("n2", "info"), _finding("n2", "warning"), _finding("n1", "info")]
     quiet, ticket, harmful = graded(found, burns(snap, SLOS), SLOS)
     assert (quiet.may_open, ticket.may_open, harmful.may_open) == (False, True, True)
+
+
+def test_a_fast_burn_seen_on_its_short_windows_alone_opens_a_ticket_until_the_long_ones_agree() -> None:
+    # n1's last two minutes burn 60 times (a fault's onset); its hour does not yet: the workbook's
+    # pairs say nothing, the finding holding the node's ``slo_burn`` event opens as a ticket.
+    snap = _snapshot({N1: dict.fromkeys(WINDOWS_S, 0.5) | {"2m": 60.0}})
+    t = datetime(2026, 1, 1, tzinfo=UTC)
+    burn = AnomalyEvent(BURN_SIGNAL, "ingress", N1, t, t, None, 60.0, None, 60.0, "fast", BURN_DETECTOR)
+    lone = Finding(Group((burn,), frozenset({("node", "n1")})),
+                   Diagnosis("unclassified", "ingress", RootCause(BURN_SIGNAL, N1), "burns", "info", "",
+                             (BURN_SIGNAL,)), ("chat",))
+    [opened] = graded([lone], burns(snap, SLOS), SLOS)
+    assert (opened.diagnosis.severity, opened.may_open) == ("warning", True)
+    assert describe(burn) == "error budget burn 60×"  # as chat reads the opening
+    # Once the burn has stopped (its event cleared), the same finding is quiet again.
+    over = replace(lone, group=Group((replace(burn, cleared_at=t),), lone.group.nodes))
+    [quiet] = graded([over], burns(snap, SLOS), SLOS)
+    assert (quiet.diagnosis.severity, quiet.may_open) == ("info", False)
+    # The long windows agreeing make it a page.
+    [paged] = graded([lone], burns(_snapshot({N1: dict.fromkeys(WINDOWS_S, 20.0)}), SLOS), SLOS)
+    assert paged.diagnosis.severity == "critical"

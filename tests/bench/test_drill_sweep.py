@@ -144,6 +144,11 @@ def test_time_to_detect_is_reported_by_the_fault_s_onset_burn() -> None:
                 "node_days": 10.0, "per_incident": [2, 3]}]
     lines = ds.report(results, {"a": [1.0] * len(rows)})
     assert "severe (≥ 14.4×) p50 90s p90 infs (n=3)" in lines[-2]
+    # Each severe fault, slowest first (a miss first of all), with what its incident opened on.
+    table = lines[lines.index(next(x for x in lines if x.startswith("severe faults"))) + 1:][:3]
+    assert [[*x.split()[1:3], x.split()[4]] for x in table] == [
+        ["ingress_errors", "30.0×", "missed"], ["capacity_exhausted", "20.0×", "90s"],
+        ["ingress_errors", "97.0×", "60s"]]
     # A ticket on a fault-free stretch is a false incident, not a false page.
     assert lines[-1] == ("sweep: scenarios=1 attribution=80% coverage_open_p10=93% ttd_severe_p90=infs "
                          "ttd_moderate_p90=300s messages_median=2 messages_max=3 false_per_node_day=0.10 "
