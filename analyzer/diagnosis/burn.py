@@ -37,11 +37,8 @@ from analyzer.signals.slo_rules import indicators
 from analyzer.signals.spec import SignalSpec
 from oximeter.vocabulary import SEVERITY_RANK, Severity
 
-# The windows the burn-rate alerts compare, in seconds (the rules' 5m, 30m, 1h, 6h and 3d), and the
-# analyzer's own 2m: at a fault's onset a 5-minute window still holds minutes of the healthy traffic
-# before it, so its rate shows a fast burn only minutes later (``burn_events``).
-WINDOWS_S: dict[str, float] = {"2m": 120.0, "5m": 300.0, "30m": 1800.0, "1h": 3600.0, "6h": 21600.0,
-                               "3d": 259200.0}
+# The windows the burn-rate alerts compare, in seconds (the rules' 5m, 30m, 1h, 6h and 3d).
+WINDOWS_S: dict[str, float] = {"5m": 300.0, "30m": 1800.0, "1h": 3600.0, "6h": 21600.0, "3d": 259200.0}
 # Each entity a burn is read for: the service, and the node its requests were served on.
 BY = ("service", "node")
 # The model list that clients and the gateway's warm-up poll is no request served.

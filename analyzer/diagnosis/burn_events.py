@@ -1,14 +1,14 @@
 """Fast burns as anomaly events, so that harm opens an incident in the cycle it is seen.
 
 A node whose requests burn an objective's budget at least ``page_fast_burn`` times as fast as its
-window allows over the last 2 or 5 minutes (with a handful of bad requests behind the rate, so a
-single slow answer at night is not a page), or whose queue is stuck, is an ``slo_burn`` event on
-that node and service. Until the burn-rate alert's long windows agree, the incident it opens is a
-ticket (``analyzer/incidents/harm.py``), raised to a page when they do. Correlation puts it with
-the node's other anomalies and the diagnosis names the layer and rule from them; alone, it opens a
-provisional incident ("unclassified", at the ingress layer) that the rule's own signals confirm or
-correct within the message budget once their detectors have held long enough. Each cycle's burns
-extend the events, which clear when the burn falls back.
+window allows over the last 5 minutes (with a handful of bad requests behind the rate, so a single
+slow answer at night is not a page), or whose queue is stuck, is an ``slo_burn`` event on that
+node and service. Correlation puts it with the node's other anomalies and the diagnosis names the
+layer and rule from them; alone, it opens a provisional incident ("unclassified", at the ingress
+layer) that the rule's own signals confirm or correct within the message budget once their
+detectors have held long enough. Until the burn-rate alert's long windows agree, that incident is
+a ticket (``analyzer/incidents/harm.py``), raised to a page when they do. Each cycle's burns extend
+the events, which clear when the burn falls back.
 """
 
 from __future__ import annotations
@@ -23,24 +23,19 @@ from analyzer.diagnosis.case import BURN_SIGNAL, Labels
 from analyzer.signals.slo import SloSettings
 
 BURN_DETECTOR = "burn"
-# Bad requests a window must hold before its rate counts: at a few requests a minute one failure
-# is several percent, and the fast burn would page on a single answer.
+# Bad requests the 5-minute window must hold before its rate counts: at a few requests a minute
+# one failure is several percent, and the fast burn would page on a single answer.
 MIN_BAD = 5.0
-# The windows a fast burn is read on, shortest first: the fast page's short window, and one of two
-# minutes that sees a fault's first minute or two undiluted by the healthy minutes before it (a
-# fault burning 90x shows 20x on 5 minutes a minute after its onset, and 50x on 2).
-FAST_WINDOWS = ("2m", "5m")
 
 
-def fast(burn: Burn, slos: SloSettings) -> tuple[str, float] | None:
-    """The first of FAST_WINDOWS whose burn is fast enough to open at once, on at least MIN_BAD bad
-    requests, and that burn; a stuck queue's is every waiting request's (``("", rate)``)."""
+def fast(burn: Burn, slos: SloSettings) -> float | None:
+    """The 5-minute burn when it is fast enough to open at once (or every waiting request's, for
+    a stuck queue), else None."""
     if burn.stuck:
-        return "", 1.0 / burn.budget
-    for window in FAST_WINDOWS:
-        rate = burn.rates.get(window, math.nan)
-        if math.isfinite(rate) and rate >= slos.page_fast_burn and burn.bad.get(window, 0.0) >= MIN_BAD:
-            return window, rate
+        return 1.0 / burn.budget
+    rate = burn.rates.get("5m", math.nan)
+    if math.isfinite(rate) and rate >= slos.page_fast_burn and burn.bad.get("5m", 0.0) >= MIN_BAD:
+        return rate
     return None
 
 
@@ -54,14 +49,14 @@ class BurnWatch:
 
     def events(self, found: list[Burn], now: datetime) -> list[AnomalyEvent]:
         """This cycle's events, given its burns."""
-        fastest: dict[Labels, tuple[float, str, Burn]] = {}
+        fastest: dict[Labels, tuple[float, Burn]] = {}
         for burn in found:
-            seen = fast(burn, self.slos)
-            if seen is not None and (burn.labels not in fastest or seen[1] > fastest[burn.labels][0]):
-                fastest[burn.labels] = (seen[1], seen[0], burn)
-        for labels, (rate, window, burn) in fastest.items():
+            rate = fast(burn, self.slos)
+            if rate is not None and (burn.labels not in fastest or rate > fastest[burn.labels][0]):
+                fastest[burn.labels] = (rate, burn)
+        for labels, (rate, burn) in fastest.items():
             why = ("its queue has not moved for a minute" if burn.stuck else
-                   f"{burn.bad.get(window, 0.0):.0f} bad requests in {window.removesuffix('m')} min")
+                   f"{burn.bad.get('5m', 0.0):.0f} bad requests in 5 min")
             reason = f"spends the {burn.slo} {burn.sli} budget {rate:.0f}× as fast as allowed ({why})"
             known = self._events.get(labels)
             if known is None or known.cleared_at is not None:

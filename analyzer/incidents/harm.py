@@ -3,7 +3,7 @@ harms (``analyzer/diagnosis/burn.py``), never a fixed line alone.
 
 A finding harms the objectives of the requests its nodes served (its services' burns when it names
 no node): burning fast enough to page makes it critical, a ticket's burn a warning, and a fast burn
-its short windows see before the long ones do (its ``slo_burn`` event, at a fault's onset) a
+its short window sees before the long ones do (its ``slo_burn`` event, at a fault's onset) a
 warning too, so harm opens an incident within a cycle or two. What the rules
 say without an SLO (a paging Xid, an ECC storm, a queue wait over a static line) is evidence of a
 fault that needs a hand, at most a warning, until users feel it. Each cycle grades again, so an
@@ -27,7 +27,7 @@ from oximeter.vocabulary import SEVERITY_RANK, Severity
 
 # The most a rule's own verdict may say without a burn behind it: a ticket, not a page.
 EVIDENCE_CEILING: Severity = "warning"
-# A fast burn on the short windows alone (``burn_events``), before the long ones agree: harm seen at
+# A fast burn on the short window alone (``burn_events``), before the long ones agree: harm seen at
 # its onset, opened as a ticket and raised to a page when the burn-rate alert's windows say so.
 PROVISIONAL: Severity = "warning"
 

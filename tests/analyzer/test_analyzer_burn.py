@@ -141,10 +141,10 @@ def test_a_finding_that_harms_no_one_and_needs_no_ticket_opens_nothing() -> None
     assert (quiet.may_open, ticket.may_open, harmful.may_open) == (False, True, True)
 
 
-def test_a_fast_burn_seen_on_its_short_windows_alone_opens_a_ticket_until_the_long_ones_agree() -> None:
-    # n1's last two minutes burn 60 times (a fault's onset); its hour does not yet: the workbook's
+def test_a_fast_burn_seen_on_its_short_window_alone_opens_a_ticket_until_the_long_ones_agree() -> None:
+    # n1's last 5 minutes burn 60 times (a fault's onset); its hour does not yet: the workbook's
     # pairs say nothing, the finding holding the node's ``slo_burn`` event opens as a ticket.
-    snap = _snapshot({N1: dict.fromkeys(WINDOWS_S, 0.5) | {"2m": 60.0}})
+    snap = _snapshot({N1: dict.fromkeys(WINDOWS_S, 0.5) | {"5m": 60.0}})
     t = datetime(2026, 1, 1, tzinfo=UTC)
     burn = AnomalyEvent(BURN_SIGNAL, "ingress", N1, t, t, None, 60.0, None, 60.0, "fast", BURN_DETECTOR)
     lone = Finding(Group((burn,), frozenset({("node", "n1")})),

@@ -62,6 +62,20 @@ def test_every_library_scenario_passes_in_replay(library: dict[str, Any]) -> Non
 
 
 @pytest.mark.timeout(COLD_TIMEOUT_S)
+def test_every_library_scenario_passes_or_says_why_not_on_stock_telemetry() -> None:
+    """The library on a stock fleet (no gateway, the stock exporters): every drill its telemetry can
+    judge passes (the fault-free week opens nothing there either), and the rest say why not."""
+    result = drill("--all", "--json", "--inputs", "stock")
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-2000:]
+    doc = json.loads(result.stdout)
+    failed = [(d["scenario"], d["reason"]) for d in doc["drills"]
+              if not d["passed"] and not d["cannot_judge"]]
+    assert (doc["failed"], failed) == (0, [])
+    assert doc["passed"] + doc["cannot_judge"] == len(list(LIBRARY.glob("*.yaml")))
+    assert one_drill(doc, "fault_free_week")["passed"]
+
+
+@pytest.mark.timeout(COLD_TIMEOUT_S)
 def test_two_shards_over_one_fleet_score_every_scenario_as_one_analyzer(library: dict[str, Any]) -> None:
     """The fleet split by node over two analyzers on one store (``analyzer.ha`` shards): every
     library drill passes, with the scores, messages and times of one analyzer over the whole
