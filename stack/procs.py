@@ -26,6 +26,12 @@ class ProcessError(OximeterError):
     """A child process failed to start or to become ready in time."""
 
 
+# How long a child gets to exit on SIGTERM before it is killed: Kubernetes' default grace for a pod
+# (terminationGracePeriodSeconds). A daemon finishing its cycle and flushing its store on a loaded
+# machine has taken more than 10 s.
+GRACE_S = 30.0
+
+
 def wait_until(predicate: Callable[[], object], timeout_s: float, interval_s: float = 0.05,
                what: str = "condition") -> object:
     """Poll ``predicate`` until it returns a truthy value or ``timeout_s`` passes."""
@@ -139,7 +145,7 @@ class ManagedProcess:
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(self.proc.pid, sig)
 
-    def stop(self, timeout_s: float = 10.0) -> int | None:
+    def stop(self, timeout_s: float = GRACE_S) -> int | None:
         """SIGTERM, then SIGKILL after ``timeout_s``; returns the exit code."""
         if self.proc is None:
             return None
@@ -160,7 +166,7 @@ class ManagedProcess:
         return self.start()
 
     @staticmethod
-    def stop_all(procs: Sequence[ManagedProcess], timeout_s: float = 10.0) -> None:
+    def stop_all(procs: Sequence[ManagedProcess], timeout_s: float = GRACE_S) -> None:
         """Stop ``procs`` together: SIGTERM to each first (in the order given), then wait for each.
         Children that take their time to exit (a server draining its connections) then cost the
         slowest one's time, not the sum."""

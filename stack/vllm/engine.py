@@ -189,7 +189,7 @@ class VllmEngine:
         if self.proc.running:
             self.proc.signal(signal.SIGCONT)
         try:
-            return self.proc.stop(timeout_s=30.0)
+            return self.proc.stop()
         except ProcessError:
             return None
 
