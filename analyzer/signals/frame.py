@@ -7,6 +7,7 @@ keys (``gpu=0,node=n1``) so that frames from different sources line up without a
 from __future__ import annotations
 
 from collections.abc import Mapping
+from datetime import UTC
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -39,9 +40,12 @@ def validate_frame(values: pd.DataFrame) -> pd.DataFrame:
         raise FrameError("the frame index must be a DatetimeIndex")
     if not values.index.is_monotonic_increasing or values.index.has_duplicates:
         raise FrameError("the frame index must be strictly increasing (sort and de-duplicate first)")
-    index = values.index.tz_localize("UTC") if values.index.tz is None else values.index.tz_convert("UTC")
+    tz = values.index.tz
+    # Already UTC (every source's frames): the index is kept as it is, not converted into a copy.
+    index = (values.index if tz is UTC else
+             values.index.tz_localize("UTC") if tz is None else values.index.tz_convert("UTC"))
     try:
-        out = values if (values.dtypes == np.float32).all() else values.astype(np.float32)
+        out = values if all(d == np.float32 for d in values.dtypes) else values.astype(np.float32)
     except (TypeError, ValueError) as exc:
         raise FrameError(f"the frame must be numeric: {exc}") from None
     if out.index is not index:

@@ -131,17 +131,37 @@ class LiveWindow:
         else:
             cut = new.index[0] if len(new) else held.index[-1] + pd.Timedelta(1)
             kept = int(pd.DatetimeIndex(held.index).searchsorted(cut))
-            if new.columns.equals(held.columns):
-                # The steady cycle: the same series as held, a step or two more of them. Their grids
-                # are the aligned grid, so what is held then what is new is the grid, row for row.
-                rows = held.index[:kept].append(new.index)
-                if rows.equals(grid):
-                    stacked = np.concatenate([held.to_numpy(np.float32)[:kept], new.to_numpy(np.float32)])
-                    return pd.DataFrame(stacked, index=grid, columns=held.columns, copy=False)
+            stacked = _stacked(held, kept, new, grid)
+            if stacked is not None:
+                return stacked
             combined = pd.concat([held.iloc[:kept], new], axis=0, join="outer")
         if combined.index.equals(grid) and (combined.dtypes == np.float32).all():
             return combined
         return combined.reindex(grid).astype(np.float32)
+
+
+def _stacked(held: pd.DataFrame, kept: int, new: pd.DataFrame, grid: pd.DatetimeIndex) -> pd.DataFrame | None:
+    """The steady cycle's window without a concat: the first ``kept`` rows held, then what is new,
+    when those rows are ``grid`` row for row and the new steps bring no series that is not held
+    (a fetch leaves out the series with no sample in its steps: those are NaN here, as the outer
+    concat would leave them). None otherwise."""
+    if len(held.index) < kept or kept + len(new.index) != len(grid):
+        return None
+    if not (held.index[:kept].equals(grid[:kept]) and new.index.equals(grid[kept:])):
+        return None
+    out = np.empty((len(grid), len(held.columns)), dtype=np.float32)
+    out[:kept] = held.to_numpy(np.float32)[:kept]
+    if new.columns.equals(held.columns):
+        out[kept:] = new.to_numpy(np.float32)
+    else:
+        if not held.columns.is_unique:
+            return None
+        at = held.columns.get_indexer(new.columns)
+        if (at < 0).any() or not new.columns.is_unique:
+            return None
+        out[kept:] = np.nan
+        out[kept:, at] = new.to_numpy(np.float32)
+    return pd.DataFrame(out, index=grid, columns=held.columns, copy=False)
 
 
 def window_key(source: Source, spec: SignalSpec) -> Hashable:
