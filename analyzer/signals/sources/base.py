@@ -142,25 +142,28 @@ class LiveWindow:
 
 def _stacked(held: pd.DataFrame, kept: int, new: pd.DataFrame, grid: pd.DatetimeIndex) -> pd.DataFrame | None:
     """The steady cycle's window without a concat: the first ``kept`` rows held, then what is new,
-    when those rows are ``grid`` row for row and the new steps bring no series that is not held
-    (a fetch leaves out the series with no sample in its steps: those are NaN here, as the outer
-    concat would leave them). None otherwise."""
-    if len(held.index) < kept or kept + len(new.index) != len(grid):
+    less the oldest rows that fell out of the window, when that is ``grid`` row for row and the new
+    steps bring no series that is not held (a fetch leaves out the series with no sample in its
+    steps: those are NaN here, as the outer concat would leave them). None otherwise."""
+    gone = kept + len(new.index) - len(grid)  # the oldest held rows no longer in the window
+    if gone < 0 or gone > kept or kept > len(held.index):
         return None
-    if not (held.index[:kept].equals(grid[:kept]) and new.index.equals(grid[kept:])):
+    if not (held.index[gone:kept].equals(grid[:kept - gone]) and new.index.equals(grid[kept - gone:])):
         return None
-    out = np.empty((len(grid), len(held.columns)), dtype=np.float32)
-    out[:kept] = held.to_numpy(np.float32)[:kept]
-    if new.columns.equals(held.columns):
-        out[kept:] = new.to_numpy(np.float32)
-    else:
-        if not held.columns.is_unique:
+    at = None
+    if not new.columns.equals(held.columns):
+        if not (held.columns.is_unique and new.columns.is_unique):
             return None
         at = held.columns.get_indexer(new.columns)
-        if (at < 0).any() or not new.columns.is_unique:
+        if (at < 0).any():
             return None
-        out[kept:] = np.nan
-        out[kept:, at] = new.to_numpy(np.float32)
+    out = np.empty((len(grid), len(held.columns)), dtype=np.float32)
+    out[:kept - gone] = held.to_numpy(np.float32)[gone:kept]
+    if at is None:
+        out[kept - gone:] = new.to_numpy(np.float32)
+    else:
+        out[kept - gone:] = np.nan
+        out[kept - gone:, at] = new.to_numpy(np.float32)
     return pd.DataFrame(out, index=grid, columns=held.columns, copy=False)
 
 
