@@ -24,7 +24,7 @@ from analyzer.detection.baselines import (
     history_start_of,
 )
 from analyzer.detection.hour_scale import hour_scale
-from analyzer.signals.frame import Baseline
+from analyzer.signals.frame import Baseline, time_index
 from analyzer.signals.rolling import step_seconds
 from analyzer.signals.windowstats import window_quantiles
 
@@ -58,7 +58,7 @@ class BaselineTracker:
         ``like_nodes`` (column → like-node key, see :func:`analyzer.detection.hour_scale.hour_scale`; may be
         empty) asks for the hour scale as well, from ``history`` as given (anomalies and changes
         are not left out of it), for the same rows."""
-        index = pd.DatetimeIndex(values.index)
+        index = time_index(values.index)
         columns = values.columns
         # Where each row of the window was held (-1: not held): a row is known when held with the
         # same columns, all but the newest ``overlap_rows`` of them (the store may still change it).
@@ -106,7 +106,7 @@ class BaselineTracker:
                    kept: np.ndarray, known: np.ndarray, like_nodes: Mapping[str, str]) -> np.ndarray:
         """The hour scale over ``values``' rows, computed for the rows the centre was (all of them
         where the like nodes changed since the last update: the floor of every row moves)."""
-        index = pd.DatetimeIndex(values.index)
+        index = time_index(values.index)
         if len(known) and (self._hour is None or like_nodes != self._like_nodes):
             known, kept, todo = known[:0], kept[:0], np.arange(len(index))
         self._like_nodes = dict(like_nodes)
@@ -120,7 +120,7 @@ class BaselineTracker:
               todo: np.ndarray, kept: np.ndarray) -> dict[str, np.ndarray]:
         """Every part of the baseline at rows ``todo`` of ``values`` (``kept``: where the rows
         still known were held, the last of them carrying the recent baseline forward)."""
-        index = pd.DatetimeIndex(values.index)
+        index = time_index(values.index)
         rows = index[todo]
         step = step_seconds(index) or 1.0
         data = clean.to_numpy(np.float32)
@@ -149,11 +149,11 @@ class BaselineTracker:
         """Centred ±half-window median and IQR scale of ``window`` around each row − lag (NaN
         outside it), as ``baselines.seasonal_center`` and ``seasonal_spread``."""
         win = window if window.columns.equals(columns) else window.reindex(columns=columns)
-        w_index = pd.DatetimeIndex(win.index)
+        w_index = time_index(win.index)
         step = step_seconds(w_index) or 1.0
         half = max(0, round(self.policy.seasonal_half_window_s / step))
-        targets = rows - pd.Timedelta(seconds=lag_s)
-        centre = np.rint((targets.as_unit("ns").asi8 - w_index[0].as_unit("ns").value) / (step * 1e9))
+        targets = rows.as_unit("ns").asi8 - pd.Timedelta(seconds=lag_s).value  # ns since the epoch
+        centre = np.rint((targets - w_index[0].as_unit("ns").value) / (step * 1e9))
         med, q25, q75 = window_quantiles(win.to_numpy(np.float32), centre.astype(np.int64) - half,
                                          2 * half + 1, (0.5, 0.25, 0.75), max(1, half))
         return med, (q75 - q25) / IQR_TO_SIGMA

@@ -25,7 +25,7 @@ from typing import TypeAlias
 import numpy as np
 import pandas as pd
 
-from analyzer.signals.frame import Baseline
+from analyzer.signals.frame import Baseline, time_index
 from analyzer.signals.rolling import step_seconds
 
 # IQR of a normal distribution in standard deviations.
@@ -113,7 +113,7 @@ def combine(values: pd.DataFrame, candidates: Sequence[pd.DataFrame], recent_cen
     a seasonal candidate formed from so little history (a few hours a day back) is not trusted.
     Deciding this per sample keeps it causal.
     """
-    step = step_seconds(pd.DatetimeIndex(values.index)) or 1.0
+    step = step_seconds(time_index(values.index)) or 1.0
 
     def aligned(frame: pd.DataFrame) -> np.ndarray:
         # Nearest within half a step: the history's grid may be phased differently from the live one.
@@ -122,7 +122,7 @@ def combine(values: pd.DataFrame, candidates: Sequence[pd.DataFrame], recent_cen
                 .to_numpy(np.float32))
 
     rc = recent_center.reindex(index=values.index, columns=values.columns).to_numpy(np.float32)
-    index = pd.DatetimeIndex(values.index)
+    index = time_index(values.index)
     if history_start is None:
         history_start = first_valid(values)
     starts = history_start.reindex(values.columns).to_numpy(dtype="datetime64[ns]")
@@ -201,7 +201,7 @@ def _first_valid(frame: pd.DataFrame) -> np.ndarray:
     if not len(frame.index):
         return np.full(data.shape[1], np.datetime64("NaT"), dtype="datetime64[ns]")
     # Epoch nanoseconds: the naive UTC stamps whatever the index's zone.
-    stamps = pd.DatetimeIndex(frame.index).as_unit("ns").asi8.view("datetime64[ns]")
+    stamps = time_index(frame.index).as_unit("ns").asi8.view("datetime64[ns]")
     # Most series hold a value in the first row: only the others are searched further.
     first = np.zeros(data.shape[1], dtype=np.int64)
     found = ~np.isnan(data[0])

@@ -7,8 +7,8 @@ keys (``gpu=0,node=n1``) so that frames from different sources line up without a
 from __future__ import annotations
 
 from collections.abc import Mapping
-from datetime import UTC
 from dataclasses import dataclass, field
+from datetime import UTC
 
 import numpy as np
 import pandas as pd
@@ -30,6 +30,12 @@ def parse_key(key: str) -> dict[str, str]:
     if "=" not in key:
         return {"series": key}
     return dict(part.split("=", 1) for part in key.split(",") if part)
+
+
+def time_index(index: pd.Index) -> pd.DatetimeIndex:
+    """``index`` as a DatetimeIndex: itself where it is one (the constructor would build a new one,
+    which costs more than most of what a cycle does with it)."""
+    return index if isinstance(index, pd.DatetimeIndex) else pd.DatetimeIndex(index)
 
 
 def validate_frame(values: pd.DataFrame) -> pd.DataFrame:

@@ -17,7 +17,7 @@ from typing import Protocol
 import numpy as np
 import pandas as pd
 
-from analyzer.signals.frame import SeriesFrame
+from analyzer.signals.frame import SeriesFrame, time_index
 from analyzer.signals.spec import SignalSpec
 
 
@@ -101,7 +101,7 @@ class LiveWindow:
                 until = max(end, min(end + timedelta(seconds=self.ahead_s), align(settled, self.step_s)))
             self._held = self._read(source, first, until)
         index = grid_index(first, end, self.step_s)
-        held = pd.DatetimeIndex(self._held.index)
+        held = time_index(self._held.index)
         if held[0] == index[0] and held[-1] == end:  # what is held is the window
             self.values = self._held
             return SeriesFrame(self.values, self.labels)
@@ -130,7 +130,7 @@ class LiveWindow:
             combined = new
         else:
             cut = new.index[0] if len(new) else held.index[-1] + pd.Timedelta(1)
-            kept = int(pd.DatetimeIndex(held.index).searchsorted(cut))
+            kept = int(time_index(held.index).searchsorted(cut))
             stacked = _stacked(held, kept, new, grid)
             if stacked is not None:
                 return stacked
