@@ -148,15 +148,29 @@ class BaselineTracker:
                   columns: pd.Index) -> tuple[np.ndarray, np.ndarray]:
         """Centred ±half-window median and IQR scale of ``window`` around each row − lag (NaN
         outside it), as ``baselines.seasonal_center`` and ``seasonal_spread``."""
-        win = window if window.columns.equals(columns) else window.reindex(columns=columns)
-        w_index = time_index(win.index)
+        w_index = time_index(window.index)
         step = step_seconds(w_index) or 1.0
         half = max(0, round(self.policy.seasonal_half_window_s / step))
         targets = rows.as_unit("ns").asi8 - pd.Timedelta(seconds=lag_s).value  # ns since the epoch
         centre = np.rint((targets - w_index[0].as_unit("ns").value) / (step * 1e9))
-        med, q25, q75 = window_quantiles(win.to_numpy(np.float32), centre.astype(np.int64) - half,
+        med, q25, q75 = window_quantiles(_columns_of(window, columns), centre.astype(np.int64) - half,
                                          2 * half + 1, (0.5, 0.25, 0.75), max(1, half))
         return med, (q75 - q25) / IQR_TO_SIGMA
+
+
+def _columns_of(window: pd.DataFrame, columns: pd.Index) -> np.ndarray:
+    """``window``'s values (float32) in ``columns``' order, NaN for a column it does not hold."""
+    data = window.to_numpy(np.float32)
+    if window.columns.equals(columns):
+        return data
+    if not (window.columns.is_unique and columns.is_unique):
+        return window.reindex(columns=columns).to_numpy(np.float32)
+    at = window.columns.get_indexer(columns)
+    if not len(window.columns):
+        return np.full((len(data), len(columns)), np.nan, dtype=np.float32)
+    out = data[:, np.maximum(at, 0)]
+    out[:, at < 0] = np.nan
+    return out
 
 
 def _ffill(values: np.ndarray) -> np.ndarray:

@@ -90,7 +90,12 @@ class Baseline:
     provisional: pd.DataFrame | None = None
 
     def aligned(self, values: pd.DataFrame) -> Baseline:
-        """This baseline reindexed to ``values``' index and columns (missing → NaN)."""
+        """This baseline reindexed to ``values``' index and columns (missing → NaN); itself where
+        every part is on them already (an incremental baseline is formed on the values' own window)."""
+        parts = [f for f in (self.center, self.scale, self.hour_scale, self.provisional) if f is not None]
+        if all(f.index.equals(values.index) and f.columns.equals(values.columns) for f in parts):
+            return self
+
         def fit(frame: pd.DataFrame) -> pd.DataFrame:
             return frame.reindex(index=values.index, columns=values.columns)
 
