@@ -38,6 +38,11 @@ def time_index(index: pd.Index) -> pd.DatetimeIndex:
     return index if isinstance(index, pd.DatetimeIndex) else pd.DatetimeIndex(index)
 
 
+def all_float32(values: pd.DataFrame) -> bool:
+    """Whether every column of ``values`` is float32 (so is one with no columns)."""
+    return values.shape[1] == 0 or all(d == np.float32 for d in values.dtypes)
+
+
 def validate_frame(values: pd.DataFrame) -> pd.DataFrame:
     """Check a detector's input once (ADTK style) and return it as float32 with a UTC index."""
     if not isinstance(values, pd.DataFrame):
@@ -51,7 +56,7 @@ def validate_frame(values: pd.DataFrame) -> pd.DataFrame:
     index = (values.index if tz is UTC else
              values.index.tz_localize("UTC") if tz is None else values.index.tz_convert("UTC"))
     try:
-        out = values if all(d == np.float32 for d in values.dtypes) else values.astype(np.float32)
+        out = values if all_float32(values) else values.astype(np.float32)
     except (TypeError, ValueError) as exc:
         raise FrameError(f"the frame must be numeric: {exc}") from None
     if out.index is not index:

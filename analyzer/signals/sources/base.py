@@ -17,7 +17,7 @@ from typing import Protocol
 import numpy as np
 import pandas as pd
 
-from analyzer.signals.frame import SeriesFrame, time_index
+from analyzer.signals.frame import SeriesFrame, all_float32, time_index
 from analyzer.signals.spec import SignalSpec
 
 
@@ -142,7 +142,7 @@ class LiveWindow:
             if stacked is not None:
                 return stacked
             combined = pd.concat([held.iloc[:kept], new], axis=0, join="outer")
-        if combined.index.equals(grid) and (combined.dtypes == np.float32).all():
+        if combined.index.equals(grid) and all_float32(combined):
             return combined
         return combined.reindex(grid).astype(np.float32)
 

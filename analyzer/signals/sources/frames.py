@@ -179,8 +179,9 @@ class FrameSource:
         frame = self.signal_frame(spec)
         grid = grid_index(start, end, step_s)
         values = frame.values
-        if values.empty:
-            return SeriesFrame(pd.DataFrame(index=grid, columns=values.columns, dtype=np.float32), {})
+        if values.empty:  # no series, or no samples: every step missing
+            missing = np.full((len(grid), len(values.columns)), np.nan, dtype=np.float32)
+            return SeriesFrame(pd.DataFrame(missing, index=grid, columns=values.columns, copy=False), {})
         rows = self._rows.get(spec.name)
         if rows is None or rows.frame is not values:
             rows = self._rows[spec.name] = Rows.of(values)
