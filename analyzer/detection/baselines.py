@@ -25,7 +25,7 @@ from typing import TypeAlias
 import numpy as np
 import pandas as pd
 
-from analyzer.signals.frame import Baseline
+from analyzer.signals.frame import Baseline, time_index
 from analyzer.signals.rolling import step_seconds
 
 # IQR of a normal distribution in standard deviations.
@@ -113,46 +113,52 @@ def combine(values: pd.DataFrame, candidates: Sequence[pd.DataFrame], recent_cen
     a seasonal candidate formed from so little history (a few hours a day back) is not trusted.
     Deciding this per sample keeps it causal.
     """
-    step = step_seconds(pd.DatetimeIndex(values.index)) or 1.0
-    # Nearest within half a step: the history's grid may be phased differently from the live one.
-    seasonal = [
-        c.reindex(columns=values.columns)
-        .reindex(index=values.index, method="nearest", tolerance=pd.Timedelta(seconds=step / 2))
-        .to_numpy(np.float32)
-        for c in candidates
-    ]
+    step = step_seconds(time_index(values.index)) or 1.0
+
+    def aligned(frame: pd.DataFrame) -> np.ndarray:
+        # Nearest within half a step: the history's grid may be phased differently from the live one.
+        return (frame.reindex(columns=values.columns)
+                .reindex(index=values.index, method="nearest", tolerance=pd.Timedelta(seconds=step / 2))
+                .to_numpy(np.float32))
+
     rc = recent_center.reindex(index=values.index, columns=values.columns).to_numpy(np.float32)
-    v = values.to_numpy(np.float32)
+    index = time_index(values.index)
+    if history_start is None:
+        history_start = first_valid(values)
+    starts = history_start.reindex(values.columns).to_numpy(dtype="datetime64[ns]")
+    rs = recent_scale.reindex(index=values.index, columns=values.columns).to_numpy(np.float32)
+    center, scale, young = combine_arrays(
+        values.to_numpy(np.float32), [aligned(c) for c in candidates], rc, rs, policy,
+        index.as_unit("ns").asi8.view("datetime64[ns]"), starts, [aligned(s) for s in seasonal_spreads])
+    return Baseline(
+        center=pd.DataFrame(center, index=values.index, columns=values.columns, copy=False),
+        scale=pd.DataFrame(scale, index=values.index, columns=values.columns, copy=False),
+        provisional=pd.DataFrame(young, index=values.index, columns=values.columns, copy=False),
+    )
+
+
+def combine_arrays(v: np.ndarray, seasonal: Sequence[np.ndarray], rc: np.ndarray, rs: np.ndarray,
+                   policy: BaselinePolicy, stamps: np.ndarray, starts: np.ndarray,
+                   spreads: Sequence[np.ndarray] = ()) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """:func:`combine` on arrays already aligned with the values ``v`` (rows × columns, float32):
+    ``stamps`` the rows' and ``starts`` the columns' history starts (datetime64[ns], naive UTC).
+    Returns the centre, the scale (float32) and where the rows are provisional."""
     stack = np.stack([*seasonal, rc]) if seasonal else rc[None]
     with np.errstate(invalid="ignore"):
         distance = np.abs(stack - v[None])
     distance = np.where(np.isnan(distance), np.where(np.isnan(stack), np.inf, 0.0), distance)
     best = np.argmin(distance, axis=0)[None]
     center = np.take_along_axis(stack, best, axis=0)[0]
-    index = pd.DatetimeIndex(values.index)
-    if history_start is None:
-        history_start = first_valid(values)
-    starts = history_start.reindex(values.columns).to_numpy(dtype="datetime64[ns]")
-    stamps = (index.tz_convert(None) if index.tz is not None else index).to_numpy(dtype="datetime64[ns]")
     age_s = (stamps[:, None] - starts[None, :]) / np.timedelta64(1, "s")
     young = ~(np.nan_to_num(age_s, nan=-1.0) >= policy.min_history_s)
     center = np.where(young, rc, center)
-    rs = recent_scale.reindex(index=values.index, columns=values.columns).to_numpy(np.float32)
-    if len(seasonal_spreads):
-        spread = np.stack([
-            s.reindex(columns=values.columns)
-            .reindex(index=values.index, method="nearest", tolerance=pd.Timedelta(seconds=step / 2))
-            .to_numpy(np.float32) for s in seasonal_spreads])
+    if len(spreads):
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", RuntimeWarning)  # all-NaN: no spread known either
-            widest = np.nanmax(spread, axis=0)
+            widest = np.nanmax(np.stack(spreads), axis=0)
         rs = np.where(np.isnan(rs), widest, rs)
     scale = np.fmax(np.fmax(rs, policy.margin_rel * np.abs(center)), policy.margin_abs)
-    return Baseline(
-        center=pd.DataFrame(center, index=values.index, columns=values.columns, copy=False),
-        scale=pd.DataFrame(scale.astype(np.float32), index=values.index, columns=values.columns, copy=False),
-        provisional=pd.DataFrame(young, index=values.index, columns=values.columns, copy=False),
-    )
+    return center, scale.astype(np.float32), young
 
 
 History: TypeAlias = pd.DataFrame | Mapping[float, pd.DataFrame]
@@ -186,11 +192,16 @@ def compute_baseline(values: pd.DataFrame, history: History | None = None, *,
 
 def first_valid(frame: pd.DataFrame) -> pd.Series:
     """Per column, the first timestamp holding a value (NaT for an empty column), naive UTC."""
-    index = pd.DatetimeIndex(frame.index)
+    return pd.Series(_first_valid(frame), index=frame.columns, dtype="datetime64[ns]")
+
+
+def _first_valid(frame: pd.DataFrame) -> np.ndarray:
+    """:func:`first_valid`'s values (datetime64[ns], one per column)."""
     data = frame.to_numpy()
-    stamps = index.tz_convert(None) if index.tz is not None else index
-    if not len(index):
-        return pd.Series(np.datetime64("NaT"), index=frame.columns, dtype="datetime64[ns]")
+    if not len(frame.index):
+        return np.full(data.shape[1], np.datetime64("NaT"), dtype="datetime64[ns]")
+    # Epoch nanoseconds: the naive UTC stamps whatever the index's zone.
+    stamps = time_index(frame.index).as_unit("ns").asi8.view("datetime64[ns]")
     # Most series hold a value in the first row: only the others are searched further.
     first = np.zeros(data.shape[1], dtype=np.int64)
     found = ~np.isnan(data[0])
@@ -199,8 +210,7 @@ def first_valid(frame: pd.DataFrame) -> pd.Series:
         present = ~np.isnan(data[:, later])
         first[later] = np.argmax(present, axis=0)
         found[later] = present.any(axis=0)
-    out = np.where(found, stamps.to_numpy(dtype="datetime64[ns]")[first], np.datetime64("NaT"))
-    return pd.Series(out, index=frame.columns, dtype="datetime64[ns]")
+    return np.where(found, stamps[first], np.datetime64("NaT"))
 
 
 def history_start(frames: Sequence[pd.DataFrame]) -> pd.Series:
@@ -209,3 +219,21 @@ def history_start(frames: Sequence[pd.DataFrame]) -> pd.Series:
     if not firsts:
         return pd.Series(dtype="datetime64[ns]")
     return pd.concat(firsts, axis=1).min(axis=1)
+
+
+def history_start_of(columns: pd.Index, frames: Sequence[pd.DataFrame]) -> np.ndarray:
+    """:func:`history_start`'s values for ``columns`` (what :func:`combine` reads of it), without
+    joining every frame's columns: each frame's first values are placed by position."""
+    if not columns.is_unique or not all(f.columns.is_unique for f in frames):
+        return history_start(frames).reindex(columns).to_numpy(dtype="datetime64[ns]")
+    out = np.full(len(columns), np.datetime64("NaT"), dtype="datetime64[ns]")
+    for frame in frames:
+        if not len(frame.index) or not len(frame.columns):
+            continue
+        firsts = _first_valid(frame)
+        if frame.columns.equals(columns):
+            out = np.fmin(out, firsts)
+            continue
+        at = frame.columns.get_indexer(columns)  # -1: a column this frame does not hold
+        out = np.fmin(out, np.where(at >= 0, firsts[at], np.datetime64("NaT")))
+    return out

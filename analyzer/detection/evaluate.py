@@ -17,7 +17,7 @@ from analyzer.detection.events import AnomalyEvent
 from analyzer.detection.hour_scale import hour_scale, like_nodes_of
 from analyzer.detection.judges import detectors_of, persistence_of
 from analyzer.detection.persistence import Persistence, to_events
-from analyzer.signals.frame import Baseline, FrameError, SeriesFrame, validate_frame
+from analyzer.signals.frame import Baseline, FrameError, SeriesFrame, time_index, validate_frame
 from analyzer.signals.rolling import step_seconds
 from analyzer.signals.spec import SignalSpec
 
@@ -44,7 +44,7 @@ def evaluate_signal(spec: SignalSpec, frame: SeriesFrame, *, history: History | 
     is never learnt as the new normal. Without it only ``anomalous`` is left out.
     """
     values = validate_frame(frame.values)
-    step = step_s or step_seconds(pd.DatetimeIndex(values.index))
+    step = step_s or step_seconds(time_index(values.index))
     if step <= 0:
         raise FrameError("a frame needs at least two timestamps to have a step")
     persistence = persistence_of(spec, step)
@@ -161,7 +161,7 @@ class _BaselineInputs:
     def _hour_scale(self) -> pd.DataFrame | None:
         if not isinstance(self.older, Mapping):
             return None
-        index = pd.DatetimeIndex(self.values.index)
+        index = time_index(self.values.index)
         hour = hour_scale(index, self.values.columns, self.older, self.policy, self.like_nodes)
         if hour is None:
             return None

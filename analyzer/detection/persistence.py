@@ -17,7 +17,7 @@ import pandas as pd
 
 from analyzer.detection.detectors.base import Detection, Detector
 from analyzer.detection.events import AnomalyEvent
-from analyzer.signals.frame import parse_key
+from analyzer.signals.frame import parse_key, time_index
 from analyzer.signals.rolling import trailing_sum
 
 
@@ -120,7 +120,7 @@ def to_events(detection: Detection, detector: Detector, persistence: Persistence
     ref = detection.reference.iloc[:, hot].to_numpy(dtype=np.float64)
     compared = detection.values if detection.values is not None else detection.reference
     shown = compared.iloc[:, hot].to_numpy(dtype=np.float64)
-    index = pd.DatetimeIndex(detection.flags.index)
+    index = time_index(detection.flags.index)
     columns = detection.flags.columns
     events: list[AnomalyEvent] = []
     ttf = detector.reference_is_time_to_full

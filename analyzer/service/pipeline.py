@@ -67,12 +67,14 @@ def snapshot_from_frames(frames: Mapping[str, SeriesFrame]) -> Snapshot:
     """The latest finite value of every series, keyed by signal then entity labels."""
     out: dict[str, dict[Labels, float]] = {}
     for name, frame in frames.items():
-        values = frame.values.ffill()
-        if values.empty:
+        if frame.values.empty:
             continue
-        last = values.iloc[-1]
+        data = frame.values.to_numpy()
+        present = ~np.isnan(data)
+        # Per column, its last row holding a value (what a forward fill leaves in the last row).
+        last = data[len(data) - 1 - np.argmax(present[::-1], axis=0), np.arange(data.shape[1])]
         out[name] = {AnomalyEvent.labels_from(frame.labels_of(str(col))): float(v)
-                     for col, v in last.items() if math.isfinite(float(v))}
+                     for col, v in zip(frame.values.columns, last, strict=True) if math.isfinite(float(v))}
     return out
 
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from datetime import UTC
 
 import numpy as np
 import pandas as pd
@@ -31,6 +32,17 @@ def parse_key(key: str) -> dict[str, str]:
     return dict(part.split("=", 1) for part in key.split(",") if part)
 
 
+def time_index(index: pd.Index) -> pd.DatetimeIndex:
+    """``index`` as a DatetimeIndex: itself where it is one (the constructor would build a new one,
+    which costs more than most of what a cycle does with it)."""
+    return index if isinstance(index, pd.DatetimeIndex) else pd.DatetimeIndex(index)
+
+
+def all_float32(values: pd.DataFrame) -> bool:
+    """Whether every column of ``values`` is float32 (so is one with no columns)."""
+    return values.shape[1] == 0 or all(d == np.float32 for d in values.dtypes)
+
+
 def validate_frame(values: pd.DataFrame) -> pd.DataFrame:
     """Check a detector's input once (ADTK style) and return it as float32 with a UTC index."""
     if not isinstance(values, pd.DataFrame):
@@ -39,9 +51,12 @@ def validate_frame(values: pd.DataFrame) -> pd.DataFrame:
         raise FrameError("the frame index must be a DatetimeIndex")
     if not values.index.is_monotonic_increasing or values.index.has_duplicates:
         raise FrameError("the frame index must be strictly increasing (sort and de-duplicate first)")
-    index = values.index.tz_localize("UTC") if values.index.tz is None else values.index.tz_convert("UTC")
+    tz = values.index.tz
+    # Already UTC (every source's frames): the index is kept as it is, not converted into a copy.
+    index = (values.index if tz is UTC else
+             values.index.tz_localize("UTC") if tz is None else values.index.tz_convert("UTC"))
     try:
-        out = values if (values.dtypes == np.float32).all() else values.astype(np.float32)
+        out = values if all_float32(values) else values.astype(np.float32)
     except (TypeError, ValueError) as exc:
         raise FrameError(f"the frame must be numeric: {exc}") from None
     if out.index is not index:
@@ -80,7 +95,12 @@ class Baseline:
     provisional: pd.DataFrame | None = None
 
     def aligned(self, values: pd.DataFrame) -> Baseline:
-        """This baseline reindexed to ``values``' index and columns (missing → NaN)."""
+        """This baseline reindexed to ``values``' index and columns (missing → NaN); itself where
+        every part is on them already (an incremental baseline is formed on the values' own window)."""
+        parts = [f for f in (self.center, self.scale, self.hour_scale, self.provisional) if f is not None]
+        if all(f.index.equals(values.index) and f.columns.equals(values.columns) for f in parts):
+            return self
+
         def fit(frame: pd.DataFrame) -> pd.DataFrame:
             return frame.reindex(index=values.index, columns=values.columns)
 

@@ -14,6 +14,8 @@ import numpy as np
 import pandas as pd
 from numpy.lib.stride_tricks import sliding_window_view
 
+from analyzer.signals.frame import time_index
+
 # Values per block (rows × series × window float32, ≈ 63 MB, sorted in place, plus a quarter for
 # the missing mask): as many rows as fit, and fewer series at a time where one row of every series
 # would not.
@@ -73,14 +75,14 @@ def same_time_quantiles(window: pd.DataFrame, lag_s: float, rows: pd.DatetimeInd
                         half_window_s: float, qs: Sequence[float]) -> list[pd.DataFrame]:
     """Quantiles ``qs`` of ``window`` (a regular grid) over ±``half_window_s`` around each of
     ``rows`` − ``lag_s``, per column (NaN outside the window): the same time on an earlier day."""
-    win = window.reindex(columns=columns)
-    index = pd.DatetimeIndex(win.index)
+    win = window if window.columns.equals(columns) else window.reindex(columns=columns)
+    index = time_index(win.index)
     if len(index) < 2:
         return [pd.DataFrame(np.nan, index=rows, columns=columns, dtype=np.float32) for _ in qs]
     step = (index[1] - index[0]).total_seconds() or 1.0
     half = max(0, round(half_window_s / step))
-    targets = rows - pd.Timedelta(seconds=lag_s)
-    centre = np.rint((targets.as_unit("ns").asi8 - index[0].as_unit("ns").value) / (step * 1e9))
+    targets = rows.as_unit("ns").asi8 - pd.Timedelta(seconds=lag_s).value  # ns since the epoch
+    centre = np.rint((targets - index[0].as_unit("ns").value) / (step * 1e9))
     found = window_quantiles(win.to_numpy(np.float32), centre.astype(np.int64) - half, 2 * half + 1, qs,
                              max(1, half))
     return [pd.DataFrame(q, index=rows, columns=columns, copy=False) for q in found]

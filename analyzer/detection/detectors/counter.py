@@ -10,7 +10,7 @@ import numpy as np
 import pandas as pd
 
 from analyzer.detection.detectors.base import Detection, Detector
-from analyzer.signals.frame import Baseline
+from analyzer.signals.frame import Baseline, time_index
 from analyzer.signals.rolling import counter_increase, like, step_seconds, trailing_sum
 
 # Series per block of the detection's working arrays (under 8 MB of float64 for a live hour at 15 s).
@@ -57,7 +57,7 @@ class CounterGrowth(Detector):
         ``baseline_lag_s`` ago (the mean of a sliding window's increase is the rate × window, so
         sparse counts keep their true, fractional rate where a median would say 0). NaN where
         less than ``min_baseline_s`` of that span holds data."""
-        step = step_seconds(pd.DatetimeIndex(inc.index)) or self.window_s
+        step = step_seconds(time_index(inc.index)) or self.window_s
         rows = max(1, round(self.baseline_s / step))
         lag = max(0, round(self.baseline_lag_s / step))
         if (len(inc) - lag) * step < self.min_baseline_s:

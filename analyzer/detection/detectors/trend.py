@@ -13,7 +13,7 @@ import numpy as np
 import pandas as pd
 
 from analyzer.detection.detectors.base import Detection, Detector
-from analyzer.signals.frame import Baseline
+from analyzer.signals.frame import Baseline, time_index
 from analyzer.signals.rolling import like, rolling_ols, step_seconds
 
 
@@ -39,7 +39,7 @@ class Trend(Detector):
     reference_is_time_to_full: ClassVar[bool] = True
 
     def _detect(self, values: pd.DataFrame, baseline: Baseline | None) -> Detection:
-        step = step_seconds(pd.DatetimeIndex(values.index)) or self.window_s
+        step = step_seconds(time_index(values.index)) or self.window_s
         window = max(3, round(self.window_s / step))
         v = values.to_numpy(np.float64)
         slope, r2 = rolling_ols(v, window)

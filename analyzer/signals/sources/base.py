@@ -17,7 +17,7 @@ from typing import Protocol
 import numpy as np
 import pandas as pd
 
-from analyzer.signals.frame import SeriesFrame
+from analyzer.signals.frame import SeriesFrame, all_float32, time_index
 from analyzer.signals.spec import SignalSpec
 
 
@@ -87,30 +87,36 @@ class LiveWindow:
     labels: dict[str, dict[str, str]] = field(default_factory=dict)
     # The last label mapping merged: a source that returns the same mapping each cycle is not re-read.
     _seen_labels: object = field(default=None, init=False, repr=False)
-    # What is held: ``values`` plus, with ``ahead_s``, the settled steps after its end.
+    # What is held: ``values`` plus, with ``ahead_s``, the settled steps after its end; and its rows'
+    # times in epoch nanoseconds (compared as integers: a cycle reads them a dozen times).
     _held: pd.DataFrame = field(default_factory=pd.DataFrame, init=False, repr=False)
+    _times: np.ndarray = field(default_factory=lambda: np.empty(0, dtype=np.int64), init=False, repr=False)
 
     def update(self, source: Source, now: datetime, *, settled: datetime | None = None) -> SeriesFrame:
         """The window ending at ``now`` (aligned), fetching only new steps (and, with ``ahead_s``,
         up to ``ahead_s`` more of them, none after ``settled``)."""
         end = align(now, self.step_s)
         first = end - timedelta(seconds=self.window_s)
-        if self._held.empty or self._held.index[-1] < end:
+        end_ns = _epoch_ns(end)
+        if self._held.empty or self._times[-1] < end_ns:
             until = end
             if self.ahead_s > 0 and settled is not None:
                 until = max(end, min(end + timedelta(seconds=self.ahead_s), align(settled, self.step_s)))
             self._held = self._read(source, first, until)
+            self._times = grid_ns(first, until, self.step_s)
         index = grid_index(first, end, self.step_s)
-        held = pd.DatetimeIndex(self._held.index)
-        if held[0] == index[0] and held[-1] == end:  # what is held is the window
+        grid, held = grid_ns(first, end, self.step_s), self._times
+        if held[0] == grid[0] and held[-1] == end_ns:  # what is held is the window
             self.values = self._held
             return SeriesFrame(self.values, self.labels)
         # Read ahead: the window is a part of what is held, a slice of it (not a copy) where what is
         # held is on the window's grid.
-        lo = int(held.searchsorted(index[0]))
-        part = self._held.iloc[lo:int(held.searchsorted(end, side="right"))]
-        self._held = self._held.iloc[lo:]
-        self.values = part.set_axis(index, axis=0) if part.index.equals(index) else self._held.reindex(index)
+        lo = int(held.searchsorted(grid[0]))
+        hi = int(held.searchsorted(end_ns, side="right"))
+        part = self._held.iloc[lo:hi]
+        self._held, self._times = self._held.iloc[lo:], held[lo:]
+        self.values = (part.set_axis(index, axis=0) if np.array_equal(held[lo:hi], grid)
+                       else self._held.reindex(index))
         return SeriesFrame(self.values, self.labels)
 
     def _read(self, source: Source, first: datetime, until: datetime) -> pd.DataFrame:
@@ -119,7 +125,7 @@ class LiveWindow:
         held = self._held
         start = first
         if not held.empty:
-            start = max(first, pd.Timestamp(held.index[-1]).to_pydatetime() - timedelta(seconds=self.step_s))
+            start = max(first, _from_epoch_ns(int(self._times[-1])) - timedelta(seconds=self.step_s))
         fresh = source.fetch(self.spec, start, until, self.step_s)
         if fresh.labels is not self._seen_labels:
             self.labels.update({k: dict(v) for k, v in fresh.labels.items() if k not in self.labels})
@@ -129,19 +135,64 @@ class LiveWindow:
         if held.empty:
             combined = new
         else:
-            cut = new.index[0] if len(new) else held.index[-1] + pd.Timedelta(1)
-            kept = int(pd.DatetimeIndex(held.index).searchsorted(cut))
-            if new.columns.equals(held.columns):
-                # The steady cycle: the same series as held, a step or two more of them. Their grids
-                # are the aligned grid, so what is held then what is new is the grid, row for row.
-                rows = held.index[:kept].append(new.index)
-                if rows.equals(grid):
-                    stacked = np.concatenate([held.to_numpy(np.float32)[:kept], new.to_numpy(np.float32)])
-                    return pd.DataFrame(stacked, index=grid, columns=held.columns, copy=False)
+            new_ns = time_index(new.index).as_unit("ns").asi8
+            cut = new_ns[0] if len(new_ns) else self._times[-1] + 1
+            kept = int(self._times.searchsorted(cut))
+            stacked = _stacked(held, self._times, kept, new, new_ns, grid, grid_ns(first, until, self.step_s))
+            if stacked is not None:
+                return stacked
             combined = pd.concat([held.iloc[:kept], new], axis=0, join="outer")
-        if combined.index.equals(grid) and (combined.dtypes == np.float32).all():
+        if combined.index.equals(grid) and all_float32(combined):
             return combined
         return combined.reindex(grid).astype(np.float32)
+
+
+def _epoch_ns(moment: datetime) -> int:
+    """``moment`` (aware) in nanoseconds since the epoch."""
+    return int(pd.Timestamp(moment).value)
+
+
+def _from_epoch_ns(ns: int) -> datetime:
+    """The aware UTC datetime of ``ns`` since the epoch."""
+    return pd.Timestamp(ns, unit="ns", tz=UTC).to_pydatetime()
+
+
+@functools.lru_cache(maxsize=512)
+def grid_ns(start: datetime, end: datetime, step_s: float) -> np.ndarray:
+    """:func:`grid_index`'s times in epoch nanoseconds (read-only: cached and shared)."""
+    out = grid_index(start, end, step_s).as_unit("ns").asi8.copy()
+    out.flags.writeable = False
+    return out
+
+
+def _stacked(held: pd.DataFrame, times: np.ndarray, kept: int, new: pd.DataFrame, new_ns: np.ndarray,
+             grid: pd.DatetimeIndex, grid_times: np.ndarray) -> pd.DataFrame | None:
+    """The steady cycle's window without a concat: the first ``kept`` rows held (at ``times``),
+    then what is new (at ``new_ns``), less the oldest rows that fell out of the window, when that
+    is ``grid`` row for row and the new steps bring no series that is not held (a fetch leaves out
+    the series with no sample in its steps: those are NaN here, as the outer concat would leave
+    them). None otherwise."""
+    gone = kept + len(new_ns) - len(grid_times)  # the oldest held rows no longer in the window
+    if gone < 0 or gone > kept or kept > len(times):
+        return None
+    if not (np.array_equal(times[gone:kept], grid_times[:kept - gone])
+            and np.array_equal(new_ns, grid_times[kept - gone:])):
+        return None
+    at = None
+    if not new.columns.equals(held.columns):
+        if not (held.columns.is_unique and new.columns.is_unique):
+            return None
+        at = held.columns.get_indexer(new.columns)
+        if (at < 0).any():
+            return None
+    out = np.empty((len(grid), len(held.columns)), dtype=np.float32)
+    out[:kept - gone] = held.to_numpy(np.float32)[gone:kept]
+    if at is None:
+        out[kept - gone:] = new.to_numpy(np.float32)
+    else:
+        out[kept - gone:] = np.nan
+        out[kept - gone:, at] = new.to_numpy(np.float32)
+    return pd.DataFrame(out, index=grid, columns=held.columns, copy=False)
 
 
 def window_key(source: Source, spec: SignalSpec) -> Hashable:

@@ -78,9 +78,13 @@ class Rows:
         if limit is not None:
             found &= (row[:, None] - held) <= limit
         keep = found.any(axis=0)
+        if keep.all():  # every series has a sample on the grid (the usual case): no column left out
+            picked = np.take_along_axis(self.values, np.maximum(held, 0), axis=0)
+            out = np.where(found, picked, np.nan).astype(np.float32)
+            return pd.DataFrame(out, index=grid, columns=columns, copy=False)
         picked = self.values[np.maximum(held[:, keep], 0), np.flatnonzero(keep)[None, :]]
         out = np.where(found[:, keep], picked, np.nan).astype(np.float32)
-        return pd.DataFrame(out, index=grid, columns=columns[keep])
+        return pd.DataFrame(out, index=grid, columns=columns[keep], copy=False)
 
 
 def _fill_limit(native: pd.Timedelta) -> int:
@@ -175,8 +179,9 @@ class FrameSource:
         frame = self.signal_frame(spec)
         grid = grid_index(start, end, step_s)
         values = frame.values
-        if values.empty:
-            return SeriesFrame(pd.DataFrame(index=grid, columns=values.columns, dtype=np.float32), {})
+        if values.empty:  # no series, or no samples: every step missing
+            missing = np.full((len(grid), len(values.columns)), np.nan, dtype=np.float32)
+            return SeriesFrame(pd.DataFrame(missing, index=grid, columns=values.columns, copy=False), {})
         rows = self._rows.get(spec.name)
         if rows is None or rows.frame is not values:
             rows = self._rows[spec.name] = Rows.of(values)
