@@ -190,6 +190,11 @@ def migrate(conn: Connection, component: str, migrations: Sequence[Migration]) -
             continue
         try:
             conn.execute("BEGIN IMMEDIATE")
+            if schema_version(conn, component) >= version:
+                # Another process (an analyzer starting beside this one) applied it after this one
+                # read the version: the write lock makes the second read the one that counts.
+                conn.execute("ROLLBACK")
+                continue
             for statement in _statements(script):
                 conn.execute(statement)
             conn.execute(

@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 from pg_server import PostgresServer, StoreSpace
 
+from oximeter import store
 from oximeter.store import StoreError, connect, migrate, schema_version, transaction
 from oximeter.store_lock import hold_store
 from oximeter.store_pg import lock_key, translate
@@ -46,6 +47,22 @@ def test_failed_migration_rolls_back(stores: StoreSpace) -> None:
     assert not conn.in_transaction
     with pytest.raises(sqlite3.Error):  # PostgreSQL's errors arrive as the SQLite store's do
         conn.execute("SELECT x FROM b")
+
+
+def test_a_migration_another_process_applied_meanwhile_is_not_applied_again(
+        stores: StoreSpace, monkeypatch: pytest.MonkeyPatch) -> None:
+    # Two processes open one store at once: the second read the version (1) before the first
+    # applied migration 2; applying it again would fail ("duplicate column name").
+    first, second = connect(stores / "db"), connect(stores / "db")
+    assert migrate(first, "test", MIGRATIONS) == 2
+    real = store.schema_version
+    stale = iter([1])  # the second process's first read, then the real ones
+    monkeypatch.setattr(store, "schema_version",
+                        lambda conn, component: next(stale, None) or real(conn, component))
+    assert migrate(second, "test", MIGRATIONS) == 2
+    assert real(second, "test") == 2
+    assert [tuple(r) for r in second.execute("SELECT version FROM schema_migrations WHERE component = ?",
+                                             ("test",))] == [(1,), (2,)]
 
 
 def test_newer_store_is_refused(stores: StoreSpace) -> None:
