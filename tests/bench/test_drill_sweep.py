@@ -12,7 +12,7 @@ import pandas as pd
 import pytest
 
 from analyzer.incidents.model import Change
-from drills import sweep
+from drills import sweep, sweep_report
 from drills.harm import NO_BURN, Peak
 from simulator.arrivals import ArrivalStream, mean_lengths
 from simulator.load_shape import RequestMix
@@ -125,7 +125,7 @@ def test_coverage_is_broken_down_by_fault_duration() -> None:
     # A 10-min fault opened after 5 min and a 3 h fault opened after 5 min that resolved at 2 h.
     short = {**_row("peer_outlier", True), "coverage": 0.5, "duration_s": 600.0, "held": 1.0}
     long = {**_row("peer_outlier", True), "coverage": 115 / 180, "duration_s": 3 * 3600.0, "held": 115 / 175}
-    line = ds._coverage_by_duration([short, long])
+    line = sweep_report._coverage_by_duration([short, long])
     assert "10-30 min 50% (n=1)" in line and "30 min-2 h nan% (n=0)" in line
     assert "2 h and more 64% (n=1)" in line and line.endswith("p10 69%")
 
@@ -138,7 +138,7 @@ def test_time_to_detect_is_reported_by_the_fault_s_onset_burn() -> None:
             {**_row("ingress_errors", False), "burn": 30.0},
             {**_row("kv_pressure", True), "burn": 8.0, "ttd_s": 300.0, "held": 1.0},
             {**_row("thermal_throttle", True), "burn": 0.0, "ttd_s": 900.0, "held": 1.0}]
-    assert ds._ttd_band(rows, ds.SEVERE_BURN, math.inf) == [60.0, 90.0, math.inf]
+    assert sweep_report._ttd_band(rows, sweep_report.SEVERE_BURN, math.inf) == [60.0, 90.0, math.inf]
     results = [{"name": "a", "rows": rows, "false": [{"severity": "warning", "rule": "x", "node": "n1",
                                                      "burn": "none"}],
                 "node_days": 10.0, "per_incident": [2, 3]}]
