@@ -7,7 +7,7 @@ history windows (shared with ``oximeter drill``): for each scenario, the window 
 same-time window a day earlier that the seasonal baselines read, as the live daemon reads them
 from a backfill. The fault-free week is simulated whole (its baselines are its own earlier days,
 as a daemon running all week would have them). Every catalogue signal is evaluated with its
-minimum-traffic guard (``replay.detect``, the daemon's path); generation is timed apart.
+minimum-traffic guard (``drills.detected.detect``, the daemon's path); generation is timed apart.
 
 A fault is detected when an event on its node (and GPU, for a GPU fault) has ``detected_at`` in
 [start, end + 5 min]; delay = that ``detected_at`` − start, against the target: the detecting
@@ -40,6 +40,7 @@ from analyzer.incidents.store import parse_duration
 from analyzer.signals.catalogue import CATALOGUE, build_catalogue
 from analyzer.signals.spec import SignalSpec
 from drills.cli import DEFAULT_CACHE
+from drills.detected import detect, signal_frames
 from drills.history import (
     DAY_S,
     DRILL_END_S,
@@ -49,7 +50,6 @@ from drills.history import (
     prepare,
     same_time_window,
 )
-from drills.replay import detect, signal_frames
 from simulator.scenario import Scenario, load_scenario
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -17,7 +17,7 @@ from analyzer.signals.catalogue import CATALOGUE
 from analyzer.signals.frame import SeriesFrame
 from analyzer.signals.raw import RawStore
 from analyzer.signals.sources.cadvisor import cadvisor_translated
-from drills.replay import signal_frames
+from drills.detected import signal_frames
 from oximeter.promql import metric_names
 from simulator.fleet import BASE_RSS_BYTES, HOST_MEMORY_BYTES
 from simulator.history import generate

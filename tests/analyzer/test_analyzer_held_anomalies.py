@@ -11,7 +11,8 @@ from analyzer.detection.evaluate import evaluate_signal
 from analyzer.incidents.lifecycle import IncidentSettings
 from analyzer.signals.catalogue import CATALOGUE
 from analyzer.signals.frame import SeriesFrame
-from drills.replay import detect, replay_cycles
+from drills.detected import detect
+from drills.replay import replay_cycles
 
 SIGNAL = "dependency_latency_p99"
 BEFORE, STEP, AFTER = 120, 360, 60  # minutes: 2 h quiet, a 6 h step, 1 h after it

@@ -15,7 +15,7 @@ from analyzer.detection.evaluate import evaluate_signal
 from analyzer.signals.catalogue import CATALOGUE
 from analyzer.signals.raw import RawStore
 from analyzer.signals.sources.kube import increase
-from drills.replay import signal_frames
+from drills.detected import signal_frames
 from oximeter.promql import metric_names
 from simulator.history import generate
 from simulator.scenario import Scenario, ScenarioFault, Truth

@@ -14,7 +14,7 @@ from analyzer.signals.catalogue import CATALOGUE
 from analyzer.signals.label_value import as_values
 from analyzer.signals.raw import RawStore
 from analyzer.signals.sources.matrix import decode_matrix
-from drills.replay import signal_frames
+from drills.detected import signal_frames
 from oximeter.promql import metric_names
 
 MODEL = "Qwen/Qwen3-8B"

@@ -8,7 +8,8 @@ import pandas as pd
 
 from analyzer.signals.catalogue import CATALOGUE
 from analyzer.signals.raw import RawStore
-from drills.replay import ReplayOutcome, detect, replay_cycles, replay_live, signal_frames
+from drills.detected import detect, signal_frames
+from drills.replay import ReplayOutcome, replay_cycles, replay_live
 
 MINUTES = 120
 DOWN = slice(60, 75)  # the target answers nothing for 15 minutes
