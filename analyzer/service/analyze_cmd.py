@@ -66,13 +66,18 @@ def configure(parser: argparse.ArgumentParser) -> None:
 
 
 def replay_source(directory: str, *, speed: float = 60.0, start: datetime | None = None,
-                  selector: str = "") -> Source:
+                  selector: str = "", stock: bool = False) -> Source:
     """``oximeter sim history`` output as a source, context series included (``selector``: only
-    the series a shard's label matchers select)."""
+    the series a shard's label matchers select; ``stock``: the history holds stock exporters'
+    series, read with what the adapter rules would record from them, as Prometheus would hold)."""
     from analyzer.signals.raw import RawStore
     from analyzer.signals.sources.frames import FrameSource
+    from analyzer.signals.sources.stock import with_stock_translated
 
-    raw = RawStore.from_history(directory).only(selector)
+    raw = RawStore.from_history(directory)
+    # Translated over the whole fleet before a shard selects, as Prometheus evaluates the adapter
+    # rules: a record may take its node from another series (a pod's, through kube_pod_info).
+    raw = (with_stock_translated(raw) if stock else raw).only(selector)
     clock = ReplayClock(start or raw.index[0].to_pydatetime(), speed).now
     return FrameSource(raw=raw, clock=clock)
 
@@ -104,7 +109,8 @@ def _source(args: argparse.Namespace, config: AnalyzeConfig) -> Source:
     # how long the set-up took (60 × a slow machine's 20 s of imports is 20 minutes later).
     speed = 0.0 if args.once else args.speed
     if args.replay:
-        return replay_source(args.replay, speed=speed, start=start, selector=config.analyzer.ha.selector)
+        return replay_source(args.replay, speed=speed, start=start, selector=config.analyzer.ha.selector,
+                             stock=config.analyzer.inputs != "oximeter")
     if args.signals:
         return FrameSource.from_signal_file(args.signals, speed=speed, start=start,
                                             selector=config.analyzer.ha.selector)

@@ -59,3 +59,24 @@ def test_replay_once_opens_the_scenario_incident(tmp_path: Path) -> None:
     source = _source(args, AnalyzeConfig.load(None))
     time.sleep(0.05)
     assert source.now() == datetime(2026, 1, 7, 17, 38, tzinfo=UTC)
+
+
+def test_a_stock_fleets_replay_is_read_through_the_adapters(tmp_path: Path) -> None:
+    """A history of stock exporters (dcgm-exporter's Xid field, no Oximeter exporter) replayed with
+    ``--inputs stock``: the analyzer reads what the adapter rules would record from it, as
+    Prometheus holds it, and opens the same incident as on Oximeter's telemetry."""
+    (tmp_path / "scenario.yaml").write_text(SCENARIO + "telemetry: stock\n")
+    made = _run(oximeter_argv("sim", "history", "--scenario", "scenario.yaml", "--days", "0.05",
+                              "--step", "15s", "--out", "history", "--end", str(END_S)), tmp_path)
+    assert made.returncode == 0, made.stderr[-2000:]
+    ran = _run(oximeter_argv("analyze", "--replay", "history", "--inputs", "stock", "--once",
+                             "--replay-start", "2026-01-07T17:38:00Z", "--store", "oximeter.db"), tmp_path)
+    assert ran.returncode == 0, ran.stdout[-2000:] + ran.stderr[-2000:]
+    store = IncidentStore(connect(tmp_path / "oximeter.db"))
+    try:
+        (incident,) = store.query(IncidentQuery(), datetime.fromtimestamp(END_S, UTC))
+    finally:
+        store.conn.close()
+    assert (incident.layer, incident.rule, incident.root_cause.signal) == (
+        "infrastructure", "xid_critical", "xid_paging")
+    assert {k: v for k, v in incident.root_cause.labels if k in ("node", "gpu")} == {"node": "n1", "gpu": "1"}
