@@ -3,12 +3,15 @@ does its session where the kernel shares the CPU between sessions first (autogro
 
 from __future__ import annotations
 
+import errno
+import os
 import sys
 from pathlib import Path
 
 import psutil
+import pytest
 
-from stack.procs import ManagedProcess, wait_until
+from stack.procs import ManagedProcess, lower_session_priority, wait_until
 
 # A parent that starts one child and waits: the engine's shape (an API server and its core).
 PARENT = "import subprocess, sys; subprocess.run([sys.executable, '-c', 'import time; time.sleep(60)'])"
@@ -40,3 +43,26 @@ def test_a_child_at_the_default_niceness_is_left_alone(tmp_path: Path) -> None:
         assert psutil.Process(proc.proc.pid).nice() == psutil.Process().nice()
         group = _autogroup(proc.proc.pid)
         assert group is None or group.endswith("nice 0"), group
+
+
+def test_a_session_niceness_refused_for_its_rate_is_tried_again(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Without CAP_SYS_ADMIN the kernel takes one autogroup change per tenth of a second and answers
+    EAGAIN in between: tried again, it lands; any other refusal is final at once."""
+    tries: list[str] = []
+
+    def write(answers: list[int]) -> object:
+        def write_text(self: Path, data: str, encoding: str | None = None) -> int:
+            tries.append(data)
+            if answers:
+                code = answers.pop(0)
+                raise OSError(code, os.strerror(code))
+            return len(data)
+        return write_text
+
+    monkeypatch.setattr(Path, "write_text", write([errno.EAGAIN, errno.EAGAIN]))
+    assert lower_session_priority(1, 10) is True
+    assert tries == ["10", "10", "10"]
+    tries.clear()
+    monkeypatch.setattr(Path, "write_text", write([errno.EPERM, errno.EAGAIN]))
+    assert lower_session_priority(1, 10) is False
+    assert tries == ["10"]
