@@ -90,6 +90,9 @@ def run(args: argparse.Namespace) -> int:
                                "that run"], None)
         for selector in args.shard:
             parse_matchers(selector)
+        if args.incremental and (live or args.shard):
+            raise ConfigError(["--incremental replays one analyzer over a history: not with --live or "
+                               "--shard"], None)
         if live and args.inputs != "oximeter":
             raise ConfigError(["--inputs picks what a replayed history presents; a live drill reads whatever "
                                "the running stack exports"], None)
@@ -119,7 +122,7 @@ def run(args: argparse.Namespace) -> int:
                 continue
             scores.append(live_drill(path, target) if target is not None
                           else replay_drill(path, Path(args.cache), step_s, interval_s, trace, args.inputs,
-                                            args.shard))
+                                            args.shard, incremental=args.incremental))
     except (OximeterError, requests.RequestException) as exc:
         print(f"oximeter drill: {exc}", file=sys.stderr)
         return 2
@@ -167,6 +170,10 @@ def configure(parser: argparse.ArgumentParser) -> None:
                         help="split the fleet over sharded analyzers sharing one store, one per --shard "
                         "(PromQL label matchers, as analyzer.ha.selector: node=\"n1\"); give the shards "
                         "so that together they cover the fleet")
+    replay.add_argument("--incremental", action="store_true",
+                        help="run the analyzer's own incremental detection in every replayed cycle, as the "
+                        "daemon does (live window, same-time windows, baselines for new rows only), instead "
+                        "of detecting once over the whole history; about 20 times the CPU")
     replay.add_argument("--jobs", type=int, default=2, help="histories generated in parallel (default 2)")
     replay.add_argument("--cache", default=str(DEFAULT_CACHE),
                         help=f"history cache folder (default {DEFAULT_CACHE})")

@@ -258,9 +258,10 @@ class Replayed:
 
 
 def replay_windows(sc: Any, cache_dir: Path, step_s: float, interval_s: float,
-                   shards: Sequence[str] = ()) -> Replayed:
+                   shards: Sequence[str] = (), *, incremental: bool = False) -> Replayed:
     """Every drill window of scenario ``sc`` (generated or cached) through the daemon's cycles
-    (``shards``: one analyzer per selector on one store instead of one over the whole fleet)."""
+    (``shards``: one analyzer per selector on one store instead of one over the whole fleet;
+    ``incremental``: the daemon's own incremental detection in every cycle, :func:`replay_live`)."""
     from analyzer.incidents.lifecycle import NOTIFY_KINDS
 
     stock = sc.telemetry == "stock"
@@ -281,6 +282,8 @@ def replay_windows(sc: Any, cache_dir: Path, step_s: float, interval_s: float,
         burns.append((BurnReader(directory, DEFAULT_SLOS, stock=stock), held))
         outcome = (replay_sharded(directory, interval_s, shards, catalogue, {DAY_S: yesterday}, stock=stock,
                                   maintenance=maintenance) if shards else
+                   replay_live(directory, interval_s, catalogue=catalogue, same_time={DAY_S: yesterday},
+                               stock=stock, maintenance=maintenance) if incremental else
                    replay_history(directory, interval_s, catalogue=catalogue, same_time={DAY_S: yesterday},
                                   stock=stock, maintenance=maintenance))
         suppressed += outcome.suppressed
@@ -303,13 +306,14 @@ def load_drill_scenario(path: Path, trace: tuple[str, float] | None = None, inpu
 
 def replay_drill(path: Path, cache_dir: Path, step_s: float, interval_s: float,
                  trace: tuple[str, float] | None = None, inputs: str = "oximeter",
-                 shards: Sequence[str] = ()) -> DrillScore:
-    """The scenario's windows replayed through the analyzer (or sharded analyzers), scored; a stock
-    drill that fails says whether stock telemetry could have judged it (:mod:`drills.stock`)."""
+                 shards: Sequence[str] = (), *, incremental: bool = False) -> DrillScore:
+    """The scenario's windows replayed through the analyzer (or sharded analyzers; ``incremental``:
+    its own incremental detection each cycle), scored; a stock drill that fails says whether stock
+    telemetry could have judged it (:mod:`drills.stock`)."""
     from analyzer.incidents.stability import message_budget
 
     sc = load_drill_scenario(path, trace, inputs)
-    run = replay_windows(sc, cache_dir, step_s, interval_s, shards)
+    run = replay_windows(sc, cache_dir, step_s, interval_s, shards, incremental=incremental)
     budget = sum(message_budget(c.kind for c in run.told if c.incident_id == i["id"]) for i in run.incidents)
     starts = [f["start_epoch_s"] for f in run.faults]
     start = datetime.fromtimestamp(min(starts), tz=UTC) if starts else None
@@ -329,7 +333,7 @@ def replay_drill(path: Path, cache_dir: Path, step_s: float, interval_s: float,
     # Replayed again on Oximeter's telemetry (whatever the scenario file says the fleet runs): which
     # incidents named the fault there, and from what.
     own = load_drill_scenario(path, trace).model_copy(update={"telemetry": "oximeter"})
-    own_run = replay_windows(own, cache_dir, step_s, interval_s)
+    own_run = replay_windows(own, cache_dir, step_s, interval_s, incremental=incremental)
     return replace(verdict, cannot_judge=why_stock_cannot_judge(own, own_run.incidents))
 
 
