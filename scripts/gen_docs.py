@@ -65,7 +65,17 @@ def models_of(root: type[BaseModel]) -> dict[str, type]:
 
 
 def field_comments(model: type) -> dict[str, str]:
-    """``name -> comment``: the comment beside a field, else the comment lines right above it."""
+    """``name -> comment``: the comment beside a field, else the comment lines right above it (in
+    the class that declares the field: a settings model may inherit fields)."""
+    out: dict[str, str] = {}
+    for klass in reversed(model.__mro__):
+        if klass is not model and issubclass(klass, BaseModel) and klass is not BaseModel:
+            out.update(_declared_comments(klass))
+    out.update(_declared_comments(model))
+    return out
+
+
+def _declared_comments(model: type) -> dict[str, str]:
     try:
         lines = inspect.getsource(model).splitlines()
     except (OSError, TypeError):

@@ -9,6 +9,8 @@ purpose says so where it differs: a history's coarser engine iterations in
 
 from __future__ import annotations
 
+from pydantic import BaseModel, ConfigDict, Field
+
 from simulator.engine import EngineParams
 
 ENGINE = EngineParams()
@@ -26,3 +28,29 @@ DEPENDENCY_LATENCY_S = 0.03
 # the product's own defaults (gateway/settings.py) are stricter, and at a simulated evening peak
 # they would reject requests and burn the fleet's error budget.
 FLEET_GATEWAY: dict[str, float] = {"max_concurrency": 12, "max_queue_wait_s": 10.0}
+
+
+class EngineKnobs(BaseModel):
+    """The engine knobs ``oximeter sim serve`` (the ``sim:`` section) and a scenario file (its
+    ``engine:``) both set, declared once with their defaults and bounds."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    # Continuous-batching limit (vLLM's --max-num-seqs): most sequences one engine runs at once.
+    max_num_seqs: int = Field(ENGINE.max_num_seqs, ge=1)
+    # Engine timing (see simulator/engine.py): one request's service time is about
+    # prefill_s_per_token × prompt tokens + max_tokens × decode_s_per_token at batch size 1.
+    prefill_s_per_token: float = Field(ENGINE.prefill_s_per_token, ge=0)
+    # Seconds per decode iteration (one output token) at batch size 1.
+    decode_s_per_token: float = Field(ENGINE.decode_s_per_token, ge=0)
+    # Extra decode time per additional running sequence, as a fraction of decode_s_per_token (0: none).
+    decode_batch_factor: float = Field(ENGINE.decode_batch_factor, ge=0)
+    # KV-cache blocks per engine; running sequences hold blocks, and a new one waits while the cache is full.
+    kv_blocks: int = Field(ENGINE.kv_blocks, ge=1)
+    # Tokens per KV-cache block: a sequence holds ceil(its tokens / block_tokens) blocks.
+    block_tokens: int = Field(ENGINE.block_tokens, ge=1)
+    # Share of prompt tokens found in the prefix cache when healthy (0 to 1); an injected
+    # prefix_cache_drop fault overrides it.
+    prefix_hit_rate: float = Field(ENGINE.prefix_hit_rate, ge=0, le=1)
+    # 0 switches the simulated vector-DB step off (requests then reach the engine at once).
+    dependency_latency_s: float = Field(DEPENDENCY_LATENCY_S, ge=0)

@@ -17,7 +17,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from gateway.settings import GatewaySettings
 from oximeter import inputs, vocabulary
 from oximeter.errors import ConfigError
-from simulator.defaults import DEPENDENCY_LATENCY_S, ENGINE, GPUS_PER_NODE, MODEL, NODES, SERVICE
+from simulator.defaults import GPUS_PER_NODE, MODEL, NODES, SERVICE, EngineKnobs
 from simulator.fault_kinds import FAULT_KINDS
 
 LAYERS = (*vocabulary.LAYERS, "none")  # "none": a fault-free scenario
@@ -116,19 +116,11 @@ class GatewayLimits(BaseModel):
     first_byte_timeout_s: float = Field(_GATEWAY.first_byte_timeout_s, gt=0)
 
 
-class EngineOverrides(BaseModel):
+class EngineOverrides(EngineKnobs):
     """Engine knobs a scenario may change (defaults: ``simulator/defaults.py``)."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    max_num_seqs: int = Field(ENGINE.max_num_seqs, ge=1)
-    prefill_s_per_token: float = Field(ENGINE.prefill_s_per_token, ge=0)
-    decode_s_per_token: float = Field(ENGINE.decode_s_per_token, ge=0)
-    decode_batch_factor: float = Field(ENGINE.decode_batch_factor, ge=0)
-    kv_blocks: int = Field(ENGINE.kv_blocks, ge=1)
-    block_tokens: int = Field(ENGINE.block_tokens, ge=1)
-    prefix_hit_rate: float = Field(ENGINE.prefix_hit_rate, ge=0, le=1)
-    dependency_latency_s: float = Field(DEPENDENCY_LATENCY_S, ge=0)
     # History runs coarse iterations (several tokens each) so days simulate in seconds.
     tokens_per_iteration: int = Field(8, ge=1)
 
