@@ -22,16 +22,13 @@ from loguru import logger
 
 from oximeter.errors import OximeterError
 from stack import reaper
+from stack.reaper import GRACE_S
 
 
 class ProcessError(OximeterError):
     """A child process failed to start or to become ready in time."""
 
 
-# How long a child gets to exit on SIGTERM before it is killed: Kubernetes' default grace for a pod
-# (terminationGracePeriodSeconds). A daemon finishing its cycle and flushing its store on a loaded
-# machine has taken more than 10 s.
-GRACE_S = 30.0
 # How long an autogroup niceness refused for its rate (EAGAIN) is tried again: the kernel allows one
 # change per tenth of a second.
 AUTOGROUP_RETRY_S = 1.0
@@ -90,8 +87,8 @@ def lower_session_priority(pid: int, niceness: int) -> bool:
 class ManagedProcess:
     """One child process with its output in a log file; ``stop()`` is safe to call twice.
 
-    ``niceness`` > 0 runs it (and its children) at that scheduling niceness, so that it yields the
-    CPU to everything else the host runs."""
+    ``niceness`` > 0 lowers its priority (and its children's) by that much, as ``nice -n`` does, and
+    sets its session's to it, so that it yields the CPU to everything else the host runs."""
 
     def __init__(self, name: str, argv: Sequence[str], log_dir: Path, *,
                  env: dict[str, str] | None = None, cwd: Path | None = None, niceness: int = 0) -> None:

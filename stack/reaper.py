@@ -21,9 +21,11 @@ import threading
 import time
 from typing import IO
 
-# How long the watcher gives stopped groups to exit on SIGTERM before it sends SIGKILL; the same
-# grace as ManagedProcess.stop's default.
-GRACE_S = 10.0
+# How long a stopped child gets to exit on SIGTERM before it is killed, here and in
+# ``ManagedProcess.stop``: Kubernetes' default grace for a pod (terminationGracePeriodSeconds). A
+# daemon finishing its cycle and flushing its store on a loaded machine has taken more than 10 s.
+# (Defined here: the watcher runs as a script of its own.)
+GRACE_S = 30.0
 
 _lock = threading.Lock()
 _watcher: subprocess.Popen[bytes] | None = None
