@@ -222,6 +222,7 @@ def replay_one(path: Path, cache_dir: Path, step_s: float, interval_s: float) ->
         kind = KINDS[exp["rule"]]
         row: dict[str, Any] = {"rule": exp["rule"], "right": hit is not None, "ttd_s": None, "coverage": None,
                                "messages": per_incident.get(hit["id"], 0) if hit else None, "visible": True,
+                               "name": sc.name, "onset": start,
                                "burn": None if start is None else
                                onset_burn(run.burns, exp["entity"]["node"], start)}
         if hit is None and kind.needs_load:
@@ -234,7 +235,6 @@ def replay_one(path: Path, cache_dir: Path, step_s: float, interval_s: float) ->
             opened = _epoch(hit.get("opened_at"))
             row["ttd_s"] = None if opened is None else max(0.0, opened - start)
             row["opened_by"] = opened_on(run.told, hit["id"])
-            row["name"], row["onset"] = sc.name, start
             resolved, closed = _epoch(hit.get("resolved_at")), closed_spans(run.told, hit["id"])
             row["coverage"] = coverage(kind, start, end, opened, resolved, closed)
             if row["coverage"] is not None:  # so the fault has an end and the incident opened

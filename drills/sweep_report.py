@@ -10,13 +10,15 @@ from typing import Any
 
 import numpy as np
 
+from drills.detected import DEFAULT_SLOS
 from drills.sweep import HOUR_S, KINDS
 
 # A page: what a false incident must not be (a ticket on a fault-free stretch is noise, not a page).
 PAGING_SEVERITIES = ("critical",)
-# Harm bands of the time to detect: a fault's burn over its first 5 minutes (the fast page's factor,
-# and the slow page's).
-SEVERE_BURN, MODERATE_BURN = 14.4, 6.0
+# Harm bands of the time to detect: a fault's burn over its first 5 minutes against the burn rates
+# of the objectives a replay follows (the fast page's, the slow page's, a ticket's).
+SEVERE_BURN, MODERATE_BURN = DEFAULT_SLOS.page_fast_burn, DEFAULT_SLOS.page_slow_burn
+TICKET_BURN = DEFAULT_SLOS.ticket_burn
 
 
 def _pct(values: Sequence[float], q: float) -> float:
@@ -120,7 +122,8 @@ def _ttd_by_harm(rows: Sequence[dict[str, Any]]) -> str:
     """``time to detect by harm: …``: p50/p90 per band of onset burn, with how many faults."""
     bands = ((SEVERE_BURN, math.inf, f"severe (≥ {SEVERE_BURN:g}×)"),
              (MODERATE_BURN, SEVERE_BURN, f"moderate ({MODERATE_BURN:g}-{SEVERE_BURN:g}×)"),
-             (1.0, MODERATE_BURN, "slow (1-6×)"), (0.0, 1.0, "within budget (< 1×)"))
+             (TICKET_BURN, MODERATE_BURN, f"slow ({TICKET_BURN:g}-{MODERATE_BURN:g}×)"),
+             (0.0, TICKET_BURN, f"within budget (< {TICKET_BURN:g}×)"))
     parts = []
     for lo, hi, name in bands:
         ttd = _ttd_band(rows, lo, hi)

@@ -135,7 +135,7 @@ def test_time_to_detect_is_reported_by_the_fault_s_onset_burn() -> None:
     # a fault within its budget detected late counts in neither band.
     rows = [{**_row("ingress_errors", True), "burn": 97.0, "ttd_s": 60.0, "held": 1.0},
             {**_row("capacity_exhausted", True), "burn": 20.0, "ttd_s": 90.0, "held": 0.9},
-            {**_row("ingress_errors", False), "burn": 30.0},
+            {**_row("ingress_errors", False), "burn": 30.0, "name": "sweep_0007", "onset": 3600.0},
             {**_row("kv_pressure", True), "burn": 8.0, "ttd_s": 300.0, "held": 1.0},
             {**_row("thermal_throttle", True), "burn": 0.0, "ttd_s": 900.0, "held": 1.0}]
     assert sweep_report._ttd_band(rows, sweep_report.SEVERE_BURN, math.inf) == [60.0, 90.0, math.inf]
@@ -149,6 +149,8 @@ def test_time_to_detect_is_reported_by_the_fault_s_onset_burn() -> None:
     assert [[*x.split()[1:3], x.split()[4]] for x in table] == [
         ["ingress_errors", "30.0×", "missed"], ["capacity_exhausted", "20.0×", "90s"],
         ["ingress_errors", "97.0×", "60s"]]
+    # A missed fault still says which scenario and when it began: the line that most needs them.
+    assert table[0].split()[0] == "sweep_0007" and table[0].split()[3] == "01:00:00"
     # A ticket on a fault-free stretch is a false incident, not a false page.
     assert lines[-1] == ("sweep: scenarios=1 attribution=80% coverage_open_p10=93% ttd_severe_p90=infs "
                          "ttd_moderate_p90=300s messages_median=2 messages_max=3 false_per_node_day=0.10 "
