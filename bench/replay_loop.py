@@ -196,16 +196,22 @@ def check_guard() -> tuple[bool, str]:
     # The best of up to GUARD_TRIES runs: the whole replay takes a tenth of a CPU second, so one
     # pause (a collection, a neighbour evicting the caches) can double a single run's ratio, while a
     # slower loop is slower every time.
-    for _ in range(GUARD_TRIES):
+    # Each ratio is judged by its best run; the limit is twice the recorded median.
+    best: dict[str, Any] | None = None
+    fetch = float("inf")
+    tries = 0
+    while tries < GUARD_TRIES and (best is None or best["ratio"] > limit or fetch > fetch_limit):
+        tries += 1
         got = synthetic(float(recorded["hours"]), runs=1)
-        fetch = fetch_ratio()
-        if got["ratio"] <= limit and fetch <= fetch_limit:
-            break
-    return got["ratio"] <= limit and fetch <= fetch_limit, (
-        f"live / whole replay (CPU) on the synthetic fleet: {got['ratio']:.1f} now "
-        f"({got['live_cpu_s']:.2f} s / {got['whole_cpu_s']:.2f} s), {recorded['ratio']} recorded, limit "
-        f"{limit:.1f}; frame-source / pandas fetches: {fetch:.2f} now, {recorded['fetch_ratio']} recorded, "
-        f"limit {fetch_limit:.2f} (recorded at {recorded['commit']}, {recorded['date']})")
+        best = got if best is None or got["ratio"] < best["ratio"] else best
+        fetch = min(fetch, fetch_ratio())
+    assert best is not None
+    return best["ratio"] <= limit and fetch <= fetch_limit, (
+        f"live / whole replay (CPU) on the synthetic fleet, best of {tries}: {best['ratio']:.1f} "
+        f"({best['live_cpu_s']:.2f} s / {best['whole_cpu_s']:.2f} s), {recorded['ratio']} recorded, limit "
+        f"{limit:.1f}; frame-source / pandas fetches, best of {tries}: {fetch:.2f}, "
+        f"{recorded['fetch_ratio']} recorded, limit {fetch_limit:.2f} (recorded at {recorded['commit']}, "
+        f"{recorded['date']})")
 
 
 def record_guard(runs: int = 3) -> dict[str, Any]:

@@ -31,6 +31,7 @@ from analyzer.signals.sources.frames import FrameSource
 from analyzer.signals.sources.stock import with_stock_translated
 from analyzer.signals.spec import SignalSpec
 
+# The objectives a replay's severity follows: the configuration's defaults.
 DEFAULT_SLOS = SloSettings()
 
 
@@ -109,7 +110,6 @@ class Snapshots:
                 out[name] = {lab: float(v) for lab, v in zip(labels, values[row], strict=True)
                              if math.isfinite(v)}
         return out
-
 
 
 class DetectedPipeline:

@@ -42,7 +42,6 @@ from drills.score import DrillScore, expected_truths, score
 from drills.stock import why_stock_cannot_judge
 from oximeter.store import connect
 
-# The objectives a replay's severity follows: the configuration's defaults.
 
 @dataclass(frozen=True)
 class ReplayOutcome:
@@ -52,7 +51,6 @@ class ReplayOutcome:
     changes: tuple[Change, ...]
     # Incidents opened during a maintenance window (their opening not told then), by id.
     suppressed: tuple[str, ...] = ()
-
 
 
 class Told:
