@@ -17,9 +17,16 @@ from oximeter.errors import ConfigError
 from oximeter.inputs import cli_type, parse_epoch_s
 from oximeter.secrets import read_secret
 from simulator.admin import TOKEN_ENV
+from simulator.defaults import EngineKnobs
 from simulator.fault_kinds import FAULT_KINDS
 from simulator.scenario import Telemetry
 from simulator.settings import SimSettings
+
+
+def _knob(field: str, kind: type) -> tuple[str, type, str]:
+    """An engine knob's flag: its help is the knob's own description."""
+    return field, kind, str(EngineKnobs.model_fields[field].description)
+
 
 _SERVE_FLAGS = {
     # flag -> (settings field, type, help)
@@ -27,34 +34,22 @@ _SERVE_FLAGS = {
     "--port": ("port", int, "port of node n1's engine; node i listens on port+i-1"),
     "--nodes": ("nodes", int, "number of simulated nodes (one engine each)"),
     "--gpus-per-node": ("gpus_per_node", int, "simulated GPUs per node"),
-    "--max-num-seqs": ("max_num_seqs", int, "continuous-batching limit per engine"),
+    "--max-num-seqs": _knob("max_num_seqs", int),
     "--model": ("model", str, "model name served and reported as model_name"),
     "--seed": ("seed", int, "random seed (GPU identities, noise)"),
-    "--prefill-s-per-token": ("prefill_s_per_token", float, "prefill seconds per uncached prompt token"),
-    "--decode-s-per-token": (
-        "decode_s_per_token",
-        float,
-        "seconds per decode iteration at batch size 1 (max_tokens=20 at 0.1 is ~2 s)",
-    ),
-    "--decode-batch-factor": (
-        "decode_batch_factor",
-        float,
-        "extra decode time per additional running sequence (0 = batch-independent)",
-    ),
-    "--kv-blocks": ("kv_blocks", int, "KV-cache blocks per engine"),
+    "--prefill-s-per-token": _knob("prefill_s_per_token", float),
+    "--decode-s-per-token": _knob("decode_s_per_token", float),
+    "--decode-batch-factor": _knob("decode_batch_factor", float),
+    "--kv-blocks": _knob("kv_blocks", int),
     "--telemetry": ("telemetry", str, "oximeter (default) or stock: engines serve only vLLM's own series"),
-    "--block-tokens": ("block_tokens", int, "tokens per KV block"),
-    "--prefix-hit-rate": ("prefix_hit_rate", float, "prefix-cache hit rate when healthy (0-1)"),
+    "--block-tokens": _knob("block_tokens", int),
+    "--prefix-hit-rate": _knob("prefix_hit_rate", float),
     "--default-output-tokens": (
         "default_output_tokens",
         int,
         "output length when a request sets no max_tokens",
     ),
-    "--dependency-latency-s": (
-        "dependency_latency_s",
-        float,
-        "simulated vector-DB latency on a cache miss (0 = no dependency step)",
-    ),
+    "--dependency-latency-s": _knob("dependency_latency_s", float),
 }
 
 
@@ -127,7 +122,6 @@ def _settings(args: argparse.Namespace) -> SimSettings:
 def run_serve(args: argparse.Namespace) -> int:
     """Start the fleet and serve until SIGINT/SIGTERM."""
     from simulator.clock import RealClock
-    from simulator.engine import EngineParams
     from simulator.fleet import Fleet
     from simulator.server import build_server, serve
 
@@ -139,15 +133,7 @@ def run_serve(args: argparse.Namespace) -> int:
         return 2
     if token is None:
         logger.warning("{} is not set: the admin API (faults, release) refuses every request", TOKEN_ENV)
-    params = EngineParams(
-        max_num_seqs=settings.max_num_seqs,
-        prefill_s_per_token=settings.prefill_s_per_token,
-        decode_s_per_token=settings.decode_s_per_token,
-        decode_batch_factor=settings.decode_batch_factor,
-        kv_blocks=settings.kv_blocks,
-        block_tokens=settings.block_tokens,
-        prefix_hit_rate=settings.prefix_hit_rate,
-    )
+    params = settings.engine_params()
     fleet = Fleet(
         RealClock(),
         nodes=settings.nodes,

@@ -26,7 +26,6 @@ from loguru import logger
 from oximeter.errors import ConfigError
 from simulator.arrivals import Arrival
 from simulator.clock import VirtualClock
-from simulator.engine import EngineParams
 from simulator.fault_kinds import FAULT_KINDS
 from simulator.faults import FaultError
 from simulator.fleet import Fleet
@@ -46,16 +45,7 @@ HISTORY_VERSION = 5
 def build_fleet(sc: Scenario, days: float, *, path: str = "<scenario>") -> Fleet:
     """The scenario's fleet with its faults on a virtual clock whose zero is the history start."""
     e = sc.engine
-    params = EngineParams(
-        max_num_seqs=e.max_num_seqs,
-        prefill_s_per_token=e.prefill_s_per_token,
-        decode_s_per_token=e.decode_s_per_token,
-        decode_batch_factor=e.decode_batch_factor,
-        kv_blocks=e.kv_blocks,
-        block_tokens=e.block_tokens,
-        prefix_hit_rate=e.prefix_hit_rate,
-        tokens_per_iteration=e.tokens_per_iteration,
-    )
+    params = e.engine_params(tokens_per_iteration=e.tokens_per_iteration)
     fleet = Fleet(
         VirtualClock(),
         nodes=sc.nodes,

@@ -55,7 +55,7 @@ PINNED = {
     "3bf54b4b47d7083d": 5,  # vllm:cache_config_info labelled as a real vLLM 0.32.0 engine labels it
     "984ca80dab893f70": 5,  # the simulated fleets' gateway limits named once: same histories
     "de8d5bcf1733a77c": 5,  # engine_stall named engine_hung; the exporter's GPU-less backend: same histories
-    "5de861010059668e": 5,  # the engine knobs declared once for sim serve and scenarios: same histories
+    "6f01fab6e6797c34": 5,  # the engine knobs declared once for sim serve and scenarios: same histories
 }
 
 
