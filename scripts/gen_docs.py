@@ -229,8 +229,10 @@ def _help_for(name: str, kind: str, helps: Mapping[str, tuple[str, str]]) -> tup
 
 def render_metrics() -> str:
     """The metric reference and the analyzer's signal catalogue."""
-    from alert_rules import load_catalogue
+    from alert_rules import alerting_rules, load_catalogue
+    from analyzer.signals.alert_limits import ALERT_LIMITS
     from analyzer.signals.catalogue import CATALOGUE
+    from analyzer.signals.recording_rules import TEMPLATES_DIR
 
     helps = registered_help()
     out = ["# Metric reference", "",
@@ -262,6 +264,15 @@ def render_metrics() -> str:
         record = f"`{spec.record}`" if spec.record else "— (raw PromQL)"
         out.append(f"| `{spec.name}` | {spec.layer} | {spec.kind} | {entity} | {record} | "
                    f"{_cell(spec.description or '')} |")
+    out += ["", "## Alert limits", "",
+            "The limits of the alerts that judge no single signal (`analyzer/signals/alert_limits.py`; "
+            "override under `analyzer.alert_limits`, then `oximeter rules build`).", "",
+            "| limit | default | alerts |", "|---|---|---|"]
+    rules = alerting_rules(TEMPLATES_DIR)
+    for name, fields in ALERT_LIMITS.items():
+        for field, number in fields.items():
+            alerts = [rule["alert"] for rule in rules if f"[[{name}.{field}" in json.dumps(rule)]
+            out.append(f"| `{name}.{field}` | {number:g} | {', '.join(alerts)} |")
     out.append("")
     return "\n".join(out)
 

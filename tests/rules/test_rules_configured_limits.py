@@ -19,7 +19,9 @@ from analyzer.detection.detectors.threshold import AbsoluteThreshold
 from analyzer.detection.judges import detectors_of
 from analyzer.service.limits import configured_catalogue, limits
 from analyzer.service.settings import AnalyzerSettings
+from analyzer.signals.alert_limits import ALERT_LIMITS
 from analyzer.signals.catalogue import CATALOGUE
+from analyzer.signals.recording_rules import alert_templates
 from oximeter.config import load_section
 from reporter.chart import PANELS, figure
 
@@ -108,3 +110,55 @@ def test_a_configured_queue_wait_limit_moves_the_analyzer_the_alert_the_dashboar
             assert [np.asarray(h.get_ydata()).tolist() for h in fig.axes[panel].lines] == [[line, line]]
         finally:
             plt.close(fig)
+
+
+# Each alert that judges no single signal, one number of it, and the line of its rule that must show
+# the configured value.
+_MEMORY = "node_gpu:oximeter_gpu_memory_used:ratio"
+_ALERT_LIMIT_CASES = (
+    ("GpuMemoryFull", "gpu_memory_full", "threshold", 0.95, _MEMORY + " >= {}"),
+    ("GpuMemoryGrowing", "gpu_memory_full", "threshold", 0.95, _MEMORY + " < {}"),
+    ("CacheHitRatioLow", "cache_hit_ratio_low", "threshold", 0.4,
+     "cache:oximeter_cache_requests_hit:ratio_5m < {}"),
+    ("GpuIdleWhileQueueing", "gpu_idle_while_queueing", "queue_wait", 0.5,
+     "service_node:oximeter_queue_wait_seconds:p99_5m > {}"),
+    ("GpuIdleWhileQueueing", "gpu_idle_while_queueing", "queue_length", 8,
+     "service_node:oximeter_queue_length:max_1m > {}"),
+    ("GpuIdleWhileQueueing", "gpu_idle_while_queueing", "utilization", 0.2,
+     "oximeter_gpu_utilization_ratio[5m])) < {}"),
+)
+
+
+def test_a_configured_alert_limit_moves_the_alerts_that_judge_no_single_signal(tmp_path: Path) -> None:
+    overrides: dict[str, dict[str, float]] = {}
+    for _, name, field, configured, _ in _ALERT_LIMIT_CASES:
+        assert ALERT_LIMITS[name][field] != configured  # the case could fail
+        overrides.setdefault(name, {})[field] = configured
+    config = tmp_path / "oximeter.yaml"
+    config.write_text(yaml.safe_dump({"analyzer": {"alert_limits": overrides}}), encoding="utf-8")
+    rules = tmp_path / "rules"
+    rules.mkdir()
+    built = run_main("--config", str(config), "rules", "build", "--alerts-dir", str(rules), "--out",
+                     str(tmp_path / "signals.rules.yml"), "--slo-out", str(tmp_path / "slo.rules.yml"))
+    assert built.returncode == 0, built.stderr
+    for alert, name, field, configured, line in _ALERT_LIMIT_CASES:
+        for rules_dir, number in ((rules, configured), (RULES_DIR, ALERT_LIMITS[name][field])):
+            [rule] = [r for r in alerting_rules(rules_dir) if r["alert"] == alert]
+            assert line.format(f"{number:g}") in " ".join(rule["expr"].split()), (rules_dir, alert)
+
+
+def test_an_alert_limit_the_alerts_do_not_have_is_refused(tmp_path: Path) -> None:
+    config = tmp_path / "oximeter.yaml"
+    config.write_text("analyzer:\n  alert_limits:\n    gpu_memory_full:\n      ceiling: 0.9\n",
+                      encoding="utf-8")
+    checked = run_main("config", "check", str(config))
+    assert checked.returncode != 0
+    assert "analyzer.alert_limits.gpu_memory_full.ceiling" in checked.stdout + checked.stderr
+
+
+def test_every_alert_limit_is_written_in_a_template_and_named_apart_from_the_signals() -> None:
+    templates = "".join(t.read_text(encoding="utf-8") for t in alert_templates())
+    for name, fields in ALERT_LIMITS.items():
+        assert name not in CATALOGUE
+        for field in fields:
+            assert f"[[{name}.{field}" in templates, f"{name}.{field}"
