@@ -1,6 +1,7 @@
-"""Limits of the alerting rules that judge no single signal of the catalogue: an alert that combines
-several (the queue up while the GPUs idle) or draws a line the analyzer does not (a card's memory
-full, a cache's hit ratio under a floor where the analyzer judges its drop).
+"""Limits that no single signal of the catalogue sets: those of an alert that combines several (the
+queue up while the GPUs idle), or draws a line the analyzer does not (a card's memory full, a
+cache's hit ratio under a floor where the analyzer judges its drop, the TTFT and request-duration
+objectives the static p99 alerts and the overview dashboard hold the fleet to).
 
 Each is named like a signal's limit (``name.field``), so an alert template writes
 ``[[gpu_memory_full.threshold]]`` and ``oximeter rules build`` fills it in, and a configuration
@@ -15,10 +16,21 @@ from collections.abc import Mapping
 from oximeter.errors import ConfigError
 
 ALERT_LIMITS: dict[str, dict[str, float]] = {
-    # GpuIdleWhileQueueing: requests queue (the wait p99 above a healthy 200 ms, or more than a few
-    # requests waiting) while the node's GPUs are mostly idle (utilisation p95 under 30 %): a
-    # scheduling bottleneck, not a lack of capacity.
-    "gpu_idle_while_queueing": {"queue_wait": 0.2, "queue_length": 5, "utilization": 0.3},
+    # A queue wait p99 (seconds) under it is healthy: GpuIdleWhileQueueing counts a queue above it as
+    # backed up, the overview's queue-wait tile turns orange past it.
+    "healthy_queue_wait": {"threshold": 0.2},
+    # GpuIdleWhileQueueing: requests queue (the wait p99 above healthy, or more than a few requests
+    # waiting) while the node's GPUs are mostly idle (utilisation p95 under 30 %): a scheduling
+    # bottleneck, not a lack of capacity.
+    "gpu_idle_while_queueing": {"queue_length": 5, "utilization": 0.3},
+    # The gateway's time-to-first-token p99 objective (seconds): TtftP99AboveSlo fires at twice it,
+    # the overview's TTFT tile turns orange at it and red at twice it.
+    "ttft_p99_above_slo": {"slo": 1.0},
+    # The end-to-end request duration p99 objective (seconds; a long answer streams for many):
+    # RequestP99AboveSla fires at twice it.
+    "request_p99_above_sla": {"sla": 30.0},
+    # TtftAboveYesterday's floor (seconds): under it a fast service's TTFT doubling is harmless jitter.
+    "ttft_above_yesterday": {"floor": 0.2},
     # GpuMemoryFull: a card's memory in use at 99 % or more. Engines that preallocate (vLLM, ~90 %)
     # sit below it, so only memory that grows on demand reaches it.
     "gpu_memory_full": {"threshold": 0.99},

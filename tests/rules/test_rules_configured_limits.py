@@ -112,26 +112,31 @@ def test_a_configured_queue_wait_limit_moves_the_analyzer_the_alert_the_dashboar
             plt.close(fig)
 
 
-# Each alert that judges no single signal, one number of it, and the line of its rule that must show
-# the configured value.
+# Each alert a limit of no single signal reaches, one number of it, the line of its rule that must show
+# it, and what the rule multiplies it by (twice an objective).
 _MEMORY = "node_gpu:oximeter_gpu_memory_used:ratio"
+_TTFT = "service_node:oximeter_time_to_first_token_seconds:p99_5m"
 _ALERT_LIMIT_CASES = (
-    ("GpuMemoryFull", "gpu_memory_full", "threshold", 0.95, _MEMORY + " >= {}"),
-    ("GpuMemoryGrowing", "gpu_memory_full", "threshold", 0.95, _MEMORY + " < {}"),
+    ("GpuMemoryFull", "gpu_memory_full", "threshold", 0.95, _MEMORY + " >= {}", 1),
+    ("GpuMemoryGrowing", "gpu_memory_full", "threshold", 0.95, _MEMORY + " < {}", 1),
     ("CacheHitRatioLow", "cache_hit_ratio_low", "threshold", 0.4,
-     "cache:oximeter_cache_requests_hit:ratio_5m < {}"),
-    ("GpuIdleWhileQueueing", "gpu_idle_while_queueing", "queue_wait", 0.5,
-     "service_node:oximeter_queue_wait_seconds:p99_5m > {}"),
+     "cache:oximeter_cache_requests_hit:ratio_5m < {}", 1),
+    ("GpuIdleWhileQueueing", "healthy_queue_wait", "threshold", 0.5,
+     "service_node:oximeter_queue_wait_seconds:p99_5m > {}", 1),
     ("GpuIdleWhileQueueing", "gpu_idle_while_queueing", "queue_length", 8,
-     "service_node:oximeter_queue_length:max_1m > {}"),
+     "service_node:oximeter_queue_length:max_1m > {}", 1),
     ("GpuIdleWhileQueueing", "gpu_idle_while_queueing", "utilization", 0.2,
-     "oximeter_gpu_utilization_ratio[5m])) < {}"),
+     "oximeter_gpu_utilization_ratio[5m])) < {}", 1),
+    ("TtftP99AboveSlo", "ttft_p99_above_slo", "slo", 1.5, _TTFT + " > {}", 2),
+    ("RequestP99AboveSla", "request_p99_above_sla", "sla", 20,
+     "service_node_route:oximeter_request_duration_seconds:p99_5m > {}", 2),
+    ("TtftAboveYesterday", "ttft_above_yesterday", "floor", 0.3, _TTFT + " > {}", 1),
 )
 
 
 def test_a_configured_alert_limit_moves_the_alerts_that_judge_no_single_signal(tmp_path: Path) -> None:
     overrides: dict[str, dict[str, float]] = {}
-    for _, name, field, configured, _ in _ALERT_LIMIT_CASES:
+    for _, name, field, configured, _, _ in _ALERT_LIMIT_CASES:
         assert ALERT_LIMITS[name][field] != configured  # the case could fail
         overrides.setdefault(name, {})[field] = configured
     config = tmp_path / "oximeter.yaml"
@@ -141,10 +146,18 @@ def test_a_configured_alert_limit_moves_the_alerts_that_judge_no_single_signal(t
     built = run_main("--config", str(config), "rules", "build", "--alerts-dir", str(rules), "--out",
                      str(tmp_path / "signals.rules.yml"), "--slo-out", str(tmp_path / "slo.rules.yml"))
     assert built.returncode == 0, built.stderr
-    for alert, name, field, configured, line in _ALERT_LIMIT_CASES:
+    for alert, name, field, configured, line, factor in _ALERT_LIMIT_CASES:
         for rules_dir, number in ((rules, configured), (RULES_DIR, ALERT_LIMITS[name][field])):
             [rule] = [r for r in alerting_rules(rules_dir) if r["alert"] == alert]
-            assert line.format(f"{number:g}") in " ".join(rule["expr"].split()), (rules_dir, alert)
+            expected = line.format(f"{number * factor:g}")
+            assert expected in " ".join(rule["expr"].split()), (rules_dir, alert)
+    # The overview dashboard's TTFT tile: orange at the configured objective, red at twice it.
+    boards = tmp_path / "dashboards"
+    assert run_main("--config", str(config), "dashboards", "build", "--out", str(boards)).returncode == 0
+    overview = json.loads((boards / "overview.json").read_text(encoding="utf-8"))
+    [tile] = [p for p in overview["panels"] if p["title"] == "TTFT p99 (SLO 1.5 s)"]
+    steps = tile["fieldConfig"]["defaults"]["thresholds"]["steps"]
+    assert [s["value"] for s in steps if s["color"] in ("orange", "red")] == [1.5, 3]
 
 
 def test_an_alert_limit_the_alerts_do_not_have_is_refused(tmp_path: Path) -> None:
