@@ -23,6 +23,12 @@ ALERT_LIMITS: dict[str, dict[str, float]] = {
     # waiting) while the node's GPUs are mostly idle (utilisation p95 under 30 %): a scheduling
     # bottleneck, not a lack of capacity.
     "gpu_idle_while_queueing": {"queue_length": 5, "utilization": 0.3},
+    # GatewayConcurrencySaturated: in-flight requests at this share of the concurrency limit or more,
+    # every slot nearly taken (P0).
+    "gateway_concurrency_saturated": {"threshold": 0.95},
+    # EngineStreamErrors: more than this share of the streams begun in 5 min failed after their first
+    # chunk, with at least min_traffic streams begun.
+    "engine_stream_errors": {"threshold": 0.01, "min_traffic": 20},
     # The gateway's time-to-first-token p99 objective (seconds): TtftP99AboveSlo fires at twice it,
     # the overview's TTFT tile turns orange at it and red at twice it.
     "ttft_p99_above_slo": {"slo": 1.0},
