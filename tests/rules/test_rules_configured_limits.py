@@ -22,8 +22,10 @@ from analyzer.service.settings import AnalyzerSettings
 from analyzer.signals.alert_limits import ALERT_LIMITS
 from analyzer.signals.catalogue import CATALOGUE
 from analyzer.signals.recording_rules import alert_templates
+from analyzer.signals.slo import SloSettings
 from oximeter.config import load_section
-from reporter.chart import PANELS, figure
+from reporter.chart import PANELS, chart_limits, figure
+from reporter.digest_budget import CHART_PREFIX
 
 PROMTOOL = shutil.which("promtool") or "/usr/bin/promtool"
 SHIPPED, CONFIGURED = CATALOGUE["queue_wait_p99"].threshold, 0.5
@@ -104,7 +106,7 @@ def test_a_configured_queue_wait_limit_moves_the_analyzer_the_alert_the_dashboar
 
     # The digest chart: the queue-wait panel's line at 0.5 s (the shipped catalogue's at 1 s).
     for catalogue, line in ((configured_catalogue(config), CONFIGURED), (CATALOGUE, SHIPPED)):
-        fig = figure({}, "digest", limits(catalogue))
+        fig = figure({}, "digest", chart_limits(limits(catalogue)))
         try:
             panel = [key for key, _, _ in PANELS].index("queue_wait_p99_s")
             assert [np.asarray(h.get_ydata()).tolist() for h in fig.axes[panel].lines] == [[line, line]]
@@ -181,3 +183,13 @@ def test_every_alert_limit_is_written_in_a_template_and_named_apart_from_the_sig
         assert name not in CATALOGUE
         for field in fields:
             assert f"[[{name}.{field}" in templates, f"{name}.{field}"
+
+
+def test_the_digest_chart_draws_the_configured_ticket_burn() -> None:
+    burn_panel = [key for key, _, _ in PANELS].index(CHART_PREFIX)
+    for slos, line in ((None, SloSettings().ticket_burn), (SloSettings(ticket_burn=2.5), 2.5)):
+        fig = figure({}, "digest", chart_limits(limits(), slos))
+        try:
+            assert [np.asarray(h.get_ydata()).tolist() for h in fig.axes[burn_panel].lines] == [[line, line]]
+        finally:
+            plt.close(fig)
