@@ -15,16 +15,19 @@ dashboard = make_dashboard(
     description="Is any service choking, and which layer? Golden signals, SLOs and open incidents.",
     templating=variables("service", "node"),
     panels=[
-        stat("TTFT p99 (SLO 1 s)",
+        stat(f"TTFT p99 (SLO {limit('ttft_p99_above_slo.slo')} s)",
              [(f"max(service_node:oximeter_time_to_first_token_seconds:p99_5m{{{GATEWAY}}})", "p99")],
-             unit="s", thresholds=[(None, "green"), (1, "orange"), (2, "red")]),
+             # Orange past the objective, red where TtftP99AboveSlo fires.
+             unit="s", thresholds=[(None, "green"), (limit("ttft_p99_above_slo.slo"), "orange"),
+                                   (limit("ttft_p99_above_slo.slo * 2"), "red")]),
         stat("Availability over the range", [(_AVAILABILITY, "availability")], unit="percentunit",
              thresholds=[(None, "red"), (0.99, "orange"), (0.999, "green")]),
         stat("Queue wait p99", [(f"max(service_node:oximeter_queue_wait_seconds:p99_5m{{{GATEWAY}}})",
                                  "p99")],
              # Orange past a healthy wait, red where the analyzer and GatewayQueueWaitHigh judge.
              unit="s",
-             thresholds=[(None, "green"), (0.2, "orange"), (limit("queue_wait_p99.threshold"), "red")]),
+             thresholds=[(None, "green"), (limit("healthy_queue_wait.threshold"), "orange"),
+                         (limit("queue_wait_p99.threshold"), "red")]),
         stat("Open incidents", [("sum(oximeter_incidents_open)", "open")],
              thresholds=[(None, "green"), (1, "red")]),
         timeseries("Requests by code",

@@ -2,7 +2,8 @@
 (matplotlib, Agg).
 
 A panel of a catalogue signal draws that signal's limit (``signal.field``) as a dashed red line:
-the number the analyzer and the alert judge by, with the configuration's overrides.
+the number the analyzer and the alert judge by, with the configuration's overrides; the burn panel
+draws the configured ticket's burn (``slos.ticket_burn``).
 """
 
 from __future__ import annotations
@@ -19,17 +20,24 @@ import matplotlib.dates as mdates
 import matplotlib.pyplot as plt
 from matplotlib.figure import Figure
 
+from analyzer.signals.slo import SloSettings
 from reporter.digest_budget import CHART_PREFIX
 
-# (series key, axis label, the limit drawn across it: a catalogue limit's name, a number, or None).
+# (series key, axis label, the name of the limit drawn across it (``chart_limits``), or None).
 PANELS = (
     ("queue_wait_p99_s", "queue wait p99 (s)", "queue_wait_p99.threshold"),
     ("ratio_504", "504 ratio", "error_504_ratio.threshold"),
     ("gpu_utilization", "GPU utilisation (fleet mean)", None),
-    # Every SLO's 1 h burn in one panel, a line each; drawn against the ticket's burn of 1.
-    (CHART_PREFIX, "error-budget burn, 1 h (×)", 1.0),
+    # Every SLO's 1 h burn in one panel, a line each; drawn against the ticket's burn.
+    (CHART_PREFIX, "error-budget burn, 1 h (×)", "slos.ticket_burn"),
 )
 WIDTH_PX, HEIGHT_PX, DPI = 1000, 750, 100  # well under WeCom's 2 MB image limit
+
+
+def chart_limits(limits: Mapping[str, float], slos: SloSettings | None = None) -> dict[str, float]:
+    """The limits the chart draws: the signals' (``analyzer.service.limits.limits``) and the
+    objectives' ticket burn (``slos``; unset: the defaults)."""
+    return {**limits, "slos.ticket_burn": (slos or SloSettings()).ticket_burn}
 
 
 def figure(series: Mapping[str, Sequence[tuple[float, float]]], title: str, limits: Mapping[str, float],
@@ -49,8 +57,7 @@ def figure(series: Mapping[str, Sequence[tuple[float, float]]], title: str, limi
         if not lines:
             ax.text(0.5, 0.5, "no data", transform=ax.transAxes, ha="center", va="center")
         if limit is not None:
-            ax.axhline(limits[limit] if isinstance(limit, str) else limit, color="red", linestyle="--",
-                       linewidth=0.8)
+            ax.axhline(limits[limit], color="red", linestyle="--", linewidth=0.8)
         ax.set_ylabel(label, fontsize=8)
         ax.grid(True, alpha=0.3)
     axes[-1].xaxis.set_major_formatter(mdates.DateFormatter("%H:%M", tz=tz))

@@ -24,7 +24,7 @@ from analyzer.signals.slo import SloSettings
 from analyzer.signals.spec import SignalSpec
 from oximeter.errors import OximeterError
 from oximeter.store import lock_for
-from reporter.chart import render_chart
+from reporter.chart import chart_limits, render_chart
 from reporter.chart_link import save_chart
 from reporter.digest import Digest, collect, zone
 from reporter.digest_render import digest_key, to_message
@@ -40,7 +40,7 @@ def build(prom: PromQuery, store: IncidentStore | None, day: date, settings: Rep
     """Collect ``day`` and render the message with its chart (``catalogue``: the signals it draws and
     their limits, with the configuration's overrides; ``slos``: the objectives whose budgets it shows)."""
     digest = collect(prom, store, day, settings.digest, catalogue=catalogue, slos=slos)
-    png = render_chart(digest.chart, f"Oximeter {day.isoformat()}", limits(catalogue),
+    png = render_chart(digest.chart, f"Oximeter {day.isoformat()}", chart_limits(limits(catalogue), slos),
                        zone(settings.digest.timezone))
     return digest, to_message(digest, settings, png)
 

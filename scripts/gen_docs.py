@@ -1,4 +1,5 @@
-"""Generate ``docs/configuration.md`` and ``docs/metrics.md`` from the code, so they cannot drift.
+"""Generate ``docs/configuration.md`` and ``docs/metrics.md`` from the code, and the thresholds
+``docs/runbook.md`` quotes, so they cannot drift.
 
     .venv/bin/python scripts/gen_docs.py          # rewrite both files
     .venv/bin/python scripts/gen_docs.py --check  # exit 1 and name the stale files (tests/test_docs.py)
@@ -31,6 +32,7 @@ from pydantic_core import to_jsonable_python
 ROOT = Path(__file__).resolve().parent.parent
 CONFIGURATION = ROOT / "docs" / "configuration.md"
 METRICS = ROOT / "docs" / "metrics.md"
+RUNBOOK = ROOT / "docs" / "runbook.md"
 PRODUCER_PACKAGES = ("gateway", "exporter", "simulator", "analyzer", "reporter")
 _FIELD = re.compile(r"^\s+(\w+)\s*:\s*[^=#]+(?:=[^#]*)?(?:#\s*(.*))?$")
 _COMMENT = re.compile(r"^\s+#\s?(.*)$")
@@ -239,8 +241,10 @@ def _help_for(name: str, kind: str, helps: Mapping[str, tuple[str, str]]) -> tup
 
 def render_metrics() -> str:
     """The metric reference and the analyzer's signal catalogue."""
-    from alert_rules import load_catalogue
+    from alert_rules import alerting_rules, load_catalogue
+    from analyzer.signals.alert_limits import ALERT_LIMITS
     from analyzer.signals.catalogue import CATALOGUE
+    from analyzer.signals.recording_rules import TEMPLATES_DIR
 
     helps = registered_help()
     out = ["# Metric reference", "",
@@ -272,14 +276,71 @@ def render_metrics() -> str:
         record = f"`{spec.record}`" if spec.record else "— (raw PromQL)"
         out.append(f"| `{spec.name}` | {spec.layer} | {spec.kind} | {entity} | {record} | "
                    f"{_cell(spec.description or '')} |")
+    out += ["", "## Alert limits", "",
+            "The limits of the alerts that judge no single signal (`analyzer/signals/alert_limits.py`; "
+            "override under `analyzer.alert_limits`, then `oximeter rules build`).", "",
+            "| limit | default | alerts |", "|---|---|---|"]
+    rules = alerting_rules(TEMPLATES_DIR)
+    for name, fields in ALERT_LIMITS.items():
+        for field, number in fields.items():
+            alerts = [rule["alert"] for rule in rules if f"[[{name}.{field}" in json.dumps(rule)]
+            out.append(f"| `{name}.{field}` | {number:g} | {', '.join(alerts)} |")
     out.append("")
     return "\n".join(out)
+
+
+# -- runbook ------------------------------------------------------------------------------------------
+# A threshold the runbook's prose quotes is named by its configuration key, then its default:
+# "`analyzer.signals.queue_wait_p99.threshold` (default 1 s)", or scaled, "`...min_traffic` / 5
+# (default 10)". The default is rewritten from the code, so the prose cannot drift from it.
+_QUOTED = re.compile(r"`(?P<key>[a-z][a-z0-9_]*(?:\.[a-z][a-z0-9_]*)+)`(?P<op>\s+[×/]\s+\d+(?:\.\d+)?)?"
+                     r"\s+\(default\s+(?P<number>-?\d+(?:\.\d+)?)")
+_LIMIT_SECTIONS = ("analyzer.signals.", "analyzer.alert_limits.")
+
+
+def config_default(key: str) -> float:
+    """The default of a configuration key that holds a number: a signal's limit
+    (``analyzer.signals.NAME.FIELD``), a limit of an alert that judges no single signal
+    (``analyzer.alert_limits.NAME.FIELD``), or any setting of a section."""
+    from analyzer.service.limits import limits
+    from oximeter.config import config_model
+
+    if key.startswith(_LIMIT_SECTIONS):
+        name = key.split(".", 2)[2]
+        known = limits()
+        if name not in known:
+            raise ValueError(f"{key} names no limit the catalogue sets")
+        return known[name]
+    value: Any = config_model()()  # every setting at its default
+    for part in key.split("."):
+        value = getattr(value, part, None)
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise ValueError(f"{key} is no configuration key with a number for its default")
+    return float(value)
+
+
+def render_runbook(text: str) -> str:
+    """``text`` with every quoted default rewritten from the code (``_QUOTED``)."""
+    from oximeter.limits import number_text
+
+    def fresh(match: re.Match[str]) -> str:
+        number = config_default(match["key"])
+        if match["op"]:
+            sign, operand = match["op"].split()
+            number = number * float(operand) if sign == "×" else number / float(operand)
+        return match.group(0)[:match.start("number") - match.start(0)] + number_text(number)
+
+    # A default quoted without its key (or with one the pattern misses) would never be refreshed.
+    if (quoted := len(_QUOTED.findall(text))) != (said := len(re.findall(r"\(default\s", text))):
+        raise ValueError(f"{said} defaults quoted, {quoted} of them after a `configuration.key`")
+    return _QUOTED.sub(fresh, text)
 
 
 # -- command ------------------------------------------------------------------------------------------
 def outputs() -> dict[Path, str]:
     """Every generated file and its fresh content."""
-    return {CONFIGURATION: render_configuration(), METRICS: render_metrics()}
+    return {CONFIGURATION: render_configuration(), METRICS: render_metrics(),
+            RUNBOOK: render_runbook(RUNBOOK.read_text(encoding="utf-8"))}
 
 
 def stale(generated: Mapping[Path, str]) -> list[Path]:

@@ -11,7 +11,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from analyzer.service.limits import configured_catalogue, limits
+from analyzer.service.limits import configured_limits
 from dashboards.build import BUILD_DIR, write_all
 from oximeter.errors import ConfigError
 
@@ -28,7 +28,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
 
 def _build(args: argparse.Namespace) -> int:
     try:
-        known = limits(configured_catalogue(args.config))
+        known = configured_limits(args.config)
     except ConfigError as exc:
         print(str(exc), file=sys.stderr)
         return 2

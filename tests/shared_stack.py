@@ -27,8 +27,8 @@ LOOKBACK_S = 300 / SCALE
 # Traffic at a constant rate, in the history and live: the suite must take as long and judge the same
 # traffic whatever hour CI starts it (with the daily shape, a night start carried 0.44 req/s per
 # node and the queue's p99 waited four minutes for the requests its guard needs). 2 req/s per node
-# (the daily shape's evening peak) fills that guard (analyzer.signals.spec.P99_MIN_COUNT in 5 min) within
-# the quiet soak, well inside the gateway's 8 concurrent requests.
+# (the daily shape's evening peak) fills that guard (analyzer.signals.shared_queries.P99_MIN_COUNT in
+# 5 min) within the quiet soak, well inside the gateway's 8 concurrent requests.
 BACKFILL = BackfillSpec(nodes=2, gpus_per_node=2, base_rps=2.0, days=0.125, step_s=15.0, daily_shape=False)
 # The history ends BACKFILL_GAP_S before the stack starts (stack/demo_stack.py says why).
 assert BACKFILL.days * 86400 >= 86400 / SCALE + 1800 + BACKFILL_GAP_S, \

@@ -34,6 +34,32 @@ def test_stale_names_changed_and_missing_files(tmp_path: Path) -> None:
     assert gen_docs.stale({same: "a\n", changed: "new\n", missing: "x"}) == [changed, missing]
 
 
+@pytest.mark.parametrize(("quoted", "fresh"), [
+    # A signal's limit, scaled; an alert's limit; any other setting: each default from the code.
+    ("above `analyzer.signals.queue_wait_p99.threshold` (default 7 s) with",
+     "above `analyzer.signals.queue_wait_p99.threshold` (default 1 s) with"),
+    ("`analyzer.signals.queue_wait_p99.min_traffic` / 5\n(default 3) waits",
+     "`analyzer.signals.queue_wait_p99.min_traffic` / 5\n(default 10) waits"),
+    ("`analyzer.signals.external_queue_growth.threshold` × 60 (default 1)",
+     "`analyzer.signals.external_queue_growth.threshold` × 60 (default 6)"),
+    ("`analyzer.alert_limits.gpu_memory_full.threshold` (default 0.5)",
+     "`analyzer.alert_limits.gpu_memory_full.threshold` (default 0.99)"),
+    ("`slos.page_fast_burn` (default 2)", "`slos.page_fast_burn` (default 14.4)"),
+    ("`incidents.gpu_util_low` (default 0.9)", "`incidents.gpu_util_low` (default 0.5)"),
+    ("`incidents.gpu_util_low` without a default stays", "`incidents.gpu_util_low` without a default stays"),
+])
+def test_the_runbook_quotes_each_threshold_at_its_default(quoted: str, fresh: str) -> None:
+    assert gen_docs.render_runbook(quoted) == fresh
+
+
+@pytest.mark.parametrize("key", ["analyzer.signals.queue_wait_p99.ceiling",
+                                 "analyzer.alert_limits.nope.threshold", "incidents.store_path",
+                                 "incidents.no_such_key"])
+def test_a_quoted_key_that_sets_no_number_fails_the_docs(key: str) -> None:
+    with pytest.raises(ValueError, match=key):
+        gen_docs.render_runbook(f"`{key}` (default 1)")
+
+
 @pytest.mark.parametrize(("prop", "expected"), [
     ({"type": "integer", "minimum": 1, "maximum": 65535}, ("integer", "≥ 1, ≤ 65535")),
     ({"type": "number", "exclusiveMinimum": 0}, ("number", "> 0")),
@@ -97,3 +123,8 @@ def test_every_metric_our_code_produces_has_its_help_text() -> None:
     ours = [m for m in load_catalogue()
             if m["producer"] in gen_docs.PRODUCER_PACKAGES and not m.get("deprecated")]
     assert [m["name"] for m in ours if not gen_docs._help_for(m["name"], m["type"], helps)[0]] == []
+
+
+def test_a_default_quoted_without_its_key_fails_the_docs() -> None:
+    with pytest.raises(ValueError, match="2 defaults quoted, 1 of them"):
+        gen_docs.render_runbook("`slos.ticket_burn` (default 1) and a bare limit (default 5)")

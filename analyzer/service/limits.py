@@ -2,7 +2,9 @@
 
 The alerting rules' templates (``alert_rules/templates/``), the dashboards and the digest chart
 name these limits (``oximeter/limits.py`` fills them in), so each number is set once, in
-``analyzer/signals/catalogue.py``, and a configured override (``analyzer.signals``) moves every copy.
+``analyzer/signals/catalogue.py`` (or, for an alert that judges no single signal,
+``analyzer/signals/alert_limits.py``), and a configured override (``analyzer.signals``,
+``analyzer.alert_limits``) moves every copy.
 """
 
 from __future__ import annotations
@@ -11,6 +13,7 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from analyzer.detection.judges import detectors_of
+from analyzer.signals.alert_limits import alert_limits
 from analyzer.signals.catalogue import CATALOGUE, build_catalogue
 from analyzer.signals.spec import SignalSpec
 from oximeter.config import load_section
@@ -22,10 +25,12 @@ SPEC_FIELDS = ("threshold", "ratio", "min_delta", "increase", "capacity")
 DETECTOR_FIELDS = ("ratio_min_increase", "min_rise_rel")
 
 
-def limits(catalogue: Mapping[str, SignalSpec] = CATALOGUE) -> dict[str, float]:
+def limits(catalogue: Mapping[str, SignalSpec] = CATALOGUE,
+           alert_overrides: Mapping[str, Mapping[str, float]] | None = None) -> dict[str, float]:
     """``{"queue_wait_p99.threshold": 1.0, "queue_wait_p99.min_traffic": 50.0, ...}``: every limit a
-    signal sets (``min_traffic``: its traffic guard's minimum)."""
-    out: dict[str, float] = {}
+    signal sets (``min_traffic``: its traffic guard's minimum), and the limits of the alerts that
+    judge no single signal, with ``alert_overrides`` (``analyzer.alert_limits``) applied."""
+    out = alert_limits(alert_overrides)
     for name, spec in catalogue.items():
         for field in SPEC_FIELDS:
             if (number := getattr(spec, field)) is not None:
@@ -45,3 +50,12 @@ def configured_catalogue(config: str | Path | None) -> dict[str, SignalSpec]:
     from analyzer.service.settings import AnalyzerSettings
 
     return build_catalogue(load_section("analyzer", AnalyzerSettings, config).signals)
+
+
+def configured_limits(config: str | Path | None) -> dict[str, float]:
+    """Every limit by name as the configuration sets it: its signals' (``analyzer.signals``) and its
+    signal-less alerts' (``analyzer.alert_limits``)."""
+    from analyzer.service.settings import AnalyzerSettings
+
+    settings = load_section("analyzer", AnalyzerSettings, config)
+    return limits(build_catalogue(settings.signals), settings.alert_limits)

@@ -12,7 +12,7 @@ import sys
 from pathlib import Path
 
 from alert_rules import RULES_DIR, kubernetes
-from analyzer.service.limits import configured_catalogue, limits
+from analyzer.service.limits import configured_limits
 from analyzer.signals.recording_rules import (
     ADAPTER_PARTS,
     SIGNALS_RULES,
@@ -41,7 +41,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
                             f"section (default: {SLO_RULES})")
     build.add_argument("--alerts-dir", type=Path, default=RULES_DIR,
                        help="where the alerting rules go, written from alert_rules/templates with the "
-                            "configuration's signal limits (analyzer.signals) "
+                            "configuration's limits (analyzer.signals, analyzer.alert_limits) "
                             f"(default: {RULES_DIR})")
     build.add_argument("--check", action="store_true",
                        help="write nothing; exit 1 when the file differs from the catalogue")
@@ -51,7 +51,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
 def _build(args: argparse.Namespace) -> int:
     try:
         slos = load_section("slos", SloSettings, args.config)
-        alerts = render_alerts(limits(configured_catalogue(args.config)), args.alerts_dir)
+        alerts = render_alerts(configured_limits(args.config), args.alerts_dir)
         shipped = (SIGNALS_RULES, SLO_RULES, *ADAPTER_PARTS, *(RULES_DIR / t.name for t in alert_templates()))
         wanted = {args.out: render(), args.slo_out: render_slos(slos), **rendered_adapters(), **alerts}
         # The PrometheusRule objects hold the rule files at their shipped paths: what this build

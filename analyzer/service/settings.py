@@ -128,6 +128,9 @@ class AnalyzerSettings(BaseModel):
     signals: dict[str, dict[str, Any]] = Field(default_factory=dict)
     # Names of catalogue signals to switch off: they are neither read nor evaluated.
     disabled_signals: list[str] = Field(default_factory=list)
+    # name -> field -> value: overrides a limit of an alert that judges no single signal (e.g.
+    # gpu_memory_full: {threshold: 0.95}); the limits and their defaults are listed in docs/metrics.md.
+    alert_limits: dict[str, dict[str, float]] = Field(default_factory=dict)
     # Whose telemetry the signals read: Oximeter's exporter and gateway ("oximeter"), stock
     # dcgm-exporter, vLLM and kube-state-metrics through the recording rules in
     # alert_rules/adapters ("stock", see docs/stock-telemetry.md), or both ("mixed": Oximeter's own
@@ -165,6 +168,17 @@ class AnalyzerSettings(BaseModel):
         if problems:
             raise ValueError("; ".join(problems))
         return signals
+
+    @field_validator("alert_limits")
+    @classmethod
+    def _alert_limits_known(cls, overrides: dict[str, dict[str, float]]) -> dict[str, dict[str, float]]:
+        from analyzer.signals.alert_limits import alert_limits
+
+        try:
+            alert_limits(overrides)
+        except ConfigError as exc:
+            raise ValueError("; ".join(exc.problems)) from None
+        return overrides
 
     def _configured(self) -> dict[str, SignalSpec]:
         """The catalogue with overrides, minus the disabled signals."""

@@ -17,23 +17,24 @@ from pydantic import ValidationError
 
 from analyzer.signals import query as q
 from analyzer.signals.label_value import LabelValue
+from analyzer.signals.shared_queries import (
+    CACHE_REQUESTS,
+    COMPLETIONS,
+    ITL_GUARD,
+    ITL_P50,
+    ITL_P50_RECORD,
+    PAGING,
+    REQUESTS,
+    REQUESTS_5M,
+    THROTTLED,
+    ecc,
+    observations,
+    requests_ratio,
+)
 from analyzer.signals.sources.vllm_info import KV_POOL_INFO
 from analyzer.signals.spec import SignalSpec, TrafficGuard
 from analyzer.signals.stalled import Stalled
 from oximeter.errors import ConfigError
-from oximeter.xids import xid_pattern
-
-# The p99 signals count detections only where their 5-min window holds at least this many
-# observations (ten a minute). Below it a window's p99 is one or two stray requests; at it (as at
-# 100) it is still its slowest one, and what makes a detection more than one slow request is its
-# persistence: the p99 must stay up for 10 min beyond its window, so slow requests recur through
-# 15 min, a few percent of them. A light node (0.3 requests a second at night) is judged too.
-P99_MIN_COUNT = 50
-# A node's inter-token latency is compared with its peers' by its median: every token of a slower
-# card's node is slower, while a long prompt's prefill holds up only the tokens beside it (which move
-# a p99 by half, at random, on any node). The median of the tokens of 50 requests in 5 min (the p99s'
-# minimum) is steady enough to compare a tenth apart.
-PEER_MIN_COUNT = P99_MIN_COUNT
 
 
 def _s(**fields: Any) -> SignalSpec:
@@ -41,47 +42,13 @@ def _s(**fields: Any) -> SignalSpec:
     return SignalSpec(**fields) if expr is None else SignalSpec.of(expr, **fields)
 
 
-def _observations(histogram: str, minimum: float = P99_MIN_COUNT, *, model: bool = False) -> TrafficGuard:
-    """At least ``minimum`` observations of ``histogram`` in the 5-min window its p99 spans
-    (``model``: vLLM's model_name copied to ``model``, as the signal's own query does)."""
-    count: q.Expr = q.increase(f"{histogram}_count", 300)
-    return TrafficGuard.of(q.Relabel(count) if model else count, minimum)
-
-
-def _requests_ratio(code: str) -> q.Ratio:
-    """The share of requests answered with ``code`` over 1 min."""
-    return q.Ratio(q.increase("oximeter_requests_total", 60, {"code": code}, ("code",)), _REQUESTS)
-
-
-def _ecc(kind: str, window_s: float) -> q.Increase:
-    """ECC errors of ``kind`` over ``window_s``."""
-    return q.increase("oximeter_gpu_ecc_errors_total", window_s, {"kind": kind}, ("kind",))
-
-
-_REQUESTS = q.increase("oximeter_requests_total", 60, drop=("code",))
-_REQUESTS_5M = q.increase("oximeter_requests_total", 300, drop=("code",))
-_COMPLETIONS = q.increase("oximeter_completions_total", 300, drop=("finish_reason",))
-_CACHE_REQUESTS = q.increase("oximeter_cache_requests_total", 300, drop=("result",), per_second=True)
-_PAGING = {"xid": f"~{xid_pattern()}"}
-# A clock-event reason other than idle is active (a clock drop with only "idle" is an idle card).
-THROTTLED = q.gauge("oximeter_gpu_clock_event_active", {"reason": "!idle"}, drop=("reason",))
-
-
-# A node's median inter-token latency over 5 min (older vLLM names the histogram
-# time_per_output_token: the `or` fallback), counted in requests (one first token each), not tokens:
-# a request's tokens stall together.
-_ITL_P50_RECORD = "node_model:vllm_inter_token_latency_seconds:p50_5m"
-_ITL_P50 = q.Relabel(q.HistogramQuantile(0.5, q.Or(q.bucket_rate("vllm:inter_token_latency_seconds"),
-                                                   q.bucket_rate("vllm:time_per_output_token_seconds"))))
-_ITL_GUARD = _observations("vllm:time_to_first_token_seconds", PEER_MIN_COUNT, model=True)
-
 # Default thresholds (the alerting rules' values) and each signal's layer.
 CATALOGUE: dict[str, SignalSpec] = {s.name: s for s in (
     _s(name="queue_wait_p99", layer="scheduling", kind="latency", unit="s",
        record="service_node:oximeter_queue_wait_seconds:p99_5m",
        expr=q.p99("oximeter_queue_wait_seconds"),
        entity_labels=("service", "node"), threshold=1.0, ratio=1.5, min_delta=0.2, for_s=600, clear_s=300,
-       min_traffic=_observations("oximeter_queue_wait_seconds"),
+       min_traffic=observations("oximeter_queue_wait_seconds"),
        # for_s 600: the p99's own 5-min window holds one burst for 5 min, so "for 5 min" is
        # counted beyond it (window and for stacked on purpose, said here).
        description="queue_wait p99 > 1 s (P0) or > 1.5 × its baseline, held 5 min beyond its "
@@ -112,23 +79,23 @@ CATALOGUE: dict[str, SignalSpec] = {s.name: s for s in (
                    "never under 60 items in the last 5 min (nobody drains it)"),
     _s(name="rejected_429_ratio", layer="scheduling", kind="ratio",
        record="service_node_route:oximeter_requests_429:ratio_1m",
-       expr=_requests_ratio("429"),
+       expr=requests_ratio("429"),
        entity_labels=("service", "node", "route"), threshold=0.05, for_s=60,
-       min_traffic=TrafficGuard.of(_REQUESTS, 20), widen_s=600,
+       min_traffic=TrafficGuard.of(REQUESTS, 20), widen_s=600,
        description="more than 5 % of requests rejected with 429 (over 1 min with at least 20 requests; "
                    "on a lighter node, over the last minutes that hold 20, up to 10)"),
     _s(name="ttft_p99", layer="scheduling", kind="latency", unit="s",
        record="service_node:oximeter_time_to_first_token_seconds:p99_5m",
        expr=q.p99("oximeter_time_to_first_token_seconds"),
        entity_labels=("service", "node"), ratio=1.5, min_delta=0.1, for_s=600, clear_s=300,
-       min_traffic=_observations("oximeter_time_to_first_token_seconds"),
+       min_traffic=observations("oximeter_time_to_first_token_seconds"),
        description="gateway TTFT p99 > 1.5 × same time yesterday for 5 min beyond its 5-min window "
                    "(SLO × 2 via threshold)"),
     _s(name="request_p99", layer="ingress", kind="latency", unit="s",
        record="service_node_route:oximeter_request_duration_seconds:p99_5m",
        expr=q.p99("oximeter_request_duration_seconds"),
        entity_labels=("service", "node", "route"), ratio=1.5, min_delta=0.5, for_s=300,
-       min_traffic=_observations("oximeter_request_duration_seconds"),
+       min_traffic=observations("oximeter_request_duration_seconds"),
        # End-to-end latency follows output length (a few long answers move a 5-min p99 by
        # seconds at 1 req/s): context and impact, not an SLO, so it never opens an incident.
        opens_incident=False,
@@ -136,18 +103,18 @@ CATALOGUE: dict[str, SignalSpec] = {s.name: s for s in (
                    "impact only, opens no incident)"),
     _s(name="error_504_ratio", layer="ingress", kind="ratio",
        record="service_node_route:oximeter_requests_504:ratio_1m",
-       expr=_requests_ratio("504"),
+       expr=requests_ratio("504"),
        entity_labels=("service", "node", "route"), threshold=0.01, for_s=60,
-       min_traffic=TrafficGuard.of(_REQUESTS, 20), widen_s=600,
+       min_traffic=TrafficGuard.of(REQUESTS, 20), widen_s=600,
        description="504 ratio over 1 min > 1 % with at least 20 requests (P0); on a lighter node, over "
                    "the last minutes that hold 20, up to 10"),
     # Requests the same client sent again within seconds (gateway/retries.py says how a retry is
     # recognised): clients re-sending after timeouts or 429s multiply the load they react to.
     _s(name="retry_ratio", layer="ingress", kind="ratio",
        record="service_node_route:oximeter_requests_retried:ratio_5m",
-       expr=q.Ratio(q.increase("oximeter_retried_requests_total", 300), _REQUESTS_5M),
+       expr=q.Ratio(q.increase("oximeter_retried_requests_total", 300), REQUESTS_5M),
        entity_labels=("service", "node", "route"), threshold=0.1, for_s=120,
-       min_traffic=TrafficGuard.of(_REQUESTS_5M, 20),
+       min_traffic=TrafficGuard.of(REQUESTS_5M, 20),
        description="a retry storm: more than 10 % of requests over 5 min re-sent by their client "
                    "within seconds, with at least 20 requests"),
     _s(name="gpu_temperature", layer="infrastructure", kind="gauge", unit="°C",
@@ -172,26 +139,26 @@ CATALOGUE: dict[str, SignalSpec] = {s.name: s for s in (
        description="GPU utilisation p95 > 95 % for 5 min (context: load, opens no incident)"),
     _s(name="ecc_corrected_increase", layer="infrastructure", kind="counter_growth",
        record="node_gpu:oximeter_gpu_ecc_errors_corrected:increase5m",
-       expr=_ecc("corrected", 300),
+       expr=ecc("corrected", 300),
        entity_labels=("node", "gpu"), increase=100, ratio=100, for_s=30, min_samples=2,
        description="corrected ECC +100 in 5 min, or × 100 its baseline rate with at least 5 in 5 min"),
     _s(name="ecc_corrected_burn", layer="infrastructure", kind="counter_growth",
        record="node_gpu:oximeter_gpu_ecc_errors_corrected:increase1h",
-       expr=_ecc("corrected", 3600),
+       expr=ecc("corrected", 3600),
        # A steady burn (10 a minute for hours) never makes +100 in 5 min, and once it has lasted
        # an hour it is its own baseline: an hour's total catches it. 300 is 5 a minute sustained;
        # a healthy card corrects a handful a day.
        entity_labels=("node", "gpu"), increase=300, window_s=3600, for_s=300,
        description="corrected ECC +300 in 1 h: a slow burn that no 5-min window catches"),
     _s(name="ecc_uncorrected_increase", layer="infrastructure", kind="counter_growth",
-       expr=_ecc("uncorrected", 300),
+       expr=ecc("uncorrected", 300),
        entity_labels=("node", "gpu"), increase=1, for_s=0, min_samples=1,
        description="any uncorrectable ECC error: isolate now"),
     _s(name="xid_paging", layer="infrastructure", kind="counter_growth",
        # dcgm-exporter's Xid field is the last code, not a counter: its adapter records the events
        # it counts from the code's changes instead (alert_rules/adapters/dcgm.rules.yml).
-       expr=q.Or(q.increase("oximeter_gpu_xid_errors_total", 300, _PAGING),
-                 q.Aggregate(q.select("node_gpu_xid:oximeter_gpu_xid_errors:increase5m", _PAGING), "sum")),
+       expr=q.Or(q.increase("oximeter_gpu_xid_errors_total", 300, PAGING),
+                 q.Aggregate(q.select("node_gpu_xid:oximeter_gpu_xid_errors:increase5m", PAGING), "sum")),
        entity_labels=("node", "gpu", "xid"), increase=0.5, for_s=0, min_samples=1,
        description="a paging Xid (the GPU needs isolating)"),
     _s(name="pcie_replay_increase", layer="infrastructure", kind="counter_growth",
@@ -207,18 +174,18 @@ CATALOGUE: dict[str, SignalSpec] = {s.name: s for s in (
        entity_labels=("node", "gpu", "link"), increase=100, ratio=100, for_s=30, min_samples=2,
        description="NVLink data-link errors +100 in 5 min on one link, or × 100 its baseline rate"),
     _s(name="engine_itl_peer", layer="infrastructure", kind="peer", unit="s",
-       record=_ITL_P50_RECORD, expr=_ITL_P50,
+       record=ITL_P50_RECORD, expr=ITL_P50,
        entity_labels=("node", "model"), peer_labels=("model",), for_s=300,
-       min_traffic=_ITL_GUARD,
+       min_traffic=ITL_GUARD,
        description="a node's median inter-token latency far above its same-model peers'"),
     # The same median against the node's own past: what a fleet too small to compare its nodes
     # (fewer than four of a model) still shows of a slower card; peer_outlier reads it with the
     # card its node-mates wait for. With no rule naming a cause, it opens an incident only beside
     # another anomalous signal (load and the engine's own faults move it too).
     _s(name="engine_itl_p50", layer="engine", kind="latency", unit="s",
-       record=_ITL_P50_RECORD, expr=_ITL_P50,
+       record=ITL_P50_RECORD, expr=ITL_P50,
        entity_labels=("node", "model"), ratio=1.5, min_delta=0.005, for_s=300,
-       min_traffic=_ITL_GUARD,
+       min_traffic=ITL_GUARD,
        description="a node's median inter-token latency > 1.5 × its baseline for 5 min"),
     _s(name="gpu_utilization_peer", layer="infrastructure", kind="peer",
        expr=q.Aggregate(q.OverTime(q.select("oximeter_gpu_utilization_ratio"), 300, q=0.5)),
@@ -301,9 +268,9 @@ CATALOGUE: dict[str, SignalSpec] = {s.name: s for s in (
     # Counted by the gateway from each answer's bytes; the engine is what produced the empty answer.
     _s(name="empty_output_ratio", layer="engine", kind="ratio",
        record="service_node:oximeter_completions_empty:ratio_5m",
-       expr=q.Ratio(q.increase("oximeter_empty_completions_total", 300), _COMPLETIONS),
+       expr=q.Ratio(q.increase("oximeter_empty_completions_total", 300), COMPLETIONS),
        entity_labels=("service", "node"), threshold=0.05, for_s=120,
-       min_traffic=TrafficGuard.of(_COMPLETIONS, 20),
+       min_traffic=TrafficGuard.of(COMPLETIONS, 20),
        description="more than 5 % of completed answers carried no text over 5 min, with at least "
                    "20 answers"),
     # An engine up but not serving: it holds requests and makes no token for a minute (its scheduler
@@ -335,7 +302,7 @@ CATALOGUE: dict[str, SignalSpec] = {s.name: s for s in (
        record="node_model:vllm_time_to_first_token_seconds:p99_5m",
        expr=q.Relabel(q.p99("vllm:time_to_first_token_seconds")),
        entity_labels=("node", "model"), ratio=1.5, min_delta=0.1, for_s=600, clear_s=300,
-       min_traffic=_observations("vllm:time_to_first_token_seconds", model=True),
+       min_traffic=observations("vllm:time_to_first_token_seconds", model=True),
        # The same symptom as the gateway's ttft_p99 (the SLO signal), seen inside the engine through
        # vLLM's coarse buckets (1 s → 2.5 s): evidence that localises a TTFT rise to the engine,
        # never an incident by itself (the SLO is on the gateway's TTFT).
@@ -364,9 +331,9 @@ CATALOGUE: dict[str, SignalSpec] = {s.name: s for s in (
     _s(name="cache_hit_ratio", layer="dependency", kind="hit_rate",
        record="cache:oximeter_cache_requests_hit:ratio_5m",
        expr=q.Ratio(q.increase("oximeter_cache_requests_total", 300, {"result": "hit"}, ("result",),
-                               per_second=True), _CACHE_REQUESTS),
+                               per_second=True), CACHE_REQUESTS),
        entity_labels=("node", "cache"), min_delta=0.15, for_s=180,
-       min_traffic=TrafficGuard.of(_CACHE_REQUESTS, 1),
+       min_traffic=TrafficGuard.of(CACHE_REQUESTS, 1),
        description="cache hit rate falling (e.g. 95 % → 60 %)"),
 )}
 

@@ -11,8 +11,9 @@ from analyzer_frames import at, frame
 from analyzer.detection.detectors import BaselineRatio
 from analyzer.detection.evaluate import evaluate_signal, widen_ratio
 from analyzer.detection.judges import detectors_of
-from analyzer.signals.catalogue import CATALOGUE, P99_MIN_COUNT, PEER_MIN_COUNT
+from analyzer.signals.catalogue import CATALOGUE
 from analyzer.signals.frame import Baseline, SeriesFrame
+from analyzer.signals.shared_queries import P99_MIN_COUNT, PEER_MIN_COUNT
 from analyzer.signals.spec import LATENCY_NOISE_Z
 
 ROWS = 40

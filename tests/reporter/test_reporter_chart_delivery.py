@@ -38,10 +38,10 @@ def chart_png() -> bytes:
     """The chart every test delivers, rendered once per worker that runs one of them (not while
     every worker collects: rendering imports matplotlib)."""
     from analyzer.service.limits import limits
-    from reporter.chart import render_chart
+    from reporter.chart import chart_limits, render_chart
 
     return render_chart({"gpu_utilization": [(T0 + 300 * i, 0.4 + 0.01 * i) for i in range(12)]}, "test",
-                        limits())
+                        chart_limits(limits()))
 
 
 @pytest.fixture

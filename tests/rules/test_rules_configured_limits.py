@@ -19,9 +19,13 @@ from analyzer.detection.detectors.threshold import AbsoluteThreshold
 from analyzer.detection.judges import detectors_of
 from analyzer.service.limits import configured_catalogue, limits
 from analyzer.service.settings import AnalyzerSettings
+from analyzer.signals.alert_limits import ALERT_LIMITS
 from analyzer.signals.catalogue import CATALOGUE
+from analyzer.signals.recording_rules import alert_templates
+from analyzer.signals.slo import SloSettings
 from oximeter.config import load_section
-from reporter.chart import PANELS, figure
+from reporter.chart import PANELS, chart_limits, figure
+from reporter.digest_budget import CHART_PREFIX
 
 PROMTOOL = shutil.which("promtool") or "/usr/bin/promtool"
 SHIPPED, CONFIGURED = CATALOGUE["queue_wait_p99"].threshold, 0.5
@@ -102,9 +106,90 @@ def test_a_configured_queue_wait_limit_moves_the_analyzer_the_alert_the_dashboar
 
     # The digest chart: the queue-wait panel's line at 0.5 s (the shipped catalogue's at 1 s).
     for catalogue, line in ((configured_catalogue(config), CONFIGURED), (CATALOGUE, SHIPPED)):
-        fig = figure({}, "digest", limits(catalogue))
+        fig = figure({}, "digest", chart_limits(limits(catalogue)))
         try:
             panel = [key for key, _, _ in PANELS].index("queue_wait_p99_s")
             assert [np.asarray(h.get_ydata()).tolist() for h in fig.axes[panel].lines] == [[line, line]]
+        finally:
+            plt.close(fig)
+
+
+# Each alert a limit of no single signal reaches, one number of it, the line of its rule that must show
+# it, and what the rule multiplies it by (twice an objective).
+_MEMORY = "node_gpu:oximeter_gpu_memory_used:ratio"
+_TTFT = "service_node:oximeter_time_to_first_token_seconds:p99_5m"
+_ALERT_LIMIT_CASES = (
+    ("GpuMemoryFull", "gpu_memory_full", "threshold", 0.95, _MEMORY + " >= {}", 1),
+    ("GpuMemoryGrowing", "gpu_memory_full", "threshold", 0.95, _MEMORY + " < {}", 1),
+    ("CacheHitRatioLow", "cache_hit_ratio_low", "threshold", 0.4,
+     "cache:oximeter_cache_requests_hit:ratio_5m < {}", 1),
+    ("GpuIdleWhileQueueing", "healthy_queue_wait", "threshold", 0.5,
+     "service_node:oximeter_queue_wait_seconds:p99_5m > {}", 1),
+    ("GpuIdleWhileQueueing", "gpu_idle_while_queueing", "queue_length", 8,
+     "service_node:oximeter_queue_length:max_1m > {}", 1),
+    ("GpuIdleWhileQueueing", "gpu_idle_while_queueing", "utilization", 0.2,
+     "oximeter_gpu_utilization_ratio[5m])) < {}", 1),
+    ("GatewayConcurrencySaturated", "gateway_concurrency_saturated", "threshold", 0.8,
+     "service_node:oximeter_inflight_requests:ratio_limit >= {}", 1),
+    ("EngineStreamErrors", "engine_stream_errors", "threshold", 0.03,
+     "(increase(oximeter_time_to_first_token_seconds_count[5m])) > {}", 1),
+    ("EngineStreamErrors", "engine_stream_errors", "min_traffic", 40,
+     "(increase(oximeter_time_to_first_token_seconds_count[5m])) >= {}", 1),
+    ("TtftP99AboveSlo", "ttft_p99_above_slo", "slo", 1.5, _TTFT + " > {}", 2),
+    ("RequestP99AboveSla", "request_p99_above_sla", "sla", 20,
+     "service_node_route:oximeter_request_duration_seconds:p99_5m > {}", 2),
+    ("TtftAboveYesterday", "ttft_above_yesterday", "floor", 0.3, _TTFT + " > {}", 1),
+)
+
+
+def test_a_configured_alert_limit_moves_the_alerts_that_judge_no_single_signal(tmp_path: Path) -> None:
+    overrides: dict[str, dict[str, float]] = {}
+    for _, name, field, configured, _, _ in _ALERT_LIMIT_CASES:
+        assert ALERT_LIMITS[name][field] != configured  # the case could fail
+        overrides.setdefault(name, {})[field] = configured
+    config = tmp_path / "oximeter.yaml"
+    config.write_text(yaml.safe_dump({"analyzer": {"alert_limits": overrides}}), encoding="utf-8")
+    rules = tmp_path / "rules"
+    rules.mkdir()
+    built = run_main("--config", str(config), "rules", "build", "--alerts-dir", str(rules), "--out",
+                     str(tmp_path / "signals.rules.yml"), "--slo-out", str(tmp_path / "slo.rules.yml"))
+    assert built.returncode == 0, built.stderr
+    for alert, name, field, configured, line, factor in _ALERT_LIMIT_CASES:
+        for rules_dir, number in ((rules, configured), (RULES_DIR, ALERT_LIMITS[name][field])):
+            [rule] = [r for r in alerting_rules(rules_dir) if r["alert"] == alert]
+            expected = line.format(f"{number * factor:g}")
+            assert expected in " ".join(rule["expr"].split()), (rules_dir, alert)
+    # The overview dashboard's TTFT tile: orange at the configured objective, red at twice it.
+    boards = tmp_path / "dashboards"
+    assert run_main("--config", str(config), "dashboards", "build", "--out", str(boards)).returncode == 0
+    overview = json.loads((boards / "overview.json").read_text(encoding="utf-8"))
+    [tile] = [p for p in overview["panels"] if p["title"] == "TTFT p99 (SLO 1.5 s)"]
+    steps = tile["fieldConfig"]["defaults"]["thresholds"]["steps"]
+    assert [s["value"] for s in steps if s["color"] in ("orange", "red")] == [1.5, 3]
+
+
+def test_an_alert_limit_the_alerts_do_not_have_is_refused(tmp_path: Path) -> None:
+    config = tmp_path / "oximeter.yaml"
+    config.write_text("analyzer:\n  alert_limits:\n    gpu_memory_full:\n      ceiling: 0.9\n",
+                      encoding="utf-8")
+    checked = run_main("config", "check", str(config))
+    assert checked.returncode != 0
+    assert "analyzer.alert_limits.gpu_memory_full.ceiling" in checked.stdout + checked.stderr
+
+
+def test_every_alert_limit_is_written_in_a_template_and_named_apart_from_the_signals() -> None:
+    templates = "".join(t.read_text(encoding="utf-8") for t in alert_templates())
+    for name, fields in ALERT_LIMITS.items():
+        assert name not in CATALOGUE
+        for field in fields:
+            assert f"[[{name}.{field}" in templates, f"{name}.{field}"
+
+
+def test_the_digest_chart_draws_the_configured_ticket_burn() -> None:
+    burn_panel = [key for key, _, _ in PANELS].index(CHART_PREFIX)
+    for slos, line in ((None, SloSettings().ticket_burn), (SloSettings(ticket_burn=2.5), 2.5)):
+        fig = figure({}, "digest", chart_limits(limits(), slos))
+        try:
+            assert [np.asarray(h.get_ydata()).tolist() for h in fig.axes[burn_panel].lines] == [[line, line]]
         finally:
             plt.close(fig)
