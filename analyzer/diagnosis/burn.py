@@ -33,12 +33,13 @@ from analyzer.diagnosis.case import Labels, Snapshot
 from analyzer.signals import query as q
 from analyzer.signals.raw import Labeled, RawStore
 from analyzer.signals.slo import HISTOGRAMS, Objective, SloSettings
-from analyzer.signals.slo_rules import indicators
+from analyzer.signals.slo_rules import FAST_PAGE, SLOW_PAGE, TICKET_PAIR, WINDOWS, indicators
 from analyzer.signals.spec import SignalSpec
+from oximeter.inputs import parse_duration_s
 from oximeter.vocabulary import SEVERITY_RANK, Severity
 
 # The windows the burn-rate alerts compare, in seconds (the rules' 5m, 30m, 1h, 6h and 3d).
-WINDOWS_S: dict[str, float] = {"5m": 300.0, "30m": 1800.0, "1h": 3600.0, "6h": 21600.0, "3d": 259200.0}
+WINDOWS_S: dict[str, float] = {w: parse_duration_s(w, "burn window") for w in WINDOWS}
 # Each entity a burn is read for: the service, and the node its requests were served on.
 BY = ("service", "node")
 # The model list that clients and the gateway's warm-up poll is no request served.
@@ -193,9 +194,9 @@ def grade(burn: Burn, slos: SloSettings) -> Severity:
     stuck queue pages."""
     if burn.stuck:
         return "critical"
-    if burn.both("1h", "5m") >= slos.page_fast_burn or burn.both("6h", "30m") >= slos.page_slow_burn:
+    if burn.both(*FAST_PAGE) >= slos.page_fast_burn or burn.both(*SLOW_PAGE) >= slos.page_slow_burn:
         return "critical"
-    if burn.both("3d", "6h") >= slos.ticket_burn:
+    if burn.both(*TICKET_PAIR) >= slos.ticket_burn:
         return "warning"
     return "info"
 
@@ -205,8 +206,8 @@ def headline(burn: Burn, slos: SloSettings) -> float:
     1 h and 5 min pair when nothing fires)."""
     if burn.stuck:  # every waiting request is bad: the whole share, over the budget
         return 1.0 / burn.budget
-    pairs = {"critical": (("1h", "5m"), ("6h", "30m")), "warning": (("3d", "6h"),)}
-    return max(burn.both(*pair) for pair in pairs.get(grade(burn, slos), (("1h", "5m"),)))
+    pairs = {"critical": (FAST_PAGE, SLOW_PAGE), "warning": (TICKET_PAIR,)}
+    return max(burn.both(*pair) for pair in pairs.get(grade(burn, slos), (FAST_PAGE,)))
 
 
 def _counts(snapshot: Snapshot, name: str) -> dict[Labels, float]:

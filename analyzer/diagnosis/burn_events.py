@@ -21,6 +21,7 @@ from analyzer.detection.events import AnomalyEvent
 from analyzer.diagnosis.burn import Burn
 from analyzer.diagnosis.case import BURN_SIGNAL, Labels
 from analyzer.signals.slo import SloSettings
+from analyzer.signals.slo_rules import FAST_PAGE
 
 BURN_DETECTOR = "burn"
 # Bad requests the 5-minute window must hold before its rate counts: at a few requests a minute
@@ -28,13 +29,17 @@ BURN_DETECTOR = "burn"
 MIN_BAD = 5.0
 
 
+# The window a fast burn opens on: the fast page's short one.
+SHORT = FAST_PAGE[1]
+
+
 def fast(burn: Burn, slos: SloSettings) -> float | None:
-    """The 5-minute burn when it is fast enough to open at once (or every waiting request's, for
-    a stuck queue), else None."""
+    """The burn over the fast page's short window (5 minutes) when it is fast enough to open at
+    once (or every waiting request's, for a stuck queue), else None."""
     if burn.stuck:
         return 1.0 / burn.budget
-    rate = burn.rates.get("5m", math.nan)
-    if math.isfinite(rate) and rate >= slos.page_fast_burn and burn.bad.get("5m", 0.0) >= MIN_BAD:
+    rate = burn.rates.get(SHORT, math.nan)
+    if math.isfinite(rate) and rate >= slos.page_fast_burn and burn.bad.get(SHORT, 0.0) >= MIN_BAD:
         return rate
     return None
 
@@ -56,7 +61,7 @@ class BurnWatch:
                 fastest[burn.labels] = (rate, burn)
         for labels, (rate, burn) in fastest.items():
             why = ("its queue has not moved for a minute" if burn.stuck else
-                   f"{burn.bad.get('5m', 0.0):.0f} bad requests in 5 min")
+                   f"{burn.bad.get(SHORT, 0.0):.0f} bad requests in {SHORT}")
             reason = f"spends the {burn.slo} {burn.sli} budget {rate:.0f}× as fast as allowed ({why})"
             known = self._events.get(labels)
             if known is None or known.cleared_at is not None:

@@ -20,6 +20,11 @@ from analyzer.signals.slo import DAY_S, HISTOGRAMS, Availability, LatencyObjecti
 GROUP_RATIOS = "oximeter-slo-ratios"
 GROUP_ALERTS = "oximeter-slo-alerts"
 WINDOWS = ("5m", "30m", "1h", "6h", "3d")
+# The multiwindow burn-rate alerts' pairs (long window, short window): a page on the fast pair at
+# ``page_fast_burn`` or the slow pair at ``page_slow_burn``, a ticket on its pair at ``ticket_burn``.
+FAST_PAGE = ("1h", "5m")
+SLOW_PAGE = ("6h", "30m")
+TICKET_PAIR = ("3d", "6h")
 RATIO = "service:oximeter_slo_errors:ratio_rate{window}"
 BUDGET = "slo:oximeter_slo_error_budget:ratio"
 PAGE = "SloErrorBudgetBurnPage"
@@ -142,8 +147,8 @@ def render_slos(slos: SloSettings) -> str:
     lines += [f"  - name: {GROUP_ALERTS}", "    rules:",
               "      # Persistence: the windows alone; the short one ends an alert minutes after the harm.",
               *_alert(PAGE, "critical",
-                      [("1h", "5m", slos.page_fast_burn), ("6h", "30m", slos.page_slow_burn)],
+                      [(*FAST_PAGE, slos.page_fast_burn), (*SLOW_PAGE, slos.page_slow_burn)],
                       "A service spends its error budget fast enough to exhaust it within days."),
-              *_alert(TICKET, "warning", [("3d", "6h", slos.ticket_burn)],
+              *_alert(TICKET, "warning", [(*TICKET_PAIR, slos.ticket_burn)],
                       "A service spends its error budget faster than its window allows.")]
     return "\n".join(lines) + "\n"
