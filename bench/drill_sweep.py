@@ -201,11 +201,13 @@ def opened_on(told: Sequence[Any], incident_id: str) -> str:
     return "-" if first is None else first.text.splitlines()[0].removeprefix("opened: ")[:90]
 
 
-def replay_one(path: Path, cache_dir: Path, step_s: float, interval_s: float) -> dict[str, Any]:
-    """Replay one generated scenario and measure what chat would have seen."""
+def replay_one(path: Path, cache_dir: Path, step_s: float, interval_s: float,
+               incremental: bool = False) -> dict[str, Any]:
+    """Replay one generated scenario and measure what chat would have seen (``incremental``:
+    through the daemon's own incremental detection, as ``oximeter drill --replay --incremental``)."""
     sc = load_scenario(path)
     expected = expected_truths(sc.truth.model_dump(), [a.model_dump() for a in sc.also])
-    run = replay_windows(sc, cache_dir, step_s, interval_s)
+    run = replay_windows(sc, cache_dir, step_s, interval_s, incremental=incremental)
     incidents, faults = run.incidents, run.faults
     per_incident: dict[str, int] = {}
     for change in run.told:
@@ -266,6 +268,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--cache", type=Path, default=DEFAULT_CACHE, help="history cache folder")
     parser.add_argument("--step", type=float, default=60.0, help="history step, seconds (default 60)")
     parser.add_argument("--interval", type=float, default=60.0, help="analyzer cycle replayed, seconds")
+    parser.add_argument("--incremental", action="store_true",
+                        help="replay through the daemon's own incremental detection (about 20 times the CPU)")
     args = parser.parse_args(argv)
     rng = random.Random(args.seed)
     out = args.out / f"seed{args.seed}"
@@ -280,7 +284,7 @@ def main(argv: list[str] | None = None) -> int:
     t0 = time.monotonic()
     print(f"run at {datetime.now(UTC):%Y-%m-%d %H:%M}Z: {args.n} scenarios (seed {args.seed}) in {out}, "
           f"step {args.step:g} s, cache {args.cache}", flush=True)
-    jobs = [(p, args.cache, args.step, args.interval) for p in paths]
+    jobs = [(p, args.cache, args.step, args.interval, args.incremental) for p in paths]
     results = []
     with ProcessPoolExecutor(max_workers=max(1, args.jobs)) as pool:
         # Each scenario's misses are printed as soon as it and those before it are replayed.
