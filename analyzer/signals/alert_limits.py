@@ -30,13 +30,15 @@ ALERT_LIMITS: dict[str, dict[str, float]] = {
     # chunk, with at least min_traffic streams begun.
     "engine_stream_errors": {"threshold": 0.01, "min_traffic": 20},
     # The gateway's time-to-first-token p99 objective (seconds): TtftP99AboveSlo fires at twice it,
-    # the overview's TTFT tile turns orange at it and red at twice it.
-    "ttft_p99_above_slo": {"slo": 1.0},
+    # with at least min_traffic requests in the 5 min its p99 spans (fewer make a p99 of noise); the
+    # overview's TTFT tile turns orange at it and red at twice it.
+    "ttft_p99_above_slo": {"slo": 1.0, "min_traffic": 20},
     # The end-to-end request duration p99 objective (seconds; a long answer streams for many):
-    # RequestP99AboveSla fires at twice it.
-    "request_p99_above_sla": {"sla": 30.0},
-    # TtftAboveYesterday's floor (seconds): under it a fast service's TTFT doubling is harmless jitter.
-    "ttft_above_yesterday": {"floor": 0.2},
+    # RequestP99AboveSla fires at twice it, with at least min_traffic requests in its 5 min.
+    "request_p99_above_sla": {"sla": 30.0, "min_traffic": 20},
+    # TtftAboveYesterday's floor (seconds): under it a fast service's TTFT doubling is harmless
+    # jitter; at least min_traffic requests in its 5 min.
+    "ttft_above_yesterday": {"floor": 0.2, "min_traffic": 20},
     # GpuMemoryFull: a card's memory in use at 99 % or more. Engines that preallocate (vLLM, ~90 %)
     # sit below it, so only memory that grows on demand reaches it.
     "gpu_memory_full": {"threshold": 0.99},
