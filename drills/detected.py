@@ -78,11 +78,13 @@ def detect(frames: Mapping[str, SeriesFrame], step_s: float,
 
 
 def as_of(events: Sequence[AnomalyEvent], now: datetime) -> list[AnomalyEvent]:
-    """What a live cycle at ``now`` would have seen: detected by then, cleared only if by then."""
+    """What a live cycle at ``now`` would have seen: detected by then, at the peak it had reached
+    by then, cleared only if by then."""
     out = []
     for e in events:
         if e.detected_at > now:
             continue
+        e = e.peak_by(now)
         out.append(e if e.cleared_at is None or e.cleared_at <= now else replace(e, cleared_at=None))
     return out
 

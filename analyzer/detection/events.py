@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from typing import Any
 
@@ -36,6 +36,10 @@ def _finite(x: float | None) -> float | None:
     return None if x is None or not math.isfinite(x) else float(x)
 
 
+# One rise of an event's peak: when, and the value, baseline, score, reason and time to full then.
+Peak = tuple[datetime, float, float | None, float, str, float | None]
+
+
 @dataclass(frozen=True)
 class AnomalyEvent:
     """One persistent deviation of one series.
@@ -63,6 +67,9 @@ class AnomalyEvent:
     # True: judged against the recent window alone, because the series had too little history
     # for a seasonal (same time yesterday / last week) baseline yet.
     provisional: bool = False
+    # Each time the event's peak rose, oldest first: (at, value, baseline, score, reason,
+    # time_to_full_s); the last is the fields above. Not part of its identity nor of its JSON.
+    peaks: tuple[Peak, ...] = field(default=(), compare=False, repr=False)
 
     @staticmethod
     def labels_from(mapping: Mapping[str, str]) -> tuple[tuple[str, str], ...]:
@@ -78,6 +85,15 @@ class AnomalyEvent:
     def active(self) -> bool:
         """Whether the event has not cleared yet."""
         return self.cleared_at is None
+
+    def peak_by(self, now: datetime) -> AnomalyEvent:
+        """The event with the peak it had reached by ``now`` (an event found over a longer span
+        than a cycle at ``now`` reads may peak after it)."""
+        seen = [p for p in self.peaks if p[0] <= now]
+        if not seen or seen[-1] is self.peaks[-1]:
+            return self
+        _at, value, baseline, score, reason, ttf = seen[-1]
+        return replace(self, value=value, baseline=baseline, score=score, reason=reason, time_to_full_s=ttf)
 
     def to_dict(self) -> dict[str, Any]:
         """A JSON-ready dict; times are ISO-8601 UTC, non-finite numbers become ``null``."""

@@ -11,12 +11,13 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass
+from datetime import datetime
 
 import numpy as np
 import pandas as pd
 
 from analyzer.detection.detectors.base import Detection, Detector
-from analyzer.detection.events import AnomalyEvent
+from analyzer.detection.events import AnomalyEvent, Peak
 from analyzer.signals.frame import parse_key, time_index
 from analyzer.signals.rolling import trailing_sum
 
@@ -128,9 +129,15 @@ def to_events(detection: Detection, detector: Detector, persistence: Persistence
     for ep in episodes:
         stop = len(index) if ep.end is None else ep.end
         c = where[ep.column]
-        span = np.where(flags[ep.detected:stop, ep.column], score[ep.detected:stop, c], -np.inf)
-        peak = ep.detected + int(np.argmax(np.nan_to_num(span, nan=-np.inf)))
-        value, reference, peak_score = shown[peak, c], ref[peak, c], score[peak, c]
+        flagged = flags[ep.detected:stop, ep.column]
+        span = np.nan_to_num(np.where(flagged, score[ep.detected:stop, c], -np.inf), nan=-np.inf)
+        # Every row where the peak so far rose (the first maximum of each level, as argmax takes it):
+        # the last is the event's peak, the others what it showed before.
+        running = np.maximum.accumulate(span)
+        rises = ep.detected + np.flatnonzero(np.r_[True, running[1:] > running[:-1]])
+        peaks = tuple(_peak(index[row].to_pydatetime(), float(shown[row, c]), float(ref[row, c]),
+                            float(score[row, c]), detector, ttf) for row in rises)
+        _at, value, baseline, peak_score, reason, time_to_full = peaks[-1]
         col = str(columns[ep.column])
         entity = (labels or {}).get(col) or parse_key(col)
         events.append(AnomalyEvent(
@@ -140,13 +147,20 @@ def to_events(detection: Detection, detector: Detector, persistence: Persistence
             onset=index[ep.onset].to_pydatetime(),
             detected_at=index[ep.detected].to_pydatetime(),
             cleared_at=None if ep.end is None else index[ep.end].to_pydatetime(),
-            value=float(value),
-            baseline=None if not np.isfinite(reference) or ttf else float(reference),
-            score=float(peak_score),
-            reason=detector.reason(float(value), float(reference), float(peak_score)),
+            value=value,
+            baseline=baseline,
+            score=peak_score,
+            reason=reason,
             detector=detector.name,
-            time_to_full_s=float(reference) if ttf and np.isfinite(reference) else None,
+            time_to_full_s=time_to_full,
             provisional=bool(young is not None and young[ep.detected, ep.column]),
+            peaks=peaks,
         ))
     return events
+
+
+def _peak(at: datetime, value: float, reference: float, score: float, detector: Detector, ttf: bool) -> Peak:
+    """One rise of an event's peak, as its fields say it (a trend's reference is its time to full)."""
+    return (at, value, None if not np.isfinite(reference) or ttf else reference, score,
+            detector.reason(value, reference, score), reference if ttf and np.isfinite(reference) else None)
 
