@@ -73,7 +73,7 @@ def detect(frames: Mapping[str, SeriesFrame], step_s: float,
         traffic = None if guard is None or guard.values.empty else guard.values
         history = {lag: lagged[name].values for lag, lagged in (same_time or {}).items() if name in lagged}
         events += evaluate_signal(spec, frame, step_s=step_s, traffic=traffic, policy=policy,
-                                  history=history or None, hold_s=hold_s)
+                                  history=history or None, hold_s=hold_s, peaks=True)
     return events
 
 

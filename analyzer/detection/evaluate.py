@@ -27,7 +27,8 @@ def evaluate_signal(spec: SignalSpec, frame: SeriesFrame, *, history: History | 
                     changes: Sequence[ChangeWindow] = (), policy: BaselinePolicy | None = None,
                     cumulative: bool = False, step_s: float | None = None,
                     trackers: MutableMapping[str, BaselineTracker] | None = None,
-                    cold_rows: int | None = None, hold_s: float | None = None) -> list[AnomalyEvent]:
+                    cold_rows: int | None = None, hold_s: float | None = None,
+                    peaks: bool = False) -> list[AnomalyEvent]:
     """Every persistent anomaly of ``spec`` in ``frame``.
 
     ``history`` is older data for the seasonal baselines (one frame, or lag_s → same-time
@@ -41,7 +42,9 @@ def evaluate_signal(spec: SignalSpec, frame: SeriesFrame, *, history: History | 
     ``hold_s`` (whole-frame evaluation only): the frame's own anomalies stay out of its baselines
     as well, from their onset until ``hold_s`` after they clear (how long their incident stays
     open), as the daemon keeps each cycle's anomalies and open incidents out; a fault that lasts
-    is never learnt as the new normal. Without it only ``anomalous`` is left out.
+    is never learnt as the new normal. Without it only ``anomalous`` is left out. ``peaks``: each
+    event keeps every rise of its peak (``AnomalyEvent.peaks``), for a replay that hands the events
+    of a whole-frame evaluation to cycles at earlier times.
     """
     values = validate_frame(frame.values)
     step = step_s or step_seconds(time_index(values.index))
@@ -78,7 +81,7 @@ def evaluate_signal(spec: SignalSpec, frame: SeriesFrame, *, history: History | 
             detection = _held(detector, detection, values, persistence, guard, math.ceil(hold_s / step), redo)
         young = None if baseline is None else baseline.provisional
         events += to_events(detection, detector, persistence, signal=spec.name, layer=spec.layer,
-                            labels=frame.labels, provisional=young)
+                            labels=frame.labels, provisional=young, peaks=peaks)
     return merge_events(events)
 
 

@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import json
 import math
+from bisect import bisect_right
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, NamedTuple
 
 
 def iso_utc(moment: datetime | None) -> str | None:
@@ -36,8 +37,15 @@ def _finite(x: float | None) -> float | None:
     return None if x is None or not math.isfinite(x) else float(x)
 
 
-# One rise of an event's peak: when, and the value, baseline, score, reason and time to full then.
-Peak = tuple[datetime, float, float | None, float, str, float | None]
+class Peak(NamedTuple):
+    """One rise of an event's peak: when, and what the event's fields said then."""
+
+    at: datetime
+    value: float
+    baseline: float | None
+    score: float
+    reason: str
+    time_to_full_s: float | None
 
 
 @dataclass(frozen=True)
@@ -67,8 +75,9 @@ class AnomalyEvent:
     # True: judged against the recent window alone, because the series had too little history
     # for a seasonal (same time yesterday / last week) baseline yet.
     provisional: bool = False
-    # Each time the event's peak rose, oldest first: (at, value, baseline, score, reason,
-    # time_to_full_s); the last is the fields above. Not part of its identity nor of its JSON.
+    # Each time the event's peak rose, oldest first, the last being the fields above: kept where
+    # detection ran over a longer span than a cycle reads (a whole-history replay), empty otherwise.
+    # Not part of its identity nor of its JSON.
     peaks: tuple[Peak, ...] = field(default=(), compare=False, repr=False)
 
     @staticmethod
@@ -89,11 +98,13 @@ class AnomalyEvent:
     def peak_by(self, now: datetime) -> AnomalyEvent:
         """The event with the peak it had reached by ``now`` (an event found over a longer span
         than a cycle at ``now`` reads may peak after it)."""
-        seen = [p for p in self.peaks if p[0] <= now]
-        if not seen or seen[-1] is self.peaks[-1]:
+        if not self.peaks or self.peaks[-1].at <= now:
             return self
-        _at, value, baseline, score, reason, ttf = seen[-1]
-        return replace(self, value=value, baseline=baseline, score=score, reason=reason, time_to_full_s=ttf)
+        # The last rise by ``now`` (the first is at detection, so a cycle that sees the event has one).
+        k = max(0, bisect_right([p.at for p in self.peaks], now) - 1)
+        p = self.peaks[k]
+        return replace(self, value=p.value, baseline=p.baseline, score=p.score, reason=p.reason,
+                       time_to_full_s=p.time_to_full_s)
 
     def to_dict(self) -> dict[str, Any]:
         """A JSON-ready dict; times are ISO-8601 UTC, non-finite numbers become ``null``."""

@@ -105,7 +105,7 @@ class Persistence:
 
 def to_events(detection: Detection, detector: Detector, persistence: Persistence, *, signal: str,
               layer: str, labels: Mapping[str, Mapping[str, str]] | None = None,
-              provisional: pd.DataFrame | None = None) -> list[AnomalyEvent]:
+              provisional: pd.DataFrame | None = None, peaks: bool = False) -> list[AnomalyEvent]:
     """Events from a detection: each carries the value, reference and score at its peak so far
     (the value is what the detector compared, e.g. a counter's increase), and whether it was
     detected against a provisional baseline (``Baseline.provisional``: no seasonal one yet)."""
@@ -131,13 +131,16 @@ def to_events(detection: Detection, detector: Detector, persistence: Persistence
         c = where[ep.column]
         flagged = flags[ep.detected:stop, ep.column]
         span = np.nan_to_num(np.where(flagged, score[ep.detected:stop, c], -np.inf), nan=-np.inf)
-        # Every row where the peak so far rose (the first maximum of each level, as argmax takes it):
-        # the last is the event's peak, the others what it showed before.
-        running = np.maximum.accumulate(span)
-        rises = ep.detected + np.flatnonzero(np.r_[True, running[1:] > running[:-1]])
-        peaks = tuple(_peak(index[row].to_pydatetime(), float(shown[row, c]), float(ref[row, c]),
-                            float(score[row, c]), detector, ttf) for row in rises)
-        _at, value, baseline, peak_score, reason, time_to_full = peaks[-1]
+        if peaks:
+            # Every row where the peak so far rose (the first maximum of each level, as argmax
+            # takes it): the last is the event's peak, the others what it showed before.
+            running = np.maximum.accumulate(span)
+            rows = ep.detected + np.flatnonzero(np.r_[True, running[1:] > running[:-1]])
+        else:
+            rows = np.array([ep.detected + int(np.argmax(span))])
+        rises = tuple(_peak(index[row].to_pydatetime(), float(shown[row, c]), float(ref[row, c]),
+                            float(score[row, c]), detector, ttf) for row in rows)
+        top = rises[-1]
         col = str(columns[ep.column])
         entity = (labels or {}).get(col) or parse_key(col)
         events.append(AnomalyEvent(
@@ -147,20 +150,21 @@ def to_events(detection: Detection, detector: Detector, persistence: Persistence
             onset=index[ep.onset].to_pydatetime(),
             detected_at=index[ep.detected].to_pydatetime(),
             cleared_at=None if ep.end is None else index[ep.end].to_pydatetime(),
-            value=value,
-            baseline=baseline,
-            score=peak_score,
-            reason=reason,
+            value=top.value,
+            baseline=top.baseline,
+            score=top.score,
+            reason=top.reason,
             detector=detector.name,
-            time_to_full_s=time_to_full,
+            time_to_full_s=top.time_to_full_s,
             provisional=bool(young is not None and young[ep.detected, ep.column]),
-            peaks=peaks,
+            peaks=rises if peaks else (),
         ))
     return events
 
 
 def _peak(at: datetime, value: float, reference: float, score: float, detector: Detector, ttf: bool) -> Peak:
     """One rise of an event's peak, as its fields say it (a trend's reference is its time to full)."""
-    return (at, value, None if not np.isfinite(reference) or ttf else reference, score,
-            detector.reason(value, reference, score), reference if ttf and np.isfinite(reference) else None)
+    known = bool(np.isfinite(reference))
+    return Peak(at, value, reference if known and not ttf else None, score,
+                detector.reason(value, reference, score), reference if known and ttf else None)
 

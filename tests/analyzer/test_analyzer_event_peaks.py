@@ -6,6 +6,7 @@ from __future__ import annotations
 import numpy as np
 
 from analyzer.detection.evaluate import evaluate_signal
+from analyzer.detection.events import AnomalyEvent
 from analyzer.signals.catalogue import CATALOGUE
 from analyzer.signals.frame import SeriesFrame
 from drills.detected import as_of
@@ -15,18 +16,25 @@ from tests.analyzer.analyzer_frames import at, frame
 HOT = np.r_[np.full(10, 70.0), [88, 90, 89, 93, 95, 94, 99, 96], np.full(12, 91.0), np.full(10, 70.0)]
 
 
-def _event() -> object:
+def _event() -> AnomalyEvent:
     [event] = evaluate_signal(CATALOGUE["gpu_temperature"],
-                              SeriesFrame(frame({"gpu=0,node=n1": HOT}), {}), step_s=60.0)
+                              SeriesFrame(frame({"gpu=0,node=n1": HOT}), {}), step_s=60.0, peaks=True)
     return event
 
 
 def test_the_peaks_rise_and_end_at_the_events_own() -> None:
     event = _event()
-    values = [p[1] for p in event.peaks]
+    values = [p.value for p in event.peaks]
     assert values == sorted(set(values)) and values[-1] == event.value == 99.0
-    assert event.peaks[0][0] == event.detected_at
-    assert event.peaks[-1][4] == event.reason
+    assert event.peaks[0].at == event.detected_at
+    assert event.peaks[-1].reason == event.reason
+
+
+def test_a_live_cycle_keeps_no_peaks() -> None:
+    """The daemon's own cycle reads data up to now: its events' peak is the one reached by then."""
+    [event] = evaluate_signal(CATALOGUE["gpu_temperature"],
+                              SeriesFrame(frame({"gpu=0,node=n1": HOT}), {}), step_s=60.0)
+    assert event.peaks == () and event.value == 99.0 and event.peak_by(at(13).to_pydatetime()) is event
 
 
 def test_a_cycle_before_the_peak_sees_the_peak_reached_by_then() -> None:
