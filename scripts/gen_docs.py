@@ -17,6 +17,7 @@ from __future__ import annotations
 import argparse
 import ast
 import dataclasses
+import functools
 import inspect
 import json
 import re
@@ -67,17 +68,7 @@ def models_of(root: type[BaseModel]) -> dict[str, type]:
 
 
 def field_comments(model: type) -> dict[str, str]:
-    """``name -> comment``: the comment beside a field, else the comment lines right above it (in
-    the class that declares the field: a settings model may inherit fields)."""
-    out: dict[str, str] = {}
-    for klass in reversed(model.__mro__):
-        if klass is not model and issubclass(klass, BaseModel) and klass is not BaseModel:
-            out.update(_declared_comments(klass))
-    out.update(_declared_comments(model))
-    return out
-
-
-def _declared_comments(model: type) -> dict[str, str]:
+    """``name -> comment``: the comment beside a field, else the comment lines right above it."""
     try:
         lines = inspect.getsource(model).splitlines()
     except (OSError, TypeError):
@@ -295,23 +286,41 @@ def render_metrics() -> str:
 # (default 10)". The default is rewritten from the code, so the prose cannot drift from it.
 _QUOTED = re.compile(r"`(?P<key>[a-z][a-z0-9_]*(?:\.[a-z][a-z0-9_]*)+)`(?P<op>\s+[×/]\s+\d+(?:\.\d+)?)?"
                      r"\s+\(default\s+(?P<number>-?\d+(?:\.\d+)?)")
-_LIMIT_SECTIONS = ("analyzer.signals.", "analyzer.alert_limits.")
+
+
+@functools.cache
+def _alert_limits() -> dict[str, float]:
+    from analyzer.signals.alert_limits import alert_limits
+
+    return alert_limits()
+
+
+@functools.cache
+def _signal_limits() -> dict[str, float]:
+    from analyzer.service.limits import limits
+
+    return {k: v for k, v in limits().items() if k not in _alert_limits()}
+
+
+@functools.cache
+def _defaults() -> Any:
+    from oximeter.config import config_model
+
+    return config_model()()
 
 
 def config_default(key: str) -> float:
     """The default of a configuration key that holds a number: a signal's limit
     (``analyzer.signals.NAME.FIELD``), a limit of an alert that judges no single signal
     (``analyzer.alert_limits.NAME.FIELD``), or any setting of a section."""
-    from analyzer.service.limits import limits
-    from oximeter.config import config_model
-
-    if key.startswith(_LIMIT_SECTIONS):
-        name = key.split(".", 2)[2]
-        known = limits()
+    section, _, name = key.partition(".")[2].partition(".")
+    if key.startswith("analyzer.") and section in ("signals", "alert_limits"):
+        # Each section's own limits: a signal's under signals, the others' under alert_limits.
+        known = _signal_limits() if section == "signals" else _alert_limits()
         if name not in known:
-            raise ValueError(f"{key} names no limit the catalogue sets")
+            raise ValueError(f"{key} names no limit that analyzer.{section} sets")
         return known[name]
-    value: Any = config_model()()  # every setting at its default
+    value: Any = _defaults()  # every setting at its default
     for part in key.split("."):
         value = getattr(value, part, None)
     if isinstance(value, bool) or not isinstance(value, (int, float)):

@@ -54,7 +54,10 @@ def test_the_runbook_quotes_each_threshold_at_its_default(quoted: str, fresh: st
 
 @pytest.mark.parametrize("key", ["analyzer.signals.queue_wait_p99.ceiling",
                                  "analyzer.alert_limits.nope.threshold", "incidents.store_path",
-                                 "incidents.no_such_key"])
+                                 "incidents.no_such_key",
+                                 # A limit under the other section than the one that sets it.
+                                 "analyzer.alert_limits.queue_wait_p99.threshold",
+                                 "analyzer.signals.gpu_memory_full.threshold"])
 def test_a_quoted_key_that_sets_no_number_fails_the_docs(key: str) -> None:
     with pytest.raises(ValueError, match=key):
         gen_docs.render_runbook(f"`{key}` (default 1)")
