@@ -44,30 +44,6 @@ def analyzer_config(workspace: Path, prometheus_url: str, *, scale: float, step_
                     simulated: bool = True) -> dict[str, Any]:
     """The one YAML config ``oximeter analyze`` and ``oximeter report`` read in the demo.
     ``simulated``: the engines are the simulator's, and every chat message says so."""
-    return {
-        "analyzer": {
-            "prometheus": {"url": prometheus_url, "use_recording_rules": use_recording_rules,
-                           "timeout_s": 20},
-            "step_s": step_s, "interval_s": interval_s, "live_window_s": LIVE_WINDOW_S,
-            "signals": demo_signals(scale), "inputs": inputs,
-        },
-        "incidents": {
-            "store_path": str(workspace / "oximeter.db"), "api_host": "127.0.0.1",
-            "lookback_s": 900 / scale, "resolve_after_s": 300 / scale, "reopen_window_s": 3600 / scale,
-            "root_cause_dwell_s": 300 / scale,
-        },
-        "reporter": {
-            "store_path": str(workspace / "oximeter.db"), "simulated": simulated, "api_url": api_url,
-            "channels": {"wecom": {"type": "wecom", "url_env": CHAT_URL_ENV}},
-            "retry_base_s": 1.0, "retry_max_s": 10.0, "watchdog_timeout_s": 0,
-            "digest": {"prometheus_url": prometheus_url},
-        },
-    }
-
-
-def demo_signals(scale: float) -> dict[str, dict[str, Any]]:
-    """The demo's ``analyzer.signals`` overrides: every signal's persistence divided by ``scale``, and
-    the two queries a live stack of short-lived processes reads differently."""
     from analyzer.signals.catalogue import CATALOGUE
 
     signals: dict[str, dict[str, Any]] = {}
@@ -88,7 +64,25 @@ def demo_signals(scale: float) -> dict[str, dict[str, Any]]:
         "max without (instance, job) (oximeter_gpu_sm_clock_hertz) "
         "/ max without (instance, job) (oximeter_gpu_sm_clock_max_hertz) "
         "and on (node, gpu) max without (instance, job) (oximeter_gpu_utilization_ratio) >= 0.05"))
-    return signals
+    return {
+        "analyzer": {
+            "prometheus": {"url": prometheus_url, "use_recording_rules": use_recording_rules,
+                           "timeout_s": 20},
+            "step_s": step_s, "interval_s": interval_s, "live_window_s": LIVE_WINDOW_S, "signals": signals,
+            "inputs": inputs,
+        },
+        "incidents": {
+            "store_path": str(workspace / "oximeter.db"), "api_host": "127.0.0.1",
+            "lookback_s": 900 / scale, "resolve_after_s": 300 / scale, "reopen_window_s": 3600 / scale,
+            "root_cause_dwell_s": 300 / scale,
+        },
+        "reporter": {
+            "store_path": str(workspace / "oximeter.db"), "simulated": simulated, "api_url": api_url,
+            "channels": {"wecom": {"type": "wecom", "url_env": CHAT_URL_ENV}},
+            "retry_base_s": 1.0, "retry_max_s": 10.0, "watchdog_timeout_s": 0,
+            "digest": {"prometheus_url": prometheus_url},
+        },
+    }
 
 
 def analyzer_addon(workspace: Path, chat_url: str, token_file: Path, *, scale: float = 10.0,
@@ -104,14 +98,9 @@ def analyzer_addon(workspace: Path, chat_url: str, token_file: Path, *, scale: f
         path.write_text(yaml.safe_dump(doc, sort_keys=False), encoding="utf-8")
         return oximeter_argv("--config", str(path), "analyze", "--port", "0", "--port-file", str(port_file))
 
-    # The limits its configuration sets, which the stack's alerting rules are written with.
-    from analyzer.service.limits import limits
-    from analyzer.signals.catalogue import build_catalogue
-
     return Addon(name=name, argv=argv, ready_path="/metrics", scrape_job=ANALYZER_JOB,
                  webhook_path="/api/alertmanager",
-                 env={CHAT_URL_ENV: chat_url, "OXIMETER_API_TOKEN_FILE": str(token_file)},
-                 limits=limits(build_catalogue(demo_signals(scale))))
+                 env={CHAT_URL_ENV: chat_url, "OXIMETER_API_TOKEN_FILE": str(token_file)})
 
 
 def prebuild_backfill(spec: BackfillSpec, folder: Path, *, gap_s: float = BACKFILL_GAP_S) -> BackfillResult:

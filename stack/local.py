@@ -315,8 +315,7 @@ class Stack:
         assert ep is not None
         return write_yaml(self.workspace / "prometheus.yml", prometheus_config(
             scrape_targets(self.nodes, ep, opts.addons, stock=self.stock, kube=not opts.real_engines),
-            rule_paths(self.workspace, opts.time_scale, stock=self.stock,
-                       limits=next((a.limits for a in opts.addons if a.limits is not None), None)),
+            rule_paths(self.workspace, opts.time_scale, stock=self.stock),
             scrape_interval_s=opts.scrape_interval_s, eval_interval_s=opts.eval_interval_s,
             alertmanager=hostport(ep.alertmanager) if ep.alertmanager else None))
 

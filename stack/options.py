@@ -26,8 +26,6 @@ class Addon:
     ``argv`` gets the stack's endpoints and a path: the add-on binds port 0 and writes the port it got
     there (``oximeter.ports.write_port_file``). With ``scrape_job`` Prometheus scrapes
     its ``/metrics``; with ``webhook_path`` Alertmanager notifies it (``relay_token_file`` as bearer).
-    With ``limits`` (an analyzer's, as its configuration sets them: ``signal.field`` -> value) the
-    stack's Prometheus loads alerting rules written with them, so its alerts judge as it does.
     """
 
     name: str
@@ -36,7 +34,6 @@ class Addon:
     scrape_job: str | None = None
     webhook_path: str | None = None
     env: Mapping[str, str] = field(default_factory=dict)
-    limits: Mapping[str, float] | None = None
 
 
 @dataclass(frozen=True)

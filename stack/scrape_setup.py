@@ -3,16 +3,14 @@ up and every rule group evaluated since."""
 
 from __future__ import annotations
 
-import shutil
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 
 import requests
 
-from alert_rules import ADAPTERS_DIR, RULES_DIR, rule_files
+from alert_rules import ADAPTERS_DIR, rule_files
 from alert_rules.scale import write_scaled_rules
-from analyzer.signals.recording_rules import render_alerts
 from oximeter.inputs import parse_timestamp
 from stack.config import (
     DCGM_JOB,
@@ -34,28 +32,14 @@ def hostport(url: str) -> str:
     return url.split("://", 1)[1].rstrip("/")
 
 
-def configured_rules(out_dir: Path, limits: Mapping[str, float]) -> Path:
-    """The shipped rule files in ``out_dir``, the alerting ones written from their templates with
-    ``limits`` (what ``oximeter --config FILE rules build --alerts-dir`` writes); returns ``out_dir``."""
-    out_dir.mkdir(parents=True, exist_ok=True)
-    for path in rule_files():
-        shutil.copyfile(path, out_dir / path.name)
-    for path, text in render_alerts(limits, out_dir).items():
-        path.write_text(text, encoding="utf-8")
-    return out_dir
-
-
-def rule_paths(workspace: Path, time_scale: float, *, stock: bool,
-               limits: Mapping[str, float] | None = None) -> list[Path]:
-    """The rule files Prometheus loads: the shipped ones, or with ``limits`` the alerting rules
-    written with them (under ``workspace``); their durations divided by ``time_scale`` (written
-    under ``workspace``) unless it is 1."""
-    rules_dir = RULES_DIR if limits is None else configured_rules(workspace / "rules-configured", limits)
+def rule_paths(workspace: Path, time_scale: float, *, stock: bool) -> list[Path]:
+    """The rule files Prometheus loads, their durations divided by ``time_scale`` (written under
+    ``workspace``) unless it is 1."""
     if time_scale != 1.0:
-        rules = write_scaled_rules(workspace / "rules", time_scale, rules_dir)
+        rules = write_scaled_rules(workspace / "rules", time_scale)
         adapters = write_scaled_rules(workspace / "rules" / "adapters", time_scale, ADAPTERS_DIR)
     else:
-        rules, adapters = rule_files(rules_dir), rule_files(ADAPTERS_DIR)
+        rules, adapters = rule_files(), rule_files(ADAPTERS_DIR)
     if stock:
         # The adapters, and the area rules without platform's checks of Oximeter's own jobs.
         rules = [*adapters, *(p for p in rules if p.name != "platform.rules.yml")]
