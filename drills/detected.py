@@ -28,7 +28,7 @@ from analyzer.signals.frame import SeriesFrame
 from analyzer.signals.raw import RawStore
 from analyzer.signals.slo import SloSettings
 from analyzer.signals.sources.frames import FrameSource
-from analyzer.signals.sources.stock import with_stock_translated
+from analyzer.signals.sources.stock import read_history
 from analyzer.signals.spec import SignalSpec
 
 # The objectives a replay's severity follows: the configuration's defaults.
@@ -41,9 +41,7 @@ def signal_frames(history: Path | RawStore, catalogue: Mapping[str, SignalSpec] 
     """Every catalogue signal, its traffic guard, the rules' context and the SLOs' burn counts over
     the whole history (a history directory, or its raw series; ``stock``: a stock fleet's history,
     read through the adapters as Prometheus would)."""
-    raw = history if isinstance(history, RawStore) else RawStore.from_history(history)
-    if stock:
-        raw = with_stock_translated(raw)
+    raw = read_history(history, stock=stock)
     source = FrameSource(raw=raw)
     specs: dict[str, SignalSpec] = {**catalogue, **CONTEXT, **burn_specs(slos)}
     for spec in catalogue.values():

@@ -19,12 +19,12 @@ import numpy as np
 
 from analyzer.detection.events import AnomalyEvent
 from analyzer.diagnosis.burn import WINDOWS_S, burn_specs, burns, fastest, headline
+from analyzer.diagnosis.burn_events import SHORT
 from analyzer.diagnosis.case import Labels, Snapshot
 from analyzer.incidents.harm import harmed
-from analyzer.signals.raw import RawStore
 from analyzer.signals.slo import SloSettings
 from analyzer.signals.sources.frames import FrameSource
-from analyzer.signals.sources.stock import with_stock_translated
+from analyzer.signals.sources.stock import read_history
 from drills.score import truth_matches
 from oximeter.vocabulary import SEVERITY_RANK, Severity
 
@@ -70,9 +70,7 @@ class BurnReader:
     """The burn counts of one history, and the peak burn of a node over a span of it."""
 
     def __init__(self, directory: Path, slos: SloSettings, *, stock: bool = False) -> None:
-        raw = RawStore.from_history(directory)
-        if stock:
-            raw = with_stock_translated(raw)
+        raw = read_history(directory, stock=stock)
         source = FrameSource(raw=raw)
         self.slos, self.index = slos, raw.index
         self.parts: list[tuple[str, list[Labels], np.ndarray]] = []
@@ -108,7 +106,7 @@ class BurnReader:
 # How long after a fault ends its harm is still counted: a latency is observed when its request
 # finishes, so a request held by the fault (a stalled engine, a full queue) burns the budget as it
 # completes after the fault; the fast page's short window is as long as the analyzer looks back.
-AFTERMATH_S = WINDOWS_S["5m"]
+AFTERMATH_S = WINDOWS_S[SHORT]
 
 
 def truth_peak(readers: Sequence[tuple[BurnReader, Sequence[Mapping[str, Any]]]], truth: Mapping[str, Any],
@@ -160,7 +158,7 @@ def harm_lines(expected: Sequence[Mapping[str, Any]], incidents: Sequence[Mappin
 
 
 # How long after a fault's onset its harm is measured: the fast page's short window.
-ONSET_WINDOW_S = WINDOWS_S["5m"]
+ONSET_WINDOW_S = WINDOWS_S[SHORT]
 
 
 def onset_burn(readers: Sequence[tuple[BurnReader, Sequence[Mapping[str, Any]]]], node: str,
@@ -174,7 +172,7 @@ def onset_burn(readers: Sequence[tuple[BurnReader, Sequence[Mapping[str, Any]]]]
         if not len(index) or not index[0].timestamp() <= at <= index[-1].timestamp():
             continue
         row = int(index.searchsorted(datetime.fromtimestamp(at, tz=UTC), side="right")) - 1
-        rates = [1.0 / b.budget if b.stuck else b.rates.get("5m", math.nan)
+        rates = [1.0 / b.budget if b.stuck else b.rates.get(SHORT, math.nan)
                  for b in harmed(burns(reader.snapshot(row), reader.slos), (), [node])]
         return max((r for r in rates if math.isfinite(r)), default=0.0)
     return 0.0

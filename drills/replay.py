@@ -33,7 +33,7 @@ from analyzer.signals.raw import RawStore
 from analyzer.signals.slo import SloSettings
 from analyzer.signals.sources.base import ReplayClock
 from analyzer.signals.sources.frames import FrameSource
-from analyzer.signals.sources.stock import with_stock_translated
+from analyzer.signals.sources.stock import read_history
 from analyzer.signals.spec import SignalSpec
 from drills.detected import DEFAULT_SLOS, DetectedPipeline, detect, signal_frames
 from drills.harm import BurnReader, harm_lines
@@ -142,11 +142,6 @@ def replay_cycles(frames: Mapping[str, SeriesFrame], events: Sequence[AnomalyEve
                 unreadable, not_judged, maintenance, slos)
 
 
-def _raw(history: Path | RawStore, stock: bool) -> RawStore:
-    raw = history if isinstance(history, RawStore) else RawStore.from_history(history)
-    return with_stock_translated(raw) if stock else raw
-
-
 def replay_live(history: Path | RawStore, interval_s: float, settings: IncidentSettings | None = None,
                 catalogue: Mapping[str, SignalSpec] = CATALOGUE, policy: BaselinePolicy | None = None,
                 same_time: Mapping[float, Path | RawStore] | None = None, *, stock: bool = False,
@@ -155,10 +150,10 @@ def replay_live(history: Path | RawStore, interval_s: float, settings: IncidentS
     """One history (a directory, or its raw series) through the daemon's own incremental detection
     (:class:`~analyzer.service.pipeline.CyclePipeline`) over the history and the same-time
     histories before it, every ``interval_s`` of replayed time (arguments as :func:`replay_history`)."""
-    raw = _raw(history, stock)
+    raw = read_history(history, stock=stock)
     start, end = raw.index[0].to_pydatetime(), raw.index[-1].to_pydatetime()
     clock, elapsed = _replay_clock(start)
-    source = Histories([raw, *(_raw(d, stock) for d in (same_time or {}).values())], clock.now)
+    source = Histories([raw, *(read_history(d, stock=stock) for d in (same_time or {}).values())], clock.now)
     inputs = AnalyzerSettings(inputs="stock" if stock else "oximeter")
     store = IncidentStore(connect(":memory:"))
     context = {**CONTEXT, **burn_specs(slos)} if slos is not None else CONTEXT
@@ -198,12 +193,8 @@ def replay_sharded(directory: Path, interval_s: float, selectors: Sequence[str],
     settings = IncidentSettings()
     inputs = AnalyzerSettings(inputs="stock" if stock else "oximeter")
 
-    def read(history: Path) -> RawStore:
-        raw = RawStore.from_history(history)
-        return with_stock_translated(raw) if stock else raw
-
-    raw = read(directory)
-    lagged_raw = {lag: read(d) for lag, d in same_time.items()}
+    raw = read_history(directory, stock=stock)
+    lagged_raw = {lag: read_history(d, stock=stock) for lag, d in same_time.items()}
     conn = connect(":memory:")
     told = Told()
     analyzers: list[Analyzer] = []

@@ -10,15 +10,15 @@ from typing import Any
 
 import numpy as np
 
-from drills.detected import DEFAULT_SLOS
+from analyzer.signals.slo import SloSettings
 from drills.sweep import HOUR_S, KINDS
 
 # A page: what a false incident must not be (a ticket on a fault-free stretch is noise, not a page).
 PAGING_SEVERITIES = ("critical",)
 # Harm bands of the time to detect: a fault's burn over its first 5 minutes against the burn rates
-# of the objectives a replay follows (the fast page's, the slow page's, a ticket's).
-SEVERE_BURN, MODERATE_BURN = DEFAULT_SLOS.page_fast_burn, DEFAULT_SLOS.page_slow_burn
-TICKET_BURN = DEFAULT_SLOS.ticket_burn
+# of the default objectives, which a replay follows (the fast page's, the slow page's, a ticket's).
+_SLOS = SloSettings()
+SEVERE_BURN, MODERATE_BURN, TICKET_BURN = _SLOS.page_fast_burn, _SLOS.page_slow_burn, _SLOS.ticket_burn
 
 
 def _pct(values: Sequence[float], q: float) -> float:

@@ -24,13 +24,11 @@ from analyzer.signals.slo import SloSettings
 from analyzer.signals.slo_rules import FAST_PAGE
 
 BURN_DETECTOR = "burn"
-# Bad requests the 5-minute window must hold before its rate counts: at a few requests a minute
-# one failure is several percent, and the fast burn would page on a single answer.
-MIN_BAD = 5.0
-
-
-# The window a fast burn opens on: the fast page's short one.
+# The window a fast burn opens on: the fast page's short one (5 minutes).
 SHORT = FAST_PAGE[1]
+# Bad requests that window must hold before its rate counts: at a few requests a minute one
+# failure is several percent, and the fast burn would page on a single answer.
+MIN_BAD = 5.0
 
 
 def fast(burn: Burn, slos: SloSettings) -> float | None:

@@ -70,14 +70,12 @@ def replay_source(directory: str, *, speed: float = 60.0, start: datetime | None
     """``oximeter sim history`` output as a source, context series included (``selector``: only
     the series a shard's label matchers select; ``stock``: the history holds stock exporters'
     series, read with what the adapter rules would record from them, as Prometheus would hold)."""
-    from analyzer.signals.raw import RawStore
     from analyzer.signals.sources.frames import FrameSource
-    from analyzer.signals.sources.stock import with_stock_translated
+    from analyzer.signals.sources.stock import read_history
 
-    raw = RawStore.from_history(directory)
     # Translated over the whole fleet before a shard selects, as Prometheus evaluates the adapter
     # rules: a record may take its node from another series (a pod's, through kube_pod_info).
-    raw = (with_stock_translated(raw) if stock else raw).only(selector)
+    raw = read_history(directory, stock=stock).only(selector)
     clock = ReplayClock(start or raw.index[0].to_pydatetime(), speed).now
     return FrameSource(raw=raw, clock=clock)
 

@@ -17,6 +17,7 @@ each change of DCGM's last-Xid code counted as one event, one rule per code of
 from __future__ import annotations
 
 from collections.abc import Iterator, Mapping
+from pathlib import Path
 
 import numpy as np
 
@@ -167,6 +168,13 @@ def translated(store: RawStore) -> Iterator[tuple[str, Labeled]]:
         for suffix in ("_bucket", "_sum", "_count"):
             data = aggregate(store.select(source + suffix), ("engine",), "sum")
             yield record + suffix, Labeled(data.values, tuple(_model_labels(la) for la in data.labels))
+
+
+def read_history(history: str | Path | RawStore, *, stock: bool = False) -> RawStore:
+    """A history (``oximeter sim history``'s folder, or its raw series already read); ``stock``: a
+    stock fleet's, with what the adapter rules record from it, as its Prometheus holds it."""
+    raw = history if isinstance(history, RawStore) else RawStore.from_history(history)
+    return with_stock_translated(raw) if stock else raw
 
 
 def with_stock_translated(store: RawStore) -> RawStore:
