@@ -193,10 +193,9 @@ def check_guard() -> tuple[bool, str]:
     their limits, and the numbers."""
     recorded = json.loads(GUARD_FILE.read_text())
     limit, fetch_limit = GUARD_LIMIT * float(recorded["ratio"]), GUARD_LIMIT * float(recorded["fetch_ratio"])
-    # The best of up to GUARD_TRIES runs: the whole replay takes a tenth of a CPU second, so one
-    # pause (a collection, a neighbour evicting the caches) can double a single run's ratio, while a
-    # slower loop is slower every time.
-    # Each ratio is judged by its best run; the limit is twice the recorded median.
+    # Each ratio is judged by its best of up to GUARD_TRIES runs against twice the recorded median:
+    # the whole replay takes a tenth of a CPU second, so one pause (a collection, a neighbour
+    # evicting the caches) can double a single run's ratio, while a slower loop is slower every time.
     best: dict[str, Any] | None = None
     fetch = float("inf")
     tries = 0

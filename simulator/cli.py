@@ -23,9 +23,11 @@ from simulator.scenario import Telemetry
 from simulator.settings import SimSettings
 
 
-def _knob(field: str, kind: type) -> tuple[str, type, str]:
-    """An engine knob's flag: its help is the knob's own description."""
-    return field, kind, str(EngineKnobs.model_fields[field].description)
+def _knob(field: str) -> tuple[str, type, str]:
+    """An engine knob's flag: its type and help are the knob's own."""
+    info = EngineKnobs.model_fields[field]
+    assert isinstance(info.annotation, type) and info.description, field
+    return field, info.annotation, info.description
 
 
 _SERVE_FLAGS = {
@@ -34,22 +36,22 @@ _SERVE_FLAGS = {
     "--port": ("port", int, "port of node n1's engine; node i listens on port+i-1"),
     "--nodes": ("nodes", int, "number of simulated nodes (one engine each)"),
     "--gpus-per-node": ("gpus_per_node", int, "simulated GPUs per node"),
-    "--max-num-seqs": _knob("max_num_seqs", int),
+    "--max-num-seqs": _knob("max_num_seqs"),
     "--model": ("model", str, "model name served and reported as model_name"),
     "--seed": ("seed", int, "random seed (GPU identities, noise)"),
-    "--prefill-s-per-token": _knob("prefill_s_per_token", float),
-    "--decode-s-per-token": _knob("decode_s_per_token", float),
-    "--decode-batch-factor": _knob("decode_batch_factor", float),
-    "--kv-blocks": _knob("kv_blocks", int),
+    "--prefill-s-per-token": _knob("prefill_s_per_token"),
+    "--decode-s-per-token": _knob("decode_s_per_token"),
+    "--decode-batch-factor": _knob("decode_batch_factor"),
+    "--kv-blocks": _knob("kv_blocks"),
     "--telemetry": ("telemetry", str, "oximeter (default) or stock: engines serve only vLLM's own series"),
-    "--block-tokens": _knob("block_tokens", int),
-    "--prefix-hit-rate": _knob("prefix_hit_rate", float),
+    "--block-tokens": _knob("block_tokens"),
+    "--prefix-hit-rate": _knob("prefix_hit_rate"),
     "--default-output-tokens": (
         "default_output_tokens",
         int,
         "output length when a request sets no max_tokens",
     ),
-    "--dependency-latency-s": _knob("dependency_latency_s", float),
+    "--dependency-latency-s": _knob("dependency_latency_s"),
 }
 
 

@@ -22,7 +22,6 @@ from loguru import logger
 
 from oximeter.errors import OximeterError
 from stack import reaper
-from stack.reaper import GRACE_S
 
 
 class ProcessError(OximeterError):
@@ -158,7 +157,7 @@ class ManagedProcess:
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(self.proc.pid, sig)
 
-    def stop(self, timeout_s: float = GRACE_S) -> int | None:
+    def stop(self, timeout_s: float = reaper.GRACE_S) -> int | None:
         """SIGTERM, then SIGKILL after ``timeout_s``; returns the exit code."""
         if self.proc is None:
             return None
@@ -179,7 +178,7 @@ class ManagedProcess:
         return self.start()
 
     @staticmethod
-    def stop_all(procs: Sequence[ManagedProcess], timeout_s: float = GRACE_S) -> None:
+    def stop_all(procs: Sequence[ManagedProcess], timeout_s: float = reaper.GRACE_S) -> None:
         """Stop ``procs`` together: SIGTERM to each first (in the order given), then wait for each.
         Children that take their time to exit (a server draining its connections) then cost the
         slowest one's time, not the sum."""
