@@ -269,12 +269,13 @@ def replay_windows(sc: Any, cache_dir: Path, step_s: float, interval_s: float,
         held = json.loads((directory / "truth.json").read_text(encoding="utf-8"))["faults"]
         faults += held
         burns.append((BurnReader(directory, DEFAULT_SLOS, stock=stock), held))
-        outcome = (replay_sharded(directory, interval_s, shards, catalogue, {DAY_S: yesterday}, stock=stock,
-                                  maintenance=maintenance) if shards else
-                   replay_live(directory, interval_s, catalogue=catalogue, same_time={DAY_S: yesterday},
-                               stock=stock, maintenance=maintenance) if incremental else
-                   replay_history(directory, interval_s, catalogue=catalogue, same_time={DAY_S: yesterday},
-                                  stock=stock, maintenance=maintenance))
+        if shards:
+            outcome = replay_sharded(directory, interval_s, shards, catalogue, {DAY_S: yesterday},
+                                     stock=stock, maintenance=maintenance)
+        else:
+            replay = replay_live if incremental else replay_history
+            outcome = replay(directory, interval_s, catalogue=catalogue, same_time={DAY_S: yesterday},
+                             stock=stock, maintenance=maintenance)
         suppressed += outcome.suppressed
         incidents += [i.to_dict() for i in outcome.incidents]
         # Replay has no Alertmanager: chat's messages are the incidents' told changes.
